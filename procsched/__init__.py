@@ -1,0 +1,34 @@
+"""procsched: run Python work later, on a crash-proof pool of worker processes.
+
+See DESIGN.md (the contract) and README.md. Everything public is re-exported
+here; modules starting with an underscore are private.
+"""
+
+from ._clock import ManualClock as ManualClock
+from ._context import current_run as current_run, current_scheduler as current_scheduler
+from ._core import Priority as Priority, TaskState as TaskState
+from ._errors import (
+    SchedulerClosedError as SchedulerClosedError,
+    SchedulerError as SchedulerError,
+    TaskTimeoutError as TaskTimeoutError,
+    WorkerCrashedError as WorkerCrashedError,
+)
+from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
+from ._inline import InlineScheduler as InlineScheduler
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InlineScheduler",
+    "ManualClock",
+    "Priority",
+    "RunInfo",
+    "SchedulerClosedError",
+    "SchedulerError",
+    "TaskHandle",
+    "TaskState",
+    "TaskTimeoutError",
+    "WorkerCrashedError",
+    "current_run",
+    "current_scheduler",
+]

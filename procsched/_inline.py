@@ -1,0 +1,173 @@
+"""InlineScheduler: the core driven in the calling thread, under any clock.
+
+    caller ──schedule()──▶ SchedulerCore ◀──claim/complete── run_due() / run_until(t)
+                                                              runs fn in this thread
+
+Nothing runs until the caller says so, which makes it the runner for
+deterministic tests: pair it with a ManualClock and time moves only when
+``run_until`` (or ``ManualClock.advance``) moves it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, final
+
+from . import _validate as v
+from ._api import SchedulingAPI
+from ._clock import NS, Clock, MonotonicClock
+from ._context import running
+from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
+from ._errors import SchedulerClosedError, TaskTimeoutError
+from ._handle import RunInfo, TaskHandle
+
+
+def check_clock(clock: object) -> Clock:
+    if clock is None:
+        return MonotonicClock()
+    if not isinstance(clock, Clock):
+        raise TypeError(f"clock must have now_ns() and sleep_until_ns(), not {type(clock).__name__} {clock!r}")
+    return clock
+
+
+@final
+class InlineScheduler(SchedulingAPI):
+    """Same scheduling API as ``Scheduler``; runs tasks in the calling thread.
+
+    ``run_due()`` runs every task due now (and runs that come due during
+    the call); ``run_until(t)`` moves a ManualClock (or sleeps, on the real
+    clock) to each due time up to ``t`` and runs what is due. A run over its
+    ``timeout`` cannot be stopped in the calling thread: it is recorded as
+    ``"timeout"`` when it returns and its value is discarded.
+    """
+
+    def __init__(self, clock: Clock | None = None, *, policy: Policy | str = "priority") -> None:
+        self._clock = check_clock(clock)
+        self._core = SchedulerCore(v.policy(policy))
+        self._handles: dict[int, TaskHandle] = {}
+        self._interrupted: set[int] = set()
+        self._closed = False
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def __repr__(self) -> str:
+        return f"<InlineScheduler pending={self.pending()} clock={self._clock!r}>"
+
+    def __enter__(self) -> InlineScheduler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown(wait=exc_info[0] is None)
+
+    # -- SchedulingAPI ----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SchedulerClosedError("this InlineScheduler was shut down")
+
+    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        due = self._clock.now_ns() + spec.delay_ns
+        task_id = self._core.add(
+            due, spec.priority, spec.kind, spec.period_ns, spec.misfire,
+            spec.stop_on_error, spec.timeout_ns, (fn, args, kwargs), spec.name,
+        )  # fmt: skip
+        handle = TaskHandle(self, task_id, spec.name, due / NS)
+        self._handles[task_id] = handle
+        return handle
+
+    def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
+        v.flag("interrupt", interrupt)
+        decision = self._core.cancel(task_id, interrupt)
+        if decision.accepted:
+            handle = self._handles[task_id]
+            if decision is CancelResult.CANCELLED:
+                del self._handles[task_id]
+            elif decision is CancelResult.INTERRUPT:
+                # The run is this thread's own caller: it cannot be stopped,
+                # so it finishes and is recorded as "cancelled".
+                self._interrupted.add(task_id)
+            handle._on_cancelled()
+        return decision.accepted
+
+    def pending(self) -> int:
+        """Tasks not yet finished or cancelled."""
+        return len(self._core)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Accept no more work; cancel periodic tasks (and all pending ones
+        with ``cancel_futures``); with ``wait``, run the remaining one-shot
+        tasks at their due times."""
+        self._closed = True
+        for task_id, decision in self._core.cancel_all(periodic_only=not cancel_futures):
+            if decision.accepted:
+                self._handles.pop(task_id)._on_cancelled()
+        while wait:
+            deadline = self._core.next_deadline()
+            if deadline is None:
+                break
+            self._clock.sleep_until_ns(deadline)
+            self.run_due()
+
+    # -- driving ----------------------------------------------------------
+
+    def run_due(self) -> int:
+        """Run every task due now, including runs that come due meanwhile."""
+        count = 0
+        while (run := self._core.claim(self._clock.now_ns())) is not None:
+            self._execute(run)
+            count += 1
+        return count
+
+    def run_until(self, t: float) -> int:
+        """Run everything due up to ``t`` (seconds on this scheduler's clock),
+        moving the clock to each due time; leave the clock at ``t``."""
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+            raise TypeError(f"t must be a finite number of seconds, not {type(t).__name__} {t!r}")
+        t_ns = round(t * NS)
+        count = self.run_due()
+        while (deadline := self._core.next_deadline()) is not None and deadline <= t_ns:
+            self._clock.sleep_until_ns(deadline)
+            count += self.run_due()
+        self._clock.sleep_until_ns(t_ns)
+        return count
+
+    def _execute(self, run: Run) -> None:
+        handle = self._handles[run.task_id]
+        handle._on_started()
+        fn, args, kwargs = run.payload
+        started = self._clock.now_ns()
+        info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name, None)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            with running(info, self):
+                value = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - recorded, re-raised below if not an Exception
+            error = exc
+        finished = self._clock.now_ns()
+        outcome = "ok" if error is None else "error"
+        if error is None and run.timeout_ns is not None and finished - started > run.timeout_ns:
+            outcome = "timeout"
+            error = TaskTimeoutError(
+                f"task {run.task_id} run {run.run} took {(finished - started) / NS:.6g}s, "
+                f"over its timeout of {run.timeout_ns / NS:g}s"
+            )
+        if run.task_id in self._interrupted:
+            self._interrupted.discard(run.task_id)
+            outcome = "cancelled"
+        completion = self._core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
+        assert completion is not None, "an inline run is always the task's current run"
+        next_run = None if completion.next_due_ns is None else completion.next_due_ns / NS
+        handle._on_run(
+            RunInfo(info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome),  # type: ignore[arg-type]
+            completion.state,
+            next_run,
+        )
+        if completion.state.terminal:
+            del self._handles[run.task_id]
+            if completion.ended:
+                handle._on_result(completion.state, value, None if completion.state is TaskState.DONE else error)
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on

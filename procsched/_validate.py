@@ -1,0 +1,135 @@
+"""Argument checks for the public API: each names the argument and the value.
+
+Every check runs before anything is scheduled, so a bad call changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, NamedTuple
+
+from ._core import Kind, Misfire, Policy
+
+NS = 1_000_000_000
+#: The longest delay or period accepted: about 146 years.
+MAX_NS = 2**62
+MAX_PRIORITY = 2**63 - 1
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def duration_ns(arg: str, value: object, *, positive: bool = False) -> int:
+    """Seconds (int, float, any real) or a ``timedelta`` -> integer nanoseconds."""
+    if isinstance(value, timedelta):
+        ns = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1_000
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{arg} must be a number of seconds or a timedelta, not {_describe(value)}")
+    elif isinstance(value, numbers.Integral):
+        ns = int(value) * NS
+    else:
+        seconds = float(value)
+        if math.isnan(seconds) or math.isinf(seconds):
+            raise ValueError(f"{arg} must be a finite number of seconds, not {value!r}")
+        if abs(seconds) > MAX_NS / NS:
+            raise ValueError(f"{arg} must be at most {MAX_NS // NS} seconds, not {value!r}")
+        ns = round(seconds * NS)
+    if ns < 0:
+        raise ValueError(f"{arg} must be >= 0, not {value!r}")
+    if positive and ns == 0:
+        raise ValueError(f"{arg} must be > 0 (at least 1 ns), not {value!r}")
+    if ns > MAX_NS:
+        raise ValueError(f"{arg} must be at most {MAX_NS // NS} seconds, not {value!r}")
+    return ns
+
+
+def optional_timeout_ns(value: object) -> int | None:
+    return None if value is None else duration_ns("timeout", value, positive=True)
+
+
+def priority(value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"priority must be an int, not {_describe(value)}")
+    try:
+        prio = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"priority must be an int, not {_describe(value)}") from None
+    if not -MAX_PRIORITY <= prio <= MAX_PRIORITY:
+        raise ValueError(f"priority must fit in 64 bits, not {value!r}")
+    return int(prio)
+
+
+def choice(arg: str, value: object, enum_type: type[Any]) -> Any:
+    if isinstance(value, enum_type):
+        return value
+    allowed = ", ".join(repr(m.value) for m in enum_type)
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be one of {allowed}, not {_describe(value)}")
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise ValueError(f"{arg} must be one of {allowed}, not {value!r}") from None
+
+
+def policy(value: object) -> Policy:
+    return choice("policy", value, Policy)  # type: ignore[no-any-return]
+
+
+def flag(arg: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{arg} must be True or False, not {_describe(value)}")
+    return value
+
+
+def name(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"name must be a str or None, not {_describe(value)}")
+    return value
+
+
+def call(fn: object, args: object, kwargs: object) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, not {_describe(fn)}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple or list, not {_describe(args)}")
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError(f"kwargs must be a mapping of str keys or None, not {_describe(kwargs)}")
+    return fn, tuple(args), dict(kwargs)
+
+
+def delay_until_ns(when: object) -> int:
+    """An aware datetime -> a delay in ns from the current wall-clock time (>= 0)."""
+    if not isinstance(when, datetime):
+        raise TypeError(f"when must be an aware datetime, not {_describe(when)}")
+    if when.tzinfo is None or when.tzinfo.utcoffset(when) is None:
+        raise ValueError(f"when must be an aware datetime (with tzinfo), not naive {when!r}")
+    try:
+        delta = when - datetime.now(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"when is out of range: {when!r}") from None
+    if delta <= timedelta(0):
+        return 0  # in the past: due now
+    return duration_ns("when", delta)
+
+
+class TaskSpec(NamedTuple):
+    """A validated scheduling request (delays relative to submission)."""
+
+    kind: Kind
+    delay_ns: int
+    period_ns: int
+    priority: int
+    misfire: Misfire
+    stop_on_error: bool
+    timeout_ns: int | None
+    name: str | None
