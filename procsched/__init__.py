@@ -15,6 +15,7 @@ from ._errors import (
 )
 from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
 from ._inline import InlineScheduler as InlineScheduler
+from ._runtime._facade import Scheduler as Scheduler
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "ManualClock",
     "Priority",
     "RunInfo",
+    "Scheduler",
     "SchedulerClosedError",
     "SchedulerError",
     "TaskHandle",

@@ -101,8 +101,12 @@ class InlineScheduler(SchedulingAPI):
         tasks at their due times."""
         self._closed = True
         for task_id, decision in self._core.cancel_all(periodic_only=not cancel_futures):
-            if decision.accepted:
+            if decision is CancelResult.CANCELLED:
                 self._handles.pop(task_id)._on_cancelled()
+            elif decision is CancelResult.STOPPED:
+                # Called from inside this task's own run: _execute still needs
+                # the handle, and drops it when the run completes.
+                self._handles[task_id]._on_cancelled()
         while wait:
             deadline = self._core.next_deadline()
             if deadline is None:

@@ -1,0 +1,296 @@
+"""The dispatcher process: owns the core and the pool of worker processes.
+
+    user process                      dispatcher (this module)                 workers
+    ┌───────────┐ cmd pipe ("add",   ┌──────────────────────────────────┐ own  ┌────────┐
+    │ Scheduler │ "cancel", ...) ──▶ │ loop: wait(cmd, wakeup, worker   │ pipe │ worker │
+    │ listener  │ ◀── event pipe ─── │   pipes, worker sentinels,       │ ◀──▶ │ loop   │
+    └───────────┘  (event batches)   │   timeout = next deadline)       │      └────────┘
+                                     │ -> Engine (core + pool state)    │ sentinel: death
+                                     └──────────────────────────────────┘
+
+The loop does three things only: wait - in one blocking
+``multiprocessing.connection.wait`` on everything at once, with the engine's
+next deadline as timeout, so it never polls - translate what arrived into
+Engine calls, and carry out what the engine asks (``ProcessCarrier``). Event
+batches go back to the user process once per turn of the loop.
+
+It is started with ``subprocess`` (fork+exec, safe with threads in the user
+process) in a session of its own, so Ctrl-C at a terminal reaches only the
+user process, which then shuts down cleanly. If the user process dies, the
+command pipe reads EOF and the dispatcher kills every worker and exits.
+Workers are started with the configured multiprocessing start method
+(forkserver by default, preloaded with the worker module, so a replacement
+is up in milliseconds); each dies with its parent (see ``_worker.py``).
+
+User code is never unpickled here: payloads and results are opaque bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import psutil
+
+from .._core import Policy, Run
+from .._errors import SchedulerClosedError
+from . import _worker
+from ._engine import EV_ADDED, EV_CLOSED, EV_REPLY, Engine
+from ._wire import PROTOCOL, recv, send
+
+NS = 1_000_000_000
+#: Ids of tasks added from inside tasks (the user process numbers its own from 1).
+INNER_IDS_START = 1 << 48
+
+
+class _Worker:
+    __slots__ = ("proc", "conn", "ident", "sentinel", "ps", "tree")
+
+    def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection) -> None:
+        self.proc = proc
+        self.conn: Connection | None = conn
+        self.ident: int = proc.pid  # type: ignore[assignment]
+        self.sentinel = proc.sentinel
+        self.ps: psutil.Process | None = None
+        self.tree: list[psutil.Process] = []
+
+    def __repr__(self) -> str:
+        return f"<worker {self.ident}>"
+
+
+class ProcessCarrier:
+    """Starts, feeds and kills worker processes for the engine."""
+
+    def __init__(self, start_method: str) -> None:
+        self.ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            self.ctx.set_forkserver_preload(["procsched._runtime._worker"])  # type: ignore[attr-defined]
+        self.by_conn: dict[Connection, _Worker] = {}
+        self.by_sentinel: dict[int, _Worker] = {}
+
+    def spawn(self, slot: int) -> _Worker:
+        parent, child = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(target=_worker.main, args=(child,), name=f"procsched-worker-{slot}")
+        proc.start()
+        child.close()
+        worker = _Worker(proc, parent)
+        self.by_conn[parent] = worker
+        self.by_sentinel[worker.sentinel] = worker
+        return worker
+
+    def send_run(self, worker: _Worker, run: Run) -> None:
+        self._send(worker, ("run", run.task_id, run.run, run.scheduled_ns, run.payload))
+
+    def retire(self, worker: _Worker) -> None:
+        self._send(worker, ("stop",))
+        self._drop_conn(worker)
+
+    def kill(self, worker: _Worker, hard: bool) -> None:
+        """Signal the worker's process group and every descendant we can find.
+
+        Descendants are listed before the first signal (once the worker dies,
+        its children are re-parented and the tree is lost); the process group
+        catches the ones that were orphaned already.
+        """
+        self._drop_conn(worker)
+        if not worker.tree:
+            try:
+                worker.tree = self._ps(worker).children(recursive=True)
+            except (psutil.Error, OSError):
+                pass
+        sig = signal.SIGKILL if hard else signal.SIGTERM
+        for kill, target in ((os.killpg, worker.ident), (os.kill, worker.ident)):
+            try:
+                kill(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for child in worker.tree:
+            try:
+                child.send_signal(sig)  # psutil checks the pid was not reused
+            except (psutil.Error, OSError):
+                pass
+
+    def rss(self, worker: _Worker) -> int | None:
+        try:
+            return int(self._ps(worker).memory_info().rss)
+        except (psutil.Error, OSError):
+            return None
+
+    def health(self, worker: _Worker) -> str:
+        try:
+            status = self._ps(worker).status()
+        except (psutil.Error, OSError):
+            return "dead"
+        if status == psutil.STATUS_STOPPED:
+            return "stopped"
+        return "dead" if status == psutil.STATUS_ZOMBIE else "ok"
+
+    def forget(self, worker: _Worker) -> int | None:
+        """The worker's sentinel fired: reap it and return its exit code."""
+        self._drop_conn(worker)
+        del self.by_sentinel[worker.sentinel]
+        worker.proc.join(0)
+        code = worker.proc.exitcode
+        worker.proc.close()
+        return code
+
+    def _ps(self, worker: _Worker) -> psutil.Process:
+        if worker.ps is None:
+            worker.ps = psutil.Process(worker.ident)
+        return worker.ps
+
+    def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        if worker.conn is None:
+            return
+        try:
+            worker.conn.send_bytes(pickle.dumps(message, PROTOCOL))
+        except OSError:
+            self._drop_conn(worker)  # it is dying: its sentinel will say so
+
+    def _drop_conn(self, worker: _Worker) -> None:
+        if worker.conn is not None:
+            self.by_conn.pop(worker.conn, None)
+            worker.conn.close()
+            worker.conn = None
+
+
+class Dispatcher:
+    def __init__(self, cmd: Connection, evt: Connection, config: dict[str, Any]) -> None:
+        self.cmd: Connection | None = cmd
+        self.evt: Connection | None = evt
+        self.carrier = ProcessCarrier(config["start_method"])
+        self.engine = Engine(
+            self.carrier,
+            workers=config["workers"],
+            policy=Policy(config["policy"]),
+            max_tasks_per_worker=config["max_tasks_per_worker"],
+            max_worker_memory=config["max_worker_memory"],
+        )
+        self.inner_ids = itertools.count(INNER_IDS_START)
+        self.wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        signal.set_wakeup_fd(wakeup_w)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # seen through the wakeup fd
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def run(self) -> None:
+        engine = self.engine
+        clock = time.monotonic_ns
+        engine.start(clock())
+        while not engine.closed:
+            wake = engine.tick(clock())
+            self.flush()
+            if engine.closed:
+                break
+            waitables: list[Any] = [self.wakeup_r, *self.carrier.by_conn, *self.carrier.by_sentinel]
+            if self.cmd is not None:
+                waitables.append(self.cmd)
+            timeout = None if wake is None else max(0, wake - clock()) / NS
+            for ready in wait(waitables, timeout):
+                if ready is self.cmd:
+                    self.on_commands()
+                elif ready is self.wakeup_r:
+                    os.read(self.wakeup_r, 512)
+                    engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
+                    engine.abort(clock())
+                elif ready in self.carrier.by_sentinel:
+                    worker = self.carrier.by_sentinel[ready]
+                    engine.worker_exited(worker, self.carrier.forget(worker), clock())
+                else:
+                    worker = self.carrier.by_conn.get(ready)
+                    if worker is not None:
+                        self.on_worker(worker)
+        self.flush()
+        if self.evt is not None:
+            self.emit([(EV_CLOSED,)])
+
+    def on_commands(self) -> None:
+        engine, cmd = self.engine, self.cmd
+        assert cmd is not None
+        try:
+            while True:
+                message = recv(cmd)
+                tag = message[0]
+                if tag == "add":
+                    engine.add(*message[1:])
+                elif tag == "cancel":
+                    _, request, task_id, interrupt = message
+                    engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
+                elif tag == "stats":
+                    engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
+                elif tag == "shutdown":
+                    engine.shutdown(message[1], time.monotonic_ns())
+                if not cmd.poll():
+                    return
+        except (EOFError, OSError):  # the user process is gone
+            self.cmd = None
+            self.evt = None
+            engine.abort(time.monotonic_ns())
+
+    def on_worker(self, worker: _Worker) -> None:
+        engine = self.engine
+        conn = worker.conn
+        try:
+            while conn is not None and worker.conn is conn:
+                message = recv(conn)
+                tag = message[0]
+                if tag == "done":
+                    engine.finished(worker, *message[1:])
+                elif tag == "add":
+                    if engine.closing:
+                        reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
+                    else:
+                        task_id = next(self.inner_ids)
+                        engine.add(task_id, *message[1:])
+                        engine.events.append((EV_ADDED, task_id, message[8], message[1]))
+                        reply = ("reply", task_id)
+                    conn.send_bytes(pickle.dumps(reply, PROTOCOL))
+                elif tag == "cancel":
+                    accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
+                    if worker.conn is conn:  # it may have cancelled itself with interrupt=True
+                        conn.send_bytes(pickle.dumps(("reply", accepted), PROTOCOL))
+                if worker.conn is not conn or not conn.poll():
+                    return
+        except (EOFError, OSError):
+            self.carrier._drop_conn(worker)  # dying: its sentinel will tell
+
+    def flush(self) -> None:
+        events = self.engine.events
+        if events:
+            self.engine.events = []
+            if self.evt is not None:
+                self.emit(events)
+
+    def emit(self, events: list[tuple[Any, ...]]) -> None:
+        try:
+            send(self.evt, events)  # type: ignore[arg-type]
+        except OSError:  # the user process is gone
+            self.evt = None
+            self.cmd = None
+            self.engine.abort(time.monotonic_ns())
+
+
+def main() -> None:
+    cmd = Connection(int(sys.argv[1]), writable=False)
+    evt = Connection(int(sys.argv[2]), readable=False)
+    try:
+        config = recv(cmd)
+    except EOFError:
+        os._exit(0)
+    sys.path[:] = config["sys_path"]
+    Dispatcher(cmd, evt, config).run()
+    # Every worker is gone; skip multiprocessing's atexit joins.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

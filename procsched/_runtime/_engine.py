@@ -1,0 +1,410 @@
+"""The dispatch engine: the core plus the pool's bookkeeping, for any carrier.
+
+    commands ──▶ Engine.add / cancel / shutdown ─┐
+    results  ──▶ Engine.finished ───────────────┤──▶ SchedulerCore (decisions)
+    deaths   ──▶ Engine.worker_exited ───────────┘
+                 Engine.tick(now) ──▶ carrier.send_run / kill / spawn
+                                 ──▶ Engine.events (to the user process)
+
+The engine owns the core and every piece of pool state (which worker runs
+which run, deadlines, restarts, counters). It neither blocks nor reads a
+clock: a *carrier* (processes: ``_dispatcher.py``; threads: ``_threads.py``)
+waits for input, feeds it here with the time, carries out what the engine
+asks through the small ``Carrier`` interface, and ships ``events`` to the
+user process. So the process and thread runners share the decisions, not
+just the core.
+
+Every run is known by (task id, run number). A result or a death is matched
+against the run its worker holds, so a late report can never land on a later
+run, and a run that ends is reported exactly once.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Protocol
+
+from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore
+from .._core._state import OUTCOMES
+from .._errors import TaskTimeoutError, WorkerCrashedError
+
+NS = 1_000_000_000
+#: After this many crashes in a row on one slot, its respawns back off.
+BACKOFF_AFTER = 2
+BACKOFF_FIRST_NS = 50_000_000
+BACKOFF_MAX_NS = 2 * NS
+#: Time a killed worker gets between SIGTERM and SIGKILL.
+KILL_GRACE_NS = 500_000_000
+#: While runs are in flight, workers' liveness is checked with psutil this often.
+HEALTH_EVERY_NS = NS
+
+# Event tags (engine -> user process). Each event is a tuple starting with its tag.
+EV_STARTED = "started"  # (tag, task_id, run, worker)
+EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
+#                 state, next_due, missed, ended, blob_kind, blob)
+EV_CANCELLED = "cancelled"  # (tag, task_id)
+EV_ADDED = "added"  # (tag, task_id, name, due)      a task added from inside a task
+EV_REPLY = "reply"  # (tag, request_id, value)
+EV_WORKER = "worker"  # (tag, what, slot, worker_id, detail)
+EV_LOG = "log"  # (tag, levelno, message)
+EV_CLOSED = "closed"  # (tag,)
+
+# blob kinds in EV_RUN
+BLOB_NONE = 0  # no value (periodic run, cancelled run)
+BLOB_VALUE = 1  # the return value (pickled bytes, or the object itself in-process)
+BLOB_ERROR = 2  # (exception, traceback text) (pickled bytes, or the tuple in-process)
+BLOB_EXC = 3  # an exception object made by the engine (crash, timeout)
+
+INFO, WARNING = 20, 30
+
+
+class Carrier(Protocol):
+    """What the engine asks of a runtime."""
+
+    def spawn(self, slot: int) -> Any:
+        """Start a worker for ``slot``; return its worker object (with ``.ident``)."""
+
+    def send_run(self, worker: Any, run: Run) -> None:
+        """Give ``run`` to an idle ``worker``."""
+
+    def kill(self, worker: Any, hard: bool) -> None:
+        """Stop ``worker`` and everything it started (hard: no grace)."""
+
+    def retire(self, worker: Any) -> None:
+        """Ask an idle ``worker`` to exit cleanly."""
+
+    def rss(self, worker: Any) -> int | None:
+        """The worker's resident memory in bytes, if it can be known."""
+
+    def health(self, worker: Any) -> str:
+        """``"ok"``, ``"stopped"`` or ``"dead"``."""
+
+
+class Slot:
+    """One place in the pool, filled by successive workers."""
+
+    __slots__ = ("index", "worker", "run", "deadline", "runs", "restarts", "streak", "respawn_at", "note")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.worker: Any = None  # None while waiting to respawn
+        self.run: tuple[Run, int] | None = None  # (run, dispatched at)
+        self.deadline: int | None = None  # the run's timeout deadline
+        self.runs = 0  # runs by the current worker
+        self.restarts = 0
+        self.streak = 0  # crashes in a row
+        self.respawn_at: int | None = None
+        self.note = ""  # "stopped", "backoff", ... for stats
+
+
+class Engine:
+    """See the module docstring. Driven by one thread; never blocks."""
+
+    def __init__(
+        self,
+        carrier: Carrier,
+        *,
+        workers: int,
+        policy: Policy,
+        max_tasks_per_worker: int | None = None,
+        max_worker_memory: int | None = None,
+        kill_grace_ns: int = KILL_GRACE_NS,
+    ) -> None:
+        self.carrier = carrier
+        self.core = SchedulerCore(policy)
+        self.slots = [Slot(i) for i in range(workers)]
+        self.max_tasks_per_worker = max_tasks_per_worker
+        self.max_worker_memory = max_worker_memory
+        self.kill_grace_ns = kill_grace_ns
+        self.dying: dict[Any, int] = {}  # worker -> time to kill it hard
+        self.counts = dict.fromkeys(OUTCOMES, 0)
+        self.spawned = 0
+        self.events: list[tuple[Any, ...]] = []
+        self.closing = False  # shutdown asked: run out the one-shots, then stop
+        self.closed = False  # every worker stopped: the carrier may exit
+        self._health_at: int | None = None
+
+    # -- inputs ------------------------------------------------------------
+
+    def start(self, now: int) -> None:
+        for slot in self.slots:
+            self._spawn(slot, now)
+
+    def add(
+        self, task_id: int, due: int, priority: int, kind: str, period: int, misfire: str,
+        stop_on_error: bool, timeout: int | None, name: str | None, payload: Any,
+    ) -> None:  # fmt: skip
+        self.core.add(
+            due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id
+        )
+
+    def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+        decision = self.core.cancel(task_id, interrupt)
+        if decision.accepted:
+            self.events.append((EV_CANCELLED, task_id))
+        if decision is CancelResult.INTERRUPT:
+            slot = next(s for s in self.slots if s.run is not None and s.run[0].task_id == task_id)
+            self._abort_run(slot, "cancelled", now)
+        return decision.accepted
+
+    def finished(
+        self, worker: Any, task_id: int, run_no: int, outcome: str,
+        started: int, finished: int, blob_kind: int, blob: Any,
+    ) -> None:  # fmt: skip
+        """A worker reports the end of a run."""
+        slot = self._slot_of(worker)
+        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+            return  # stale: that run was already ended (timed out, interrupted)
+        run = slot.run[0]
+        slot.run = slot.deadline = None
+        slot.runs += 1
+        slot.streak = 0
+        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob)
+        if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
+            self._replace(slot, finished, f"recycled after {slot.runs} runs")
+        elif self.max_worker_memory is not None:
+            rss = self.carrier.rss(worker)
+            if rss is not None and rss > self.max_worker_memory:
+                self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
+
+    def worker_exited(self, worker: Any, exitcode: int | None, now: int) -> None:
+        """A worker process (or thread) is gone."""
+        if worker in self.dying:
+            del self.dying[worker]
+            self.events.append((EV_WORKER, "exited", None, worker.ident, exitcode))
+            return
+        slot = self._slot_of(worker)
+        if slot is None:
+            return
+        signame = _signal_name(exitcode)
+        how = f"signal {signame}" if signame else f"exit code {exitcode}"
+        self.carrier.kill(worker, hard=True)  # whatever it left behind
+        self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
+        slot.worker = None
+        slot.restarts += 1
+        if slot.run is not None:
+            run, dispatched = slot.run
+            slot.run = slot.deadline = None
+            slot.streak += 1
+            err = WorkerCrashedError(
+                f"worker {worker.ident} died ({how}) while running task {run.task_id} run {run.run}",
+                task_id=run.task_id, run=run.run, pid=worker.ident if isinstance(worker.ident, int) else None,
+                exitcode=exitcode, signal=signame,
+            )  # fmt: skip
+            self._log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
+            self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err)
+        else:
+            self._log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
+        if self.closing and not len(self.core):
+            return
+        if slot.streak >= BACKOFF_AFTER:
+            delay = min(BACKOFF_FIRST_NS << (slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
+            slot.respawn_at = now + delay
+            slot.note = "backoff"
+            self._log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
+        else:
+            self._spawn(slot, now)
+
+    def shutdown(self, cancel_futures: bool, now: int) -> None:
+        """No more work: cancel periodic tasks (all pending ones with
+        ``cancel_futures``), let running runs and remaining one-shots finish,
+        then stop the workers."""
+        self.closing = True
+        for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
+            if decision.accepted:
+                self.events.append((EV_CANCELLED, task_id))
+
+    def abort(self, now: int) -> None:
+        """The user process is gone: kill everything now."""
+        self.closing = True
+        for slot in self.slots:
+            if slot.worker is not None:
+                self.carrier.kill(slot.worker, hard=True)
+                slot.worker = None
+        for worker in self.dying:
+            self.carrier.kill(worker, hard=True)
+        self.dying.clear()
+        self.closed = True
+
+    def stats(self, now: int) -> dict[str, Any]:
+        workers = []
+        for slot in self.slots:
+            w = slot.worker
+            state = slot.note or ("idle" if slot.run is None else "busy") if w is not None else (slot.note or "down")
+            workers.append({
+                "slot": slot.index,
+                "pid": None if w is None else w.ident,
+                "state": state,
+                "rss": None if w is None else self.carrier.rss(w),
+                "runs": slot.runs,
+                "restarts": slot.restarts,
+                "crash_streak": slot.streak,
+                "task": None if slot.run is None else slot.run[0].task_id,
+            })  # fmt: skip
+        return {
+            "pending": len(self.core),
+            "running": sum(s.run is not None for s in self.slots),
+            "outcomes": dict(self.counts),
+            "workers": workers,
+            "spawned": self.spawned,
+            "closing": self.closing,
+        }
+
+    # -- the clock ticks -----------------------------------------------------
+
+    def tick(self, now: int) -> int | None:
+        """Carry out everything due at ``now``; return when to be called next
+        (ns), or None if only an input can change anything."""
+        wake: int | None = None
+        for worker, kill_at in list(self.dying.items()):
+            if kill_at is not None and kill_at <= now:
+                self._log(WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL")
+                self.carrier.kill(worker, hard=True)
+                self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
+            elif kill_at is not None:
+                wake = _earliest(wake, kill_at)
+        busy = False
+        for slot in self.slots:
+            if slot.worker is None:
+                if slot.respawn_at is not None and slot.respawn_at <= now and not self._idle_closing():
+                    self._spawn(slot, now)
+                else:
+                    wake = _earliest(wake, slot.respawn_at)
+                    continue
+            if slot.run is not None:
+                if slot.deadline is not None and slot.deadline <= now:
+                    self._abort_run(slot, "timeout", now)
+                else:
+                    busy = True
+                    wake = _earliest(wake, slot.deadline)
+                    continue
+            run = self.core.claim(now)
+            if run is None:
+                continue
+            slot.run = (run, now)
+            slot.deadline = None if run.timeout_ns is None else now + run.timeout_ns
+            busy = True
+            wake = _earliest(wake, slot.deadline)
+            self.carrier.send_run(slot.worker, run)
+            self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
+        if any(s.worker is not None and s.run is None for s in self.slots):
+            wake = _earliest(wake, self.core.next_deadline())
+        if busy:  # a stopped (SIGSTOP) worker has no sentinel to show it: look
+            if self._health_at is not None and self._health_at <= now:
+                self._check_health()
+                self._health_at = None
+            if self._health_at is None:
+                self._health_at = now + HEALTH_EVERY_NS
+            wake = _earliest(wake, self._health_at)
+        else:
+            self._health_at = None
+        if self._idle_closing() and not busy:
+            self._stop_all(now)
+            if not self.dying:
+                self.closed = True
+        return wake
+
+    def _idle_closing(self) -> bool:
+        return self.closing and not len(self.core)
+
+    # -- internals -------------------------------------------------------------
+
+    def _spawn(self, slot: Slot, now: int) -> None:
+        slot.respawn_at = None
+        slot.note = ""
+        slot.runs = 0
+        slot.worker = self.carrier.spawn(slot.index)
+        self.spawned += 1
+        self.events.append((EV_WORKER, "started", slot.index, slot.worker.ident, None))
+
+    def _replace(self, slot: Slot, now: int, why: str) -> None:
+        """Retire the slot's idle worker cleanly and start a fresh one."""
+        worker = slot.worker
+        self._log(INFO, f"worker {worker.ident} {why}")
+        self.carrier.retire(worker)
+        self.dying[worker] = now + self.kill_grace_ns
+        slot.restarts += 1
+        self._spawn(slot, now)
+
+    def _abort_run(self, slot: Slot, outcome: str, now: int) -> None:
+        """End the slot's run now (timeout or interrupt): kill its worker's whole
+        tree and give the slot a fresh worker."""
+        run, dispatched = slot.run  # type: ignore[misc]
+        worker = slot.worker
+        slot.run = slot.deadline = None
+        self.carrier.kill(worker, hard=False)
+        self.dying[worker] = now + self.kill_grace_ns
+        slot.restarts += 1
+        if outcome == "timeout":
+            secs = run.timeout_ns / NS  # type: ignore[operator]
+            self._log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
+            err: BaseException | None = TaskTimeoutError(
+                f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
+            )
+        else:
+            self._log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
+            err = None
+        self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err)
+        self._spawn(slot, now)
+
+    def _record(
+        self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any
+    ) -> None:
+        self.counts[outcome] += 1
+        done = self.core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
+        if done is None:
+            return
+        if done.missed:
+            self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
+        if not done.ended:
+            blob_kind, blob = BLOB_NONE, None
+        self.events.append((
+            EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
+            done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob,
+        ))  # fmt: skip
+
+    def _stop_all(self, now: int) -> None:
+        for slot in self.slots:
+            if slot.worker is not None:
+                self.carrier.retire(slot.worker)
+                self.dying[slot.worker] = now + self.kill_grace_ns
+                slot.worker = None
+            slot.respawn_at = None
+
+    def _check_health(self) -> None:
+        for slot in self.slots:
+            if slot.worker is not None and slot.run is not None:
+                health = self.carrier.health(slot.worker)
+                if health == "stopped" and slot.note != "stopped":
+                    self._log(WARNING, f"worker {slot.worker.ident} is stopped (SIGSTOP?) mid-run")
+                slot.note = "stopped" if health == "stopped" else ""
+
+    def _slot_of(self, worker: Any) -> Slot | None:
+        for slot in self.slots:
+            if slot.worker is worker:
+                return slot
+        return None
+
+    def _log(self, level: int, message: str) -> None:
+        self.events.append((EV_LOG, level, message))
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a < b else b
+
+
+def _signal_name(exitcode: int | None) -> str | None:
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _label(run: Run) -> str:
+    return f"{run.task_id} ({run.name})" if run.name else str(run.task_id)

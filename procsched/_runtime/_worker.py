@@ -1,0 +1,128 @@
+"""The worker process: runs one run at a time for the dispatcher.
+
+    dispatcher ──("run", task, run, scheduled, payload)──▶ worker
+               ◀─("done", task, run, outcome, started, finished, blob)──
+               ◀─("add" | "cancel", ...) ─▶ ("reply", value)   current_scheduler()
+               ──("stop",) ─▶ exits
+
+Each worker has its own duplex pipe, so a worker that dies mid-message
+corrupts nothing but that pipe, which dies with it. The worker leads its own
+process group, so the dispatcher can kill a run's whole tree (including the
+task's own children, even orphaned ones) with one ``killpg``. It ignores
+SIGINT (Ctrl-C is the user process's business), has faulthandler on, and
+dies with its parent (PR_SET_PDEATHSIG on Linux; an idle worker also exits
+on EOF from its pipe).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Callable, NoReturn
+
+from .._api import SchedulingAPI
+from .._context import running
+from .._errors import SchedulerError
+from .._handle import RunInfo, TaskHandle
+from .._validate import TaskSpec
+from ._engine import BLOB_ERROR
+from ._wire import PROTOCOL, pack_call, pack_error, pack_value
+
+NS = 1_000_000_000
+
+
+def main(conn: Connection) -> None:
+    """Entry point of a worker process (the target of its multiprocessing.Process)."""
+    _become_worker()
+    proxy = _WorkerScheduler(conn)
+    recv, send, loads, dumps = conn.recv_bytes, conn.send_bytes, pickle.loads, pickle.dumps
+    pid = os.getpid()
+    clock = time.monotonic_ns
+    while True:
+        try:
+            message = loads(recv())
+        except (EOFError, OSError):
+            return  # the dispatcher is gone
+        if message[0] == "stop":
+            return
+        _, task_id, run_no, scheduled, payload = message
+        started = clock()
+        info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
+        try:
+            fn, args, kwargs = loads(payload)
+            with running(info, proxy):
+                value = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
+            outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
+        else:
+            kind, blob = pack_value(value)
+            outcome = "ok" if kind != BLOB_ERROR else "error"
+        try:
+            send(dumps(("done", task_id, run_no, outcome, started, clock(), kind, blob), PROTOCOL))
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _become_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    faulthandler.enable()
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass  # already a group leader
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+
+class _WorkerScheduler(SchedulingAPI):
+    """``current_scheduler()`` inside a worker: asks the dispatcher over the
+    worker's own pipe and waits for its answer."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def _check_open(self) -> None:
+        pass  # the dispatcher answers for itself
+
+    def _ask(self, message: tuple[Any, ...]) -> Any:
+        self._conn.send_bytes(pickle.dumps(message, PROTOCOL))
+        reply = pickle.loads(self._conn.recv_bytes())
+        if reply[0] == "error":
+            raise reply[1]
+        return reply[1]
+
+    def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        payload = pack_call(fn, args, kwargs)
+        due = time.monotonic_ns() + spec.delay_ns
+        task_id = self._ask(("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
+                             spec.stop_on_error, spec.timeout_ns, spec.name, payload))  # fmt: skip
+        return _DetachedHandle(self, task_id, spec.name, due / NS)
+
+    def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
+        return bool(self._ask(("cancel", task_id, bool(interrupt))))
+
+
+class _DetachedHandle(TaskHandle):
+    """A handle made inside a worker: ``id``, ``name`` and ``cancel()`` work;
+    its outcome is followed from the scheduler's own process
+    (``Scheduler.handle(id)``), not here."""
+
+    def result(self, timeout: float | None = None) -> NoReturn:
+        raise SchedulerError(
+            f"task {self.id} was scheduled from inside a worker: follow its result "
+            "from the scheduler's process with Scheduler.handle(task_id)"
+        )
+
+    exception = result  # type: ignore[assignment]
