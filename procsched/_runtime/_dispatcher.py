@@ -34,6 +34,7 @@ import pickle
 import signal
 import sys
 import time
+import traceback
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -136,7 +137,12 @@ class ProcessCarrier:
         """The worker's sentinel fired: reap it and return its exit code."""
         self._drop_conn(worker)
         del self.by_sentinel[worker.sentinel]
-        worker.proc.join(0)
+        # The sentinel closes as the process exits, a moment before it can be
+        # reaped. A worker that closed the fd itself is still alive: kill it.
+        worker.proc.join(0.1)
+        if worker.proc.exitcode is None:
+            worker.proc.kill()
+            worker.proc.join()
         code = worker.proc.exitcode
         worker.proc.close()
         return code
@@ -285,11 +291,18 @@ def main() -> None:
     except EOFError:
         os._exit(0)
     sys.path[:] = config["sys_path"]
-    Dispatcher(cmd, evt, config).run()
+    dispatcher = Dispatcher(cmd, evt, config)
+    code = 0
+    try:
+        dispatcher.run()
+    except BaseException:  # a bug: say so, and leave no worker behind
+        traceback.print_exc()
+        dispatcher.engine.abort(time.monotonic_ns())
+        code = 1
     # Every worker is gone; skip multiprocessing's atexit joins.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ def _become_worker() -> None:
         os.setpgid(0, 0)
     except OSError:
         pass  # already a group leader
+    _let_go_of_forkserver()
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -84,6 +85,25 @@ def _become_worker() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
+
+
+def _let_go_of_forkserver() -> None:
+    """A forkserver child inherits the write end of the forkserver's "alive"
+    pipe, so the forkserver outlives the dispatcher for as long as any of its
+    workers runs - and the workers, which die with their parent, outlive it
+    too. Close it: then the dispatcher's death ends the forkserver, and that
+    ends the workers. (A task that uses forkserver itself gets its own.)"""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
 
 
 class _WorkerScheduler(SchedulingAPI):

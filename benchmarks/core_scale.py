@@ -1,0 +1,316 @@
+"""How SchedulerCore scales, next to a bare heapq doing the least possible.
+
+    python -m benchmarks.core_scale                 # 1,000,000 one-shot tasks
+    python -m benchmarks.core_scale --pairs 10000000  # schedule/cancel pairs: RSS stays flat?
+
+Main mode: schedule N one-shot tasks at pseudo-random due times (integer ns,
+a manual "now"), cancel every 10th, then run the rest as a runner would:
+jump to ``next_deadline()``, ``claim`` everything due, ``complete`` each run.
+The baseline is a bare ``heapq`` of ``(due, seq, id)`` int tuples: push,
+lazy cancel by adding the id to a set, pop (skipping marked ids). Same due
+times, same cancels, same process settings.
+
+Each contender runs in a fresh interpreter, so its RSS delta (psutil, after
+``gc.collect()``) is its own: bytes per pending task = RSS growth while
+scheduling / N. The due times and the id list are allocated before the
+baseline RSS is read, so neither side is charged for them. ``--repeat`` runs
+each contender that many times, interleaved (bare, core, core, ...,
+bare, core, ...) so that a change in machine load hits every side, and
+reports the median. Times are CPU time (``time.process_time_ns``).
+
+The first table runs with the cyclic GC on, as in real use, for both sides;
+it is the one the targets are checked against. The second (``--gc on,off``,
+the default) runs with the GC off, for both sides: the difference is what
+CPython's collector costs for a million long-lived task records, which a
+bare heap of int tuples never pays (the GC untracks tuples of atoms).
+
+Pairs mode: N x (add one task, cancel it) on one core, sampling RSS 20
+times; with lazy deletion plus compaction the heap and the RSS stay flat.
+
+Targets (from the task brief): each op within 3x the bare heap, and at most
+400 bytes per pending task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import itertools
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 3.0
+TARGET_BYTES = 400
+HORIZON_NS = 1_000 * 1_000_000_000  # due times spread over 1000 s
+CANCEL_EVERY = 10  # cancel 10%
+
+
+def cpu_ns() -> int:
+    """CPU time of this process: steadier than wall time on a shared machine,
+    and the same thing for this single-threaded, CPU-bound code."""
+    return time.process_time_ns()
+
+
+def rss() -> int:
+    gc.collect()
+    return int(psutil.Process().memory_info().rss)
+
+
+def due_times(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(HORIZON_NS) for _ in range(n)]
+
+
+# -- children: one measurement each, in a fresh interpreter -------------------------
+
+
+def child_bare(n: int, seed: int) -> dict[str, Any]:
+    dues = due_times(n, seed)
+    ids = [0] * n
+    heappush, heappop = heapq.heappush, heapq.heappop
+    counter = itertools.count(1)
+    rss0 = rss()
+
+    heap: list[tuple[int, int, int]] = []
+    t0 = cpu_ns()
+    for i in range(n):
+        tid = next(counter)
+        heappush(heap, (dues[i], tid, tid))
+        ids[i] = tid
+    t1 = cpu_ns()
+    rss1 = rss()
+
+    victims = ids[::CANCEL_EVERY]
+    cancelled: set[int] = set()
+    t2 = cpu_ns()
+    for tid in victims:
+        cancelled.add(tid)
+    t3 = cpu_ns()
+
+    runs = 0
+    t4 = cpu_ns()
+    while heap:
+        _due, _seq, tid = heappop(heap)
+        if tid in cancelled:
+            continue
+        runs += 1
+    t5 = cpu_ns()
+    return {
+        "schedule_us": (t1 - t0) / n / 1e3,
+        "cancel_us": (t3 - t2) / len(victims) / 1e3,
+        "run_us": (t5 - t4) / runs / 1e3,
+        "bytes": (rss1 - rss0) / n,
+        "runs": runs,
+        "cancelled": len(victims),
+    }
+
+
+def child_core(n: int, seed: int, policy: str) -> dict[str, Any]:
+    from procsched._core import SchedulerCore
+
+    dues = due_times(n, seed)
+    ids = [0] * n
+    rss0 = rss()
+
+    core = SchedulerCore(policy)
+    add = core.add
+    t0 = cpu_ns()
+    for i in range(n):
+        ids[i] = add(dues[i])
+    t1 = cpu_ns()
+    rss1 = rss()
+    assert len(core) == n
+
+    victims = ids[::CANCEL_EVERY]
+    cancel = core.cancel
+    t2 = cpu_ns()
+    for tid in victims:
+        cancel(tid)
+    t3 = cpu_ns()
+    heap_after_cancel = len(core._timers) + len(core._ready)
+
+    runs = 0
+    next_deadline, claim, complete = core.next_deadline, core.claim, core.complete
+    t4 = cpu_ns()
+    while (now := next_deadline()) is not None:
+        while (run := claim(now)) is not None:
+            complete(run.task_id, run.run, "ok", now)
+            runs += 1
+    t5 = cpu_ns()
+    assert runs == n - len(victims) and len(core) == 0
+    return {
+        "schedule_us": (t1 - t0) / n / 1e3,
+        "cancel_us": (t3 - t2) / len(victims) / 1e3,
+        "run_us": (t5 - t4) / runs / 1e3,
+        "bytes": (rss1 - rss0) / n,
+        "runs": runs,
+        "cancelled": len(victims),
+        "heap_after_cancel": heap_after_cancel,
+    }
+
+
+def child_pairs(n: int, policy: str, samples: int = 20) -> dict[str, Any]:
+    from procsched._core import SchedulerCore
+
+    core = SchedulerCore(policy)
+    add, cancel = core.add, core.cancel
+    # a few live tasks, so the heap is never trivially empty
+    for i in range(1000):
+        add(HORIZON_NS + i)
+    rss_samples = [rss()]
+    heap_max = 0
+    chunk = max(1, n // samples)
+    done = 0
+    elapsed = 0
+    while done < n:
+        step = min(chunk, n - done)
+        t0 = cpu_ns()
+        for i in range(done, done + step):
+            cancel(add(i % 1_000_000))
+        elapsed += cpu_ns() - t0
+        done += step
+        heap_max = max(heap_max, len(core._timers) + len(core._ready))
+        rss_samples.append(rss())
+    return {
+        "pairs": n,
+        "pair_us": elapsed / n / 1e3,
+        "rss_start": rss_samples[0],
+        "rss_min": min(rss_samples),
+        "rss_max": max(rss_samples),
+        "rss_end": rss_samples[-1],
+        "heap_max_sampled": heap_max,
+        "live": len(core),
+    }
+
+
+# -- parent: run the children, print the table ----------------------------------------
+
+
+def run_child(*args: str, gc_mode: str = "on") -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.core_scale", "--gc", gc_mode, "--child", *args]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"child {args} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("schedule_us", "cancel_us", "run_us", "bytes")
+    merged = dict(results[0])
+    for key in keys:
+        merged[key] = statistics.median(r[key] for r in results)
+    return merged
+
+
+def main_mode(n: int, seed: int, policies: list[str], repeat: int, gc_modes: list[str]) -> dict[str, Any]:
+    print(f"# SchedulerCore vs bare heapq: {n:,} one-shot tasks, cancel {100 // CANCEL_EVERY}%, "
+          f"median of {repeat}, Python {sys.version.split()[0]}", flush=True)  # fmt: skip
+    report: dict[str, Any] = {"n": n, "repeat": repeat}
+    for gc_mode in gc_modes:
+        print(f"\n## cyclic GC {gc_mode}" + (" (targets checked here)" if gc_mode == "on" else "") + "\n")
+        report[f"gc_{gc_mode}"] = one_table(n, seed, policies, repeat, gc_mode)
+    return report
+
+
+def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str) -> dict[str, Any]:
+    contenders = [("bare heapq", ["bare"])] + [(f"core[{p}]", ["core", "--policy", p]) for p in policies]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
+    for _ in range(repeat):
+        for name, args in contenders:
+            runs[name].append(run_child(*args, "-n", str(n), "--seed", str(seed), gc_mode=gc_mode))
+            print(f"  gc {gc_mode} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+    results = {name: median_of(r) for name, r in runs.items()}
+    bare = results["bare heapq"]
+    rows = [
+        ("schedule", "µs/op", "schedule_us"),
+        ("cancel", "µs/op", "cancel_us"),
+        ("run (claim + complete)", "µs/op", "run_us"),
+        ("memory", "bytes/pending task", "bytes"),
+    ]
+    header = ["measure", "unit", "bare heapq"]
+    for name in results:
+        if name != "bare heapq":
+            header += [name, "ratio"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    misses = []
+    for label, unit, key in rows:
+        cells = [label, unit, f"{bare[key]:.3g}"]
+        for name, res in results.items():
+            if name == "bare heapq":
+                continue
+            ratio = res[key] / bare[key]
+            cells += [f"{res[key]:.3g}", f"{ratio:.2f}x"]
+            if key == "bytes" and res[key] > TARGET_BYTES:
+                misses.append(f"{name} {label}: {res[key]:.0f} B > {TARGET_BYTES} B")
+            elif key != "bytes" and ratio > TARGET_RATIO:
+                misses.append(f"{name} {label}: {ratio:.2f}x > {TARGET_RATIO:g}x")
+        lines.append("| " + " | ".join(cells) + " |")
+    print("\n".join(lines), flush=True)
+    if gc_mode == "on":
+        print(f"\nTargets: each op <= {TARGET_RATIO:g}x the bare heap, <= {TARGET_BYTES} bytes per pending task.")
+        print("All met." if not misses else "Missed:\n" + "\n".join(f"- {m}" for m in misses), flush=True)
+    return {"results": results, "missed": misses if gc_mode == "on" else None}
+
+
+def pairs_mode(n: int, policy: str) -> dict[str, Any]:  # always with the GC on
+    print(f"# SchedulerCore[{policy}]: {n:,} schedule/cancel pairs, 1,000 live tasks\n", flush=True)
+    res = run_child("pairs", "--policy", policy, "-n", str(n))
+    mib = 1024 * 1024
+    growth = res["rss_end"] - res["rss_start"]
+    print("| measure | value |\n|---|---|")
+    print(f"| µs per pair (add + cancel) | {res['pair_us']:.3g} |")
+    print(f"| RSS at start | {res['rss_start'] / mib:.1f} MiB |")
+    print(f"| RSS min / max over 20 samples | {res['rss_min'] / mib:.1f} / {res['rss_max'] / mib:.1f} MiB |")
+    print(f"| RSS growth start -> end | {growth / mib:+.2f} MiB ({growth / n:.3f} bytes/pair) |")
+    print(f"| heap entries, max sampled | {res['heap_max_sampled']:,} |")
+    print(f"| live tasks at the end | {res['live']:,} |")
+    flat = growth < 16 * mib
+    print("\nRSS stays flat." if flat else "\nRSS GREW: lazy deletion is leaking.")
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=1_000_000, help="tasks (main mode) or pairs (child)")
+    parser.add_argument("--pairs", type=int, default=None, metavar="N", help="run N schedule/cancel pairs instead")
+    parser.add_argument("--policies", default="priority,due,fifo", help="core policies to measure")
+    parser.add_argument("--policy", default="priority", help="policy for --pairs and children")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per contender (median reported)")
+    parser.add_argument("--gc", default="on,off", help="cyclic GC modes to measure: on, off or on,off")
+    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--child", choices=["bare", "core", "pairs"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    gc_modes = args.gc.split(",")
+    if not set(gc_modes) <= {"on", "off"}:
+        parser.error(f"--gc must be on, off or on,off, not {args.gc!r}")
+    if args.child and gc_modes == ["off"]:
+        gc.disable()
+
+    if args.child == "bare":
+        print(json.dumps(child_bare(args.n, args.seed)))
+    elif args.child == "core":
+        print(json.dumps(child_core(args.n, args.seed, args.policy)))
+    elif args.child == "pairs":
+        print(json.dumps(child_pairs(args.n, args.policy)))
+    else:
+        if args.pairs is not None:
+            report = pairs_mode(args.pairs, args.policy)
+        else:
+            report = main_mode(args.n, args.seed, args.policies.split(","), args.repeat, gc_modes)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

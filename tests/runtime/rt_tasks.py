@@ -1,0 +1,109 @@
+"""Task functions for the runtime tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import procsched
+
+
+def square(x):
+    return x * x
+
+
+def pid():
+    return os.getpid()
+
+
+def segfault():
+    ctypes.string_at(0)
+
+
+def hard_exit(code):
+    os._exit(code)
+
+
+def sys_exit(code):
+    sys.exit(code)
+
+
+def raise_value_error(msg):
+    raise ValueError(msg)
+
+
+def hang():
+    threading.Event().wait()
+
+
+def report_pid_then_hang(path):
+    _write(path, f"{os.getpid()}\n")
+    threading.Event().wait()
+
+
+def child_then_hang(path):
+    child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+    _write(path, f"{child.pid}\n")
+    threading.Event().wait()
+
+
+def unpicklable_result():
+    return threading.Lock()
+
+
+def big_result(n):
+    return b"x" * n
+
+
+def sleep_for(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def append_line(path, text):
+    _write(path, f"{text}\n")
+    return text
+
+
+def record_run(path):
+    info = procsched.current_run()
+    _write(path, f"{info.task_id} {info.run}\n")
+
+
+def wait_for_fifo(path):
+    """Block until the test opens ``path`` for writing and writes a line."""
+    with open(path) as fifo:
+        return fifo.readline().strip()
+
+
+def first_run_slow(seconds):
+    if procsched.current_run().run == 1:
+        time.sleep(seconds)
+
+
+def timed_run(seconds):
+    start = time.monotonic()
+    time.sleep(seconds)
+    return start, time.monotonic()
+
+
+def schedule_follow_up(x):
+    handle = procsched.current_scheduler().schedule(square, 0, args=(x,), name="follow-up")
+    return handle.id
+
+
+def cancel_self():
+    info = procsched.current_run()
+    return procsched.current_scheduler().cancel(info.task_id)
+
+
+def _write(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,111 @@
+"""Process lifecycle: start methods, recycling, orphans, dispatcher death, stats, logs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+import procsched
+import rt_tasks as t
+from conftest import Waiter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_start_methods(method, make_scheduler):
+    s = make_scheduler(2, mp_context=method)
+    assert [h.result(30) for h in [s.submit(t.square, i) for i in range(5)]] == [0, 1, 4, 9, 16]
+    crashed = s.submit(t.segfault)
+    with pytest.raises(procsched.WorkerCrashedError):
+        crashed.result(30)
+    assert s.submit(t.square, 3).result(30) == 9
+
+
+def test_max_tasks_per_worker_recycles(make_scheduler):
+    s = make_scheduler(1, max_tasks_per_worker=2)
+    pids = [s.submit(t.pid).result(30) for _ in range(6)]
+    assert len(set(pids)) == 3 and pids[0] == pids[1] and pids[2] == pids[3]
+
+
+def test_max_worker_memory_recycles(make_scheduler):
+    s = make_scheduler(1, max_worker_memory=1)  # every worker is over 1 byte
+    pids = [s.submit(t.pid).result(30) for _ in range(3)]
+    assert len(set(pids)) == 3
+
+
+def test_stats_and_logs(make_scheduler, caplog):
+    s = make_scheduler(2)
+    with caplog.at_level(logging.INFO, logger="procsched"):
+        with pytest.raises(procsched.WorkerCrashedError):
+            s.submit(t.segfault).result(30)
+        assert s.submit(t.square, 2).result(30) == 4
+        stats = s.stats()
+    assert stats["outcomes"]["crashed"] == 1 and stats["outcomes"]["ok"] >= 1
+    assert stats["pending"] == 0 and stats["running"] == 0
+    assert sum(w["restarts"] for w in stats["workers"]) == 1
+    assert {"pid", "state", "rss", "runs", "restarts"} <= set(stats["workers"][0])
+    assert all(w["rss"] > 0 for w in stats["workers"])
+    assert any("crashed its worker" in r.getMessage() and "SIGSEGV" in r.getMessage() for r in caplog.records)
+
+
+def test_dispatcher_death_fails_every_unfinished_handle(make_scheduler):
+    s = make_scheduler(2)
+    waiter = Waiter(s)
+    running = s.submit(t.hang)
+    waiter.until(lambda: running.state is procsched.TaskState.RUNNING)
+    later = s.schedule(t.square, 3600, args=(1,))
+    dispatcher = psutil.Process(s._backend.proc.pid)
+    workers = dispatcher.children(recursive=True)
+    dispatcher.kill()
+    for h in (running, later):
+        with pytest.raises(procsched.SchedulerError):
+            h.result(10)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    with pytest.raises(procsched.SchedulerError):
+        s.submit(t.square, 2)
+    assert make_scheduler(1).submit(t.square, 5).result(30) == 25  # a new one works
+
+
+USER_PROGRAM = textwrap.dedent("""
+    import sys, time
+    import procsched
+    import rt_tasks as t
+
+    if __name__ == "__main__":
+        s = procsched.Scheduler(2)
+        s.submit(t.child_then_hang, sys.argv[1])
+        s.schedule_at_fixed_rate(t.pid, 0.05)
+        s.schedule(t.pid, 3600)
+        s.submit(t.square, 2).result(30)
+        print("ready", flush=True)
+        if sys.argv[2] == "raise":
+            open(sys.argv[1] + ".wait").read() if False else None
+            raise RuntimeError("the user program dies with pending tasks")
+        time.sleep(3600)
+""")
+
+
+@pytest.mark.parametrize("how", ["sigkill", "raise"])
+def test_no_process_outlives_the_user_process(how, tmp_path):
+    script = tmp_path / "user.py"
+    script.write_text(USER_PROGRAM)
+    child_file = str(tmp_path / "child")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
+    user = subprocess.Popen([sys.executable, str(script), child_file, how], stdout=subprocess.PIPE, env=env, text=True)
+    assert user.stdout.readline().strip() == "ready"
+    tree = psutil.Process(user.pid).children(recursive=True)
+    assert len(tree) >= 4  # dispatcher, forkserver, 2 workers (+ the task's child)
+    if how == "sigkill":
+        user.send_signal(signal.SIGKILL)
+    user.wait(60)
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, alive
