@@ -51,6 +51,10 @@ class TaskState(enum.Enum):
     CANCELLED = "cancelled"
     """Terminal: cancelled before it could finish; no further runs."""
 
+    # Members are singletons: identity hashing is correct, and much cheaper
+    # than Enum.__hash__ on the transition table's hot path.
+    __hash__ = object.__hash__
+
     @property
     def terminal(self) -> bool:
         return self in _TERMINAL
