@@ -15,6 +15,7 @@ from ._errors import (
 )
 from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
 from ._inline import InlineScheduler as InlineScheduler
+from ._jobs import every as every, once as once
 from ._runtime._facade import Scheduler as Scheduler
 
 __version__ = "0.1.0"
@@ -33,4 +34,6 @@ __all__ = [
     "WorkerCrashedError",
     "current_run",
     "current_scheduler",
+    "every",
+    "once",
 ]

@@ -19,6 +19,7 @@ from ._clock import NS, Clock, MonotonicClock
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
 from ._errors import SchedulerClosedError, TaskTimeoutError
+from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
 from ._handle import RunInfo, TaskHandle
 
 
@@ -47,6 +48,7 @@ class InlineScheduler(SchedulingAPI):
         self._handles: dict[int, TaskHandle] = {}
         self._interrupted: set[int] = set()
         self._closed = False
+        self._listeners = Listeners()
 
     @property
     def clock(self) -> Clock:
@@ -89,11 +91,27 @@ class InlineScheduler(SchedulingAPI):
                 # so it finishes and is recorded as "cancelled".
                 self._interrupted.add(task_id)
             handle._on_cancelled()
+            self._notify_cancelled(handle, decision is not CancelResult.CANCELLED)
         return decision.accepted
 
     def pending(self) -> int:
         """Tasks not yet finished or cancelled."""
         return len(self._core)
+
+    def add_listener(self, callback: Listener, events: object = None) -> None:
+        """Call ``callback(event)`` for each event, or those named in ``events``,
+        in the calling thread, as ``Scheduler.add_listener`` does (no worker
+        events here: there are no workers).
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+            ValueError: ``events`` names an unknown event.
+        """
+        self._listeners.add(callback, events)
+
+    def remove_listener(self, callback: Listener) -> bool:
+        """Stop calling ``callback``; True if it was a listener."""
+        return self._listeners.remove(callback)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Accept no more work; cancel periodic tasks (and all pending ones
@@ -102,11 +120,14 @@ class InlineScheduler(SchedulingAPI):
         self._closed = True
         for task_id, decision in self._core.cancel_all(periodic_only=not cancel_futures):
             if decision is CancelResult.CANCELLED:
-                self._handles.pop(task_id)._on_cancelled()
+                handle = self._handles.pop(task_id)
+                handle._on_cancelled()
+                self._notify_cancelled(handle, False)
             elif decision is CancelResult.STOPPED:
                 # Called from inside this task's own run: _execute still needs
                 # the handle, and drops it when the run completes.
                 self._handles[task_id]._on_cancelled()
+                self._notify_cancelled(self._handles[task_id], True)
         while wait:
             deadline = self._core.next_deadline()
             if deadline is None:
@@ -141,6 +162,10 @@ class InlineScheduler(SchedulingAPI):
         handle = self._handles[run.task_id]
         handle._on_started()
         fn, args, kwargs = run.payload
+        if self._listeners:
+            self._listeners.notify(RUN_STARTED, run_started(
+                run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS
+            ))  # fmt: skip
         started = self._clock.now_ns()
         info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name, None)
         value: Any = None
@@ -164,14 +189,25 @@ class InlineScheduler(SchedulingAPI):
         completion = self._core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
         assert completion is not None, "an inline run is always the task's current run"
         next_run = None if completion.next_due_ns is None else completion.next_due_ns / NS
-        handle._on_run(
-            RunInfo(info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome),  # type: ignore[arg-type]
-            completion.state,
-            next_run,
+        ended = RunInfo(
+            info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome  # type: ignore[arg-type]
         )
+        handle._on_run(ended, completion.state, next_run)
         if completion.state.terminal:
             del self._handles[run.task_id]
             if completion.ended:
                 handle._on_result(completion.state, value, None if completion.state is TaskState.DONE else error)
+        if self._listeners:
+            fields = run_ended(ended, handle.name, completion.state.value, next_run, error)
+            self._listeners.notify(RUN_END[outcome], fields)
+            if completion.missed:
+                self._listeners.notify(RUN_MISSED, {
+                    "task_id": run.task_id, "name": handle.name, "run": run.run,
+                    "missed": completion.missed, "next_run": next_run,
+                })  # fmt: skip
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on
+
+    def _notify_cancelled(self, handle: TaskHandle, running: bool) -> None:
+        if self._listeners:
+            self._listeners.notify(TASK_CANCELLED, {"task_id": handle.id, "name": handle.name, "running": running})

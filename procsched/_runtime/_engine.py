@@ -356,7 +356,9 @@ class Engine:
             return
         if done.missed:
             self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
-        if not done.ended:
+        if not done.ended and outcome == "ok":
+            # A periodic run's value goes nowhere; its error is kept for the
+            # listeners' run_failed / run_crashed / run_timeout events.
             blob_kind, blob = BLOB_NONE, None
         self.events.append((
             EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,

@@ -31,9 +31,13 @@ from .._api import SchedulingAPI
 from .._clock import MonotonicClock
 from .._core import TaskState
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
+from .._events import (
+    RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED, Listeners, run_ended, run_started,
+    signal_name,
+)  # fmt: skip
 from .._handle import RunInfo, TaskHandle
 from ._engine import (
-    EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_WORKER,
+    BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_WORKER,
 )  # fmt: skip
 from ._wire import unpack
 
@@ -111,7 +115,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         self._lock = threading.Lock()  # orders commands against shutdown
         self._closed = False
         self._broken: str | None = None
-        self._listeners: list[tuple[Callable[[dict[str, Any]], None], frozenset[str] | None]] = []
+        self._listeners = Listeners()
         if runner == "processes":
             from ._process_backend import ProcessBackend
 
@@ -201,9 +205,43 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             self._listener.join()
             self._backend.join()
 
-    def add_listener(self, callback: Callable[[dict[str, Any]], None], events: Any = None) -> None:
-        """Call ``callback(event)`` for scheduler events (see README)."""
-        self._listeners.append((callback, None if events is None else frozenset(events)))
+    def _abort(self) -> None:
+        """Stop at once: cancel what is pending, kill what runs, end every process."""
+        with self._lock:
+            if self._closed and not self._listener.is_alive():
+                return
+            pending = len(self._handles)
+            self._closed = True
+        if pending:
+            logger.warning(
+                "procsched: a Scheduler was not shut down before exit; stopping its %d unfinished task(s). "
+                "Use `with Scheduler() as s:` or call shutdown().", pending
+            )
+        self._backend.abort()
+        if self.runner == "processes":  # threads cannot be stopped: don't wait for them
+            self._listener.join(10)
+
+    def add_listener(self, callback: Callable[[dict[str, Any]], object], events: Any = None) -> None:
+        """Call ``callback(event)`` for each scheduler event, or for those named in ``events``.
+
+        ``event`` is a dict: ``{"event": "run_finished", "task_id": 3, "name":
+        "poll", "run": 7, ...}``. The events and their fields are listed in
+        ``procsched/_events.py`` (and the README): run_started, run_finished,
+        run_failed, run_crashed, run_timeout, run_cancelled, run_missed,
+        task_cancelled, worker_started, worker_exited. Callbacks run in this
+        process, on the scheduler's listener thread, in the order added; one
+        that raises is logged and skipped. Waiting on this scheduler
+        (``result()``, ``cancel()``, ``stats()``) inside a callback is an error.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+            ValueError: ``events`` names an unknown event.
+        """
+        self._listeners.add(callback, events)
+
+    def remove_listener(self, callback: Callable[[dict[str, Any]], object]) -> bool:
+        """Stop calling ``callback``; True if it was a listener."""
+        return self._listeners.remove(callback)
 
     # -- requests ----------------------------------------------------------------
 
@@ -265,21 +303,27 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                             handle._on_result(state, value)
                         else:
                             handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
-            self._notify("run_" + ("finished" if outcome == "ok" else "failed" if outcome == "error" else outcome),
-                         info=info, name=None if handle is None else handle.name, missed=missed)  # fmt: skip
+            if self._listeners:
+                self._notify_run_end(info, handle, state, next_due, missed, blob_kind, blob)
         elif tag == EV_STARTED:
             handle = self._handles.get(event[1])
             if handle is not None:
                 handle._on_started()
-            self._notify("run_started", task_id=event[1], run=event[2], worker=event[3])
+            if self._listeners:
+                self._notify(RUN_STARTED, **run_started(
+                    event[1], None if handle is None else handle.name, event[2], event[3],
+                    None if handle is None else handle.next_run,
+                ))  # fmt: skip
         elif tag == EV_CANCELLED:
             handle = self._handles.get(event[1])
+            was_running = False
             if handle is not None:
                 was_running = handle.state is TaskState.RUNNING
                 handle._on_cancelled()
                 if not was_running:  # else its last run's event comes later
                     del self._handles[event[1]]
-            self._notify("cancelled", task_id=event[1])
+            name = None if handle is None else handle.name
+            self._notify(TASK_CANCELLED, task_id=event[1], name=name, running=was_running)
         elif tag == EV_REPLY:
             future = self._requests.pop(event[1], None)
             if future is not None:
@@ -288,20 +332,36 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             _, task_id, name, due = event
             self._handles.setdefault(task_id, TaskHandle(self, task_id, name, due / NS))
         elif tag == EV_WORKER:
-            self._notify("worker_" + event[1], slot=event[2], worker=event[3], exitcode=event[4])
+            _, what, slot, worker, exitcode = event
+            if what == "started":
+                self._notify(WORKER_STARTED, task_id=None, name=None, worker=worker, slot=slot)
+            else:  # "exited": retired or killed by us; "crashed": died on its own
+                self._notify(WORKER_EXITED, task_id=None, name=None, worker=worker, slot=slot, exitcode=exitcode,
+                             signal=signal_name(exitcode), crashed=what == "crashed")  # fmt: skip
         elif tag == EV_LOG:
             logger.log(event[1], event[2])
 
     def _notify(self, kind: str, **fields: Any) -> None:
-        if not self._listeners:
-            return
-        event = {"event": kind, **fields}
-        for callback, kinds in self._listeners:
-            if kinds is None or kind in kinds:
-                try:
-                    callback(event)
-                except Exception:
-                    logger.exception("procsched listener %r raised on %s", callback, kind)
+        """Deliver one event to the listeners (see ``_events.py``); never raises."""
+        if self._listeners:
+            self._listeners.notify(kind, fields)
+
+    def _notify_run_end(
+        self, info: RunInfo, handle: TaskHandle | None, state: TaskState, next_due: int | None,
+        missed: int, blob_kind: int, blob: Any,
+    ) -> None:  # fmt: skip
+        kind = RUN_END[info.outcome]  # type: ignore[index]
+        error: BaseException | None = None
+        if info.outcome != "ok" and self._listeners.wants(kind):
+            if handle is not None and handle.done() and not handle.cancelled():
+                error = handle.exception(0)  # the task ended with this run: already unpacked
+            elif blob_kind in (BLOB_ERROR, BLOB_EXC):
+                error = unpack(blob_kind, blob, self._backend.pickled)[1]
+        next_run = None if next_due is None else next_due / NS
+        name = None if handle is None else handle.name
+        self._notify(kind, **run_ended(info, name, state.value, next_run, error))
+        if missed:
+            self._notify(RUN_MISSED, task_id=info.task_id, name=name, run=info.run, missed=missed, next_run=next_run)
 
     def _fail_all(self, reason: str) -> None:
         with self._lock:
@@ -341,9 +401,12 @@ def _start_method(mp_context: Any) -> str:
 
 
 @atexit.register
-def _shutdown_at_exit() -> None:
+def _abort_at_exit() -> None:
+    """The interpreter is exiting (normally or on an unhandled exception)
+    with schedulers never shut down: nothing may outlive this process, and a
+    hung task must not hang the exit, so their work is stopped now."""
     for scheduler in list(_live):
         try:
-            scheduler.shutdown(wait=True)
+            scheduler._abort()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass

@@ -4,6 +4,7 @@ process and carries commands to it and event batches back (see _dispatcher.py)."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
@@ -19,6 +20,7 @@ EXIT_GRACE = 10.0
 
 class ProcessBackend:
     pickled = True
+    aborted = False
 
     def __init__(self, config: dict[str, Any]) -> None:
         cmd_r, cmd_w = os.pipe()
@@ -54,14 +56,26 @@ class ProcessBackend:
         return self.proc.poll() is not None
 
     def death_reason(self) -> str:
+        if self.aborted:
+            return "the scheduler was stopped at interpreter exit"
         code = self.proc.poll()
         if code is None:
             try:
                 code = self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 return "the dispatcher process stopped answering"
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return f"the dispatcher process (pid {self.proc.pid}) died ({how})"
+
+    def abort(self) -> None:
+        """Close the command pipe: the dispatcher takes it as the user process
+        dying, kills every worker and exits."""
+        self.aborted = True
+        self.cmd.close()
+        try:
+            self.proc.wait(EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
     def join(self) -> None:
         try:

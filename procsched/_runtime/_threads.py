@@ -125,6 +125,11 @@ class ThreadBackend:
     def join(self) -> None:
         self.thread.join()
 
+    def abort(self) -> None:
+        # Threads cannot be killed: cancel what is pending; running runs are
+        # daemon threads, which end with the interpreter.
+        self.inbox.put(("shutdown", True))
+
     def _dispatch(self) -> None:
         engine, inbox, clock = self.engine, self.inbox, time.monotonic_ns
         try:

@@ -11,7 +11,7 @@ import pytest
 
 import procsched
 import rt_tasks as t
-from conftest import Waiter
+from rt_helpers import Waiter
 
 pytestmark = pytest.mark.timeout(60)
 WORKERS = 2

@@ -10,7 +10,7 @@ import pytest
 
 import procsched
 import rt_tasks as t
-from conftest import Waiter, release
+from rt_helpers import Waiter, release
 
 pytestmark = pytest.mark.timeout(60)
 TOLERANCE = 0.08  # seconds: generous, real time on a shared 2-core machine

@@ -1,0 +1,177 @@
+"""Scheduler events: their names, their fields, and delivery to listeners.
+
+``Scheduler.add_listener(callback, events=None)`` (and the same method on
+``InlineScheduler``) calls ``callback(event)`` with one ``dict`` per event::
+
+    event            when                                   fields beyond "event", "task_id", "name"
+    ---------------  -------------------------------------  -------------------------------------------
+    run_started      a run was handed to a worker           run, worker, scheduled_for
+    run_finished     the run returned                       run, worker, outcome, scheduled_for,
+    run_failed       the run raised                           started_at, finished_at, duration,
+    run_crashed      its worker process died mid-run          lateness, state, next_run, error
+    run_timeout      it overran its timeout (worker killed)
+    run_cancelled    it was stopped by cancel(interrupt=True)
+    run_missed       fixed-rate slots were dropped by the   run, missed, next_run
+                     misfire policy ("skip"/"coalesce")
+    task_cancelled   the task was cancelled                 running (its last run is still in flight)
+    worker_started   a worker process (or thread) started   worker, slot             (task_id/name: None)
+    worker_exited    a worker ended                         worker, slot, exitcode, signal, crashed
+
+``name`` is the task's name (a job's name). Times are seconds on the
+scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
+``lateness`` is started - scheduled. ``state`` is the task's state after the
+run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
+is ``"ExcType: message"`` when the run did not end "ok" and the error is
+known, else None. Every value is a plain str, int, float, bool or None, so an
+event can go straight to ``json.dumps``.
+
+Order: for one task, ``run_started`` comes before that run's end event, which
+comes before its ``run_missed``; runs of one task never overlap. A cancel
+of a running task gives ``task_cancelled`` before the end of its last run.
+
+Delivery: callbacks run in the user process on the scheduler's event thread
+(the listener thread of ``Scheduler``, the calling thread of
+``InlineScheduler``), never in the dispatcher, in the order they were
+added. They should be quick: a slow callback delays the resolution of task
+handles, not the schedule. A callback that raises is logged (logger
+``"procsched"``) and the next one is called; it never breaks the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._handle import RunInfo
+
+logger = logging.getLogger("procsched")
+
+RUN_STARTED = "run_started"
+RUN_FINISHED = "run_finished"
+RUN_FAILED = "run_failed"
+RUN_CRASHED = "run_crashed"
+RUN_TIMEOUT = "run_timeout"
+RUN_CANCELLED = "run_cancelled"
+RUN_MISSED = "run_missed"
+TASK_CANCELLED = "task_cancelled"
+WORKER_STARTED = "worker_started"
+WORKER_EXITED = "worker_exited"
+
+#: Every event name, in the order of the table above.
+EVENTS: tuple[str, ...] = (
+    RUN_STARTED, RUN_FINISHED, RUN_FAILED, RUN_CRASHED, RUN_TIMEOUT, RUN_CANCELLED,
+    RUN_MISSED, TASK_CANCELLED, WORKER_STARTED, WORKER_EXITED,
+)  # fmt: skip
+
+#: The event that ends a run, by the run's outcome.
+RUN_END: dict[str, str] = {
+    "ok": RUN_FINISHED,
+    "error": RUN_FAILED,
+    "crashed": RUN_CRASHED,
+    "timeout": RUN_TIMEOUT,
+    "cancelled": RUN_CANCELLED,
+}
+
+Listener = Callable[[dict[str, Any]], object]
+
+
+def check_events(events: object) -> frozenset[str] | None:
+    """``events`` as given to ``add_listener`` -> the set of names (None: all)."""
+    if events is None:
+        return None
+    if isinstance(events, str):
+        events = (events,)
+    if not isinstance(events, Iterable):
+        raise TypeError(f"events must be None, an event name or an iterable of names, not {events!r}")
+    names = frozenset(events)
+    for name in sorted(names, key=repr):
+        if name not in EVENTS:
+            raise ValueError(f"unknown event {name!r}; the events are: {', '.join(EVENTS)}")
+    return names
+
+
+class Listeners:
+    """The listeners of one scheduler.
+
+    ``add`` and ``remove`` may be called from any thread; ``notify`` from
+    the event thread only. The list is copied on write, so a notification
+    in progress is never disturbed by a change.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def add(self, callback: Listener, events: object = None) -> None:
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__} {callback!r}")
+        self._entries = (*self._entries, (callback, check_events(events)))
+
+    def remove(self, callback: Listener) -> bool:
+        """Remove every registration of ``callback``; True if there was one."""
+        kept = tuple(entry for entry in self._entries if entry[0] != callback)
+        removed = len(kept) != len(self._entries)
+        self._entries = kept
+        return removed
+
+    def wants(self, kind: str) -> bool:
+        return any(kinds is None or kind in kinds for _, kinds in self._entries)
+
+    def notify(self, kind: str, fields: dict[str, Any]) -> None:
+        event: dict[str, Any] | None = None
+        for callback, kinds in self._entries:
+            if kinds is None or kind in kinds:
+                if event is None:
+                    event = {"event": kind, **fields}
+                try:
+                    # Each callback gets its own copy: one that edits its
+                    # event cannot change what the next one sees.
+                    callback(dict(event))
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the scheduler
+                    logger.exception("listener %r raised on a %s event", callback, kind)
+
+
+def run_started(task_id: int, name: str | None, run: int, worker: Any, scheduled_for: float | None) -> dict[str, Any]:
+    return {"task_id": task_id, "name": name, "run": run, "worker": worker, "scheduled_for": scheduled_for}
+
+
+def run_ended(
+    info: RunInfo, name: str | None, state: str, next_run: float | None, error: BaseException | None
+) -> dict[str, Any]:
+    finished = info.finished_at if info.finished_at is not None else info.started_at
+    return {
+        "task_id": info.task_id,
+        "name": name,
+        "run": info.run,
+        "worker": info.worker,
+        "outcome": info.outcome,
+        "scheduled_for": info.scheduled_for,
+        "started_at": info.started_at,
+        "finished_at": finished,
+        "duration": max(0.0, finished - info.started_at),
+        "lateness": max(0.0, info.started_at - info.scheduled_for),
+        "state": state,
+        "next_run": next_run,
+        "error": None if error is None or info.outcome == "ok" else describe(error),
+    }
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The name of the signal that ended a process (exit code -N), else None."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"

@@ -1,0 +1,108 @@
+"""Helpers for the ``procsched`` command tests: run it as a subprocess, and
+check that nothing it started is left behind."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+
+QUICK_JOBS = """
+    import os
+    from procsched import every, once
+
+    @every(0.1)
+    def tick():
+        return os.getpid()
+
+    @every(0.15, fixed_delay=True, name="steady")
+    def work():
+        sum(range(1000))
+
+    @once(delay=0.05)
+    def boom():
+        raise RuntimeError("boom once")
+"""
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop("COLUMNS", None)
+    return env
+
+
+def cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m procsched ARGS`` to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "procsched", *args],
+        capture_output=True, text=True, timeout=timeout, env=cli_env(), **kwargs,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "procsched", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+    )  # fmt: skip
+
+
+def read_until(stream: object, needle: str, limit: int = 10_000) -> list[str]:
+    """Lines from ``stream`` up to and including the first that contains
+    ``needle`` (the test's own timeout guards against a hang)."""
+    seen = []
+    for _ in range(limit):
+        line = stream.readline()  # type: ignore[attr-defined]
+        if not line:
+            raise AssertionError(f"stream ended before {needle!r}; got:\n{''.join(seen)}")
+        seen.append(line)
+        if needle in line:
+            return seen
+    raise AssertionError(f"{needle!r} not in the first {limit} lines")
+
+
+def assert_all_gone(procs: list[psutil.Process], timeout: float = 15) -> None:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left behind: {[(p.pid, p.cmdline()) for p in alive]}"
+
+
+def run_in_pty(*args: str, pythonpath: str | None = None) -> tuple[int, str]:
+    """Run ``python -m procsched ARGS`` on a pseudo-terminal, 150 columns wide;
+    return its exit status and everything it printed, without ANSI codes."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 150, 0, 0))
+    env = dict(cli_env(), TERM="xterm", COLUMNS="150", LINES="50")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath, env["PYTHONPATH"]])
+    proc = subprocess.Popen([sys.executable, "-m", "procsched", *args],
+                            stdin=follower, stdout=follower, stderr=follower, env=env)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 30)
+            assert ready, "no output for 30 s"
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the other side is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+        code = proc.wait(30)
+    finally:
+        proc.kill()
+        os.close(leader)
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))

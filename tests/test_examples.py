@@ -1,0 +1,50 @@
+"""Every example runs to completion, alone, as ``python examples/NAME.py``
+(with PROCSCHED_EXAMPLE_FAST=1 for short settings), and tells its story."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+#: A line (or part of one) each example must print: the point of its story.
+EXPECTED = {
+    "cpu_processes_vs_threads.py": ["runs/expected", "threads ", "processes ", "as long on threads"],
+    "crash_isolation.py": ["segfault    crashed worker", "(SIGSEGV)", "(exit code 3)", "(SIGKILL)",
+                           "raised ValueError('an ordinary bug')", "every one {'ok'}"],
+    "fixed_rate_vs_fixed_delay.py": ["fixed rate (catch_up)", "fixed rate (skip)", "fixed rate (coalesce)",
+                                     "fixed delay", "DESIGN.md"],
+    "priorities.py": ["HIGH-0 HIGH-1 HIGH-2 NORMAL-0 NORMAL-1 NORMAL-2 LOW-0 LOW-1 LOW-2", "alert (HIGH)",
+                      "batch (LOW)"],
+    "test_with_manual_clock.py": ["6 passed"],
+    "follow_up_tasks.py": ["crawl /blog/flaky-post (retry 2)     ok", "watchdog                             "
+                           "cancelled itself", "no task left"],
+    "timeouts_and_cancel.py": ["TaskTimeoutError: task", "cancel()               -> False",
+                               "cancel(interrupt=True) -> True", "result() raises CancelledError",
+                               "hang -> TaskTimeoutError"],
+}  # fmt: skip
+
+
+def test_every_example_is_covered() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str, tmp_path: Path) -> None:
+    env = dict(os.environ, PROCSCHED_EXAMPLE_FAST="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=80, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    for expected in EXPECTED[name]:
+        assert expected in done.stdout, f"{expected!r} not in:\n{done.stdout}"
+    assert "Traceback" not in done.stderr, done.stderr
