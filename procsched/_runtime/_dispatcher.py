@@ -8,11 +8,13 @@
                                      │ -> Engine (core + pool state)    │ sentinel: death
                                      └──────────────────────────────────┘
 
-The loop does three things only: wait - in one blocking
-``multiprocessing.connection.wait`` on everything at once, with the engine's
-next deadline as timeout, so it never polls - translate what arrived into
-Engine calls, and carry out what the engine asks (``ProcessCarrier``). Event
-batches go back to the user process once per turn of the loop.
+The loop does three things only: wait - in one blocking ``select`` (epoll)
+on everything at once, registered once and updated as workers come and go,
+with the engine's next deadline as timeout, so it never polls - translate
+what arrived into Engine calls, and carry out what the engine asks
+(``ProcessCarrier``). Each readable pipe is read with one ``os.read`` that
+brings every message waiting in it; event batches go back to the user
+process once per turn of the loop.
 
 It is started with ``subprocess`` (fork+exec, safe with threads in the user
 process) in a session of its own, so Ctrl-C at a terminal reaches only the
@@ -31,11 +33,12 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import selectors
 import signal
 import sys
 import time
 import traceback
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import psutil
@@ -44,7 +47,7 @@ from .._core import Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
 from ._engine import EV_ADDED, EV_CLOSED, EV_REPLY, Engine
-from ._wire import PROTOCOL, recv, send
+from ._wire import PROTOCOL, FrameReader, recv, send
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -52,11 +55,12 @@ INNER_IDS_START = 1 << 48
 
 
 class _Worker:
-    __slots__ = ("proc", "conn", "ident", "sentinel", "ps", "tree")
+    __slots__ = ("proc", "conn", "reader", "ident", "sentinel", "ps", "tree")
 
     def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection) -> None:
         self.proc = proc
         self.conn: Connection | None = conn
+        self.reader = FrameReader(conn.fileno())
         self.ident: int = proc.pid  # type: ignore[assignment]
         self.sentinel = proc.sentinel
         self.ps: psutil.Process | None = None
@@ -69,11 +73,11 @@ class _Worker:
 class ProcessCarrier:
     """Starts, feeds and kills worker processes for the engine."""
 
-    def __init__(self, start_method: str) -> None:
+    def __init__(self, start_method: str, selector: selectors.BaseSelector) -> None:
+        self.selector = selector
         self.ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             self.ctx.set_forkserver_preload(["procsched._runtime._worker"])  # type: ignore[attr-defined]
-        self.by_conn: dict[Connection, _Worker] = {}
         self.by_sentinel: dict[int, _Worker] = {}
 
     def spawn(self, slot: int) -> _Worker:
@@ -82,8 +86,9 @@ class ProcessCarrier:
         proc.start()
         child.close()
         worker = _Worker(proc, parent)
-        self.by_conn[parent] = worker
         self.by_sentinel[worker.sentinel] = worker
+        self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
+        self.selector.register(worker.sentinel, selectors.EVENT_READ, (ON_EXIT, worker))
         return worker
 
     def send_run(self, worker: _Worker, run: Run) -> None:
@@ -137,6 +142,7 @@ class ProcessCarrier:
         """The worker's sentinel fired: reap it and return its exit code."""
         self._drop_conn(worker)
         del self.by_sentinel[worker.sentinel]
+        self.selector.unregister(worker.sentinel)
         # The sentinel closes as the process exits, a moment before it can be
         # reaped. A worker that closed the fd itself is still alive: kill it.
         worker.proc.join(0.1)
@@ -162,16 +168,22 @@ class ProcessCarrier:
 
     def _drop_conn(self, worker: _Worker) -> None:
         if worker.conn is not None:
-            self.by_conn.pop(worker.conn, None)
+            self.selector.unregister(worker.conn)
             worker.conn.close()
             worker.conn = None
+
+
+ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT = range(4)
 
 
 class Dispatcher:
     def __init__(self, cmd: Connection, evt: Connection, config: dict[str, Any]) -> None:
         self.cmd: Connection | None = cmd
+        self.cmd_reader = FrameReader(cmd.fileno())
         self.evt: Connection | None = evt
-        self.carrier = ProcessCarrier(config["start_method"])
+        # Registered once, updated as workers come and go: one epoll_wait a turn.
+        self.selector = selectors.DefaultSelector()
+        self.carrier = ProcessCarrier(config["start_method"], self.selector)
         self.engine = Engine(
             self.carrier,
             workers=config["workers"],
@@ -185,87 +197,87 @@ class Dispatcher:
         signal.set_wakeup_fd(wakeup_w)
         signal.signal(signal.SIGTERM, lambda *_: None)  # seen through the wakeup fd
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.selector.register(cmd, selectors.EVENT_READ, (ON_COMMANDS, None))
+        self.selector.register(self.wakeup_r, selectors.EVENT_READ, (ON_SIGNAL, None))
 
     def run(self) -> None:
-        engine = self.engine
-        clock = time.monotonic_ns
+        engine, select, clock = self.engine, self.selector.select, time.monotonic_ns
         engine.start(clock())
         while not engine.closed:
             wake = engine.tick(clock())
             self.flush()
             if engine.closed:
                 break
-            waitables: list[Any] = [self.wakeup_r, *self.carrier.by_conn, *self.carrier.by_sentinel]
-            if self.cmd is not None:
-                waitables.append(self.cmd)
             timeout = None if wake is None else max(0, wake - clock()) / NS
-            for ready in wait(waitables, timeout):
-                if ready is self.cmd:
-                    self.on_commands()
-                elif ready is self.wakeup_r:
+            for key, _ in select(timeout):
+                what, worker = key.data
+                if what == ON_WORKER:
+                    if worker.conn is not None:  # not dropped earlier in this turn
+                        self.on_worker(worker)
+                elif what == ON_EXIT:
+                    if worker.sentinel in self.carrier.by_sentinel:
+                        engine.worker_exited(worker, self.carrier.forget(worker), clock())
+                elif what == ON_COMMANDS:
+                    if self.cmd is not None:
+                        self.on_commands()
+                else:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
                     engine.abort(clock())
-                elif ready in self.carrier.by_sentinel:
-                    worker = self.carrier.by_sentinel[ready]
-                    engine.worker_exited(worker, self.carrier.forget(worker), clock())
-                else:
-                    worker = self.carrier.by_conn.get(ready)
-                    if worker is not None:
-                        self.on_worker(worker)
         self.flush()
         if self.evt is not None:
             self.emit([(EV_CLOSED,)])
 
     def on_commands(self) -> None:
-        engine, cmd = self.engine, self.cmd
-        assert cmd is not None
+        engine = self.engine
         try:
-            while True:
-                message = recv(cmd)
-                tag = message[0]
-                if tag == "add":
-                    engine.add(*message[1:])
-                elif tag == "cancel":
-                    _, request, task_id, interrupt = message
-                    engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
-                elif tag == "stats":
-                    engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
-                elif tag == "shutdown":
-                    engine.shutdown(message[1], time.monotonic_ns())
-                if not cmd.poll():
-                    return
+            frames = self.cmd_reader.read()
         except (EOFError, OSError):  # the user process is gone
+            self.selector.unregister(self.cmd)
             self.cmd = None
             self.evt = None
             engine.abort(time.monotonic_ns())
+            return
+        for frame in frames:
+            message = pickle.loads(frame)
+            tag = message[0]
+            if tag == "add":
+                engine.add(*message[1:])
+            elif tag == "cancel":
+                _, request, task_id, interrupt = message
+                engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
+            elif tag == "stats":
+                engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
+            elif tag == "shutdown":
+                engine.shutdown(message[1], time.monotonic_ns())
 
     def on_worker(self, worker: _Worker) -> None:
         engine = self.engine
         conn = worker.conn
         try:
-            while conn is not None and worker.conn is conn:
-                message = recv(conn)
-                tag = message[0]
-                if tag == "done":
-                    engine.finished(worker, *message[1:])
-                elif tag == "add":
-                    if engine.closing:
-                        reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
-                    else:
-                        task_id = next(self.inner_ids)
-                        engine.add(task_id, *message[1:])
-                        engine.events.append((EV_ADDED, task_id, message[8], message[1]))
-                        reply = ("reply", task_id)
-                    conn.send_bytes(pickle.dumps(reply, PROTOCOL))
-                elif tag == "cancel":
-                    accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
-                    if worker.conn is conn:  # it may have cancelled itself with interrupt=True
-                        conn.send_bytes(pickle.dumps(("reply", accepted), PROTOCOL))
-                if worker.conn is not conn or not conn.poll():
-                    return
+            frames = worker.reader.read()
         except (EOFError, OSError):
             self.carrier._drop_conn(worker)  # dying: its sentinel will tell
+            return
+        for frame in frames:
+            if worker.conn is not conn:
+                return  # it was killed (e.g. it cancelled itself with interrupt=True)
+            message = pickle.loads(frame)
+            tag = message[0]
+            if tag == "done":
+                engine.finished(worker, *message[1:])
+            elif tag == "add":
+                if engine.closing:
+                    reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
+                else:
+                    task_id = next(self.inner_ids)
+                    engine.add(task_id, *message[1:])
+                    engine.events.append((EV_ADDED, task_id, message[8], message[1]))
+                    reply = ("reply", task_id)
+                self.carrier._send(worker, reply)
+            elif tag == "cancel":
+                accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
+                self.carrier._send(worker, ("reply", accepted))
 
     def flush(self) -> None:
         events = self.engine.events

@@ -9,8 +9,10 @@ result - so the dispatcher only ever forwards bytes and never runs user code.
 
 from __future__ import annotations
 
+import os
 import pickle
 import traceback
+import types
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
@@ -20,6 +22,51 @@ from .._errors import SchedulerError
 from ._engine import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class FrameReader:
+    """Reads ``Connection.send_bytes`` frames from a file descriptor, as many
+    as one ``os.read`` brings: a burst of small messages costs one system
+    call, not two per message as ``Connection.recv_bytes`` does. Call
+    ``read()`` only when the descriptor is readable."""
+
+    __slots__ = ("fd", "buf", "ready")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.ready: list[bytes] = []  # frames read but not yet taken by next()
+
+    def next(self) -> bytes:
+        """Block until a whole frame is in; return the oldest one."""
+        while not self.ready:
+            self.ready = self.read()
+        return self.ready.pop(0)
+
+    def read(self) -> list[bytes]:
+        """The frames completed by one read; EOFError at end of file."""
+        chunk = os.read(self.fd, 1 << 18)
+        if not chunk:
+            raise EOFError
+        buf = self.buf
+        buf += chunk
+        frames = []
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            head = 4
+            if size == -1:  # Connection's header for frames over 2 GiB
+                if end - pos < 12:
+                    break
+                size = int.from_bytes(buf[pos + 4 : pos + 12], "big")
+                head = 12
+            if end - pos - head < size:
+                break
+            frames.append(bytes(buf[pos + head : pos + head + size]))
+            pos += head + size
+        if pos:
+            del buf[:pos]
+        return frames
 
 
 def send(conn: Connection, message: tuple[Any, ...] | list[Any]) -> None:
@@ -42,10 +89,24 @@ class RemoteTraceback(Exception):
         return self.tb
 
 
-def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """Pickle a call; an unpicklable part raises TypeError naming it."""
+#: Pickled functions, by function, for functions pickled by reference (a
+#: module and a name): the same call pattern costs one dict lookup, not a
+#: pickling. Functions pickled by value (``__main__``, lambdas, closures) are
+#: pickled afresh every time, as their globals may change.
+_FN_CACHE: dict[Any, bytes] = {}
+_FN_CACHE_MAX = 1024
+_NO_ARGS = pickle.dumps(((), {}), PROTOCOL)
+
+
+def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, bytes]:
+    """Pickle a call as (function, arguments); an unpicklable part raises
+    TypeError naming it."""
     try:
-        return cloudpickle.dumps((fn, args, kwargs), PROTOCOL)
+        fn_blob = _FN_CACHE.get(fn) if isinstance(fn, types.FunctionType) else None
+        if fn_blob is None:
+            fn_blob = _pack_fn(fn)
+        arg_blob = cloudpickle.dumps((args, kwargs), PROTOCOL) if args or kwargs else _NO_ARGS
+        return fn_blob, arg_blob
     except Exception as exc:
         parts: list[tuple[str, object]] = [("fn", fn)]
         parts += [(f"args[{i}]", a) for i, a in enumerate(args)]
@@ -58,6 +119,39 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
                 culprit = f"{label} ({type(part).__name__})"
                 break
         raise TypeError(f"{culprit} cannot be pickled for a worker process: {type(exc).__name__}: {exc}") from exc
+
+
+def _pack_fn(fn: Callable[..., Any]) -> bytes:
+    blob = cloudpickle.dumps(fn, PROTOCOL)
+    if (
+        isinstance(fn, types.FunctionType)
+        and fn.__module__ != "__main__"
+        and "<" not in fn.__qualname__  # not a lambda or a local function
+        and len(blob) < 512  # by reference: a module and a name
+    ):
+        if len(_FN_CACHE) >= _FN_CACHE_MAX:
+            _FN_CACHE.clear()
+        _FN_CACHE[fn] = blob
+    return blob
+
+
+class CallLoader:
+    """The worker side of :func:`pack_call`, with its own cache of functions."""
+
+    def __init__(self) -> None:
+        self._fns: dict[bytes, Callable[..., Any]] = {}
+
+    def load(self, payload: tuple[bytes, bytes]) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        fn_blob, arg_blob = payload
+        fn = self._fns.get(fn_blob)
+        if fn is None:
+            fn = pickle.loads(fn_blob)
+            if len(fn_blob) < 512 and isinstance(fn, types.FunctionType) and "<" not in fn.__qualname__:
+                if len(self._fns) >= _FN_CACHE_MAX:
+                    self._fns.clear()
+                self._fns[fn_blob] = fn
+        args, kwargs = pickle.loads(arg_blob)
+        return fn, args, kwargs
 
 
 def pack_value(value: Any) -> tuple[int, bytes]:

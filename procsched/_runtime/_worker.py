@@ -31,7 +31,7 @@ from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle
 from .._validate import TaskSpec
 from ._engine import BLOB_ERROR
-from ._wire import PROTOCOL, pack_call, pack_error, pack_value
+from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value
 
 NS = 1_000_000_000
 
@@ -39,8 +39,10 @@ NS = 1_000_000_000
 def main(conn: Connection) -> None:
     """Entry point of a worker process (the target of its multiprocessing.Process)."""
     _become_worker()
-    proxy = _WorkerScheduler(conn)
-    recv, send, loads, dumps = conn.recv_bytes, conn.send_bytes, pickle.loads, pickle.dumps
+    reader = FrameReader(conn.fileno())
+    proxy = _WorkerScheduler(conn, reader)
+    load = CallLoader().load
+    recv, send, loads, dumps = reader.next, conn.send_bytes, pickle.loads, pickle.dumps
     pid = os.getpid()
     clock = time.monotonic_ns
     while True:
@@ -54,7 +56,7 @@ def main(conn: Connection) -> None:
         started = clock()
         info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
         try:
-            fn, args, kwargs = loads(payload)
+            fn, args, kwargs = load(payload)
             with running(info, proxy):
                 value = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
@@ -110,15 +112,16 @@ class _WorkerScheduler(SchedulingAPI):
     """``current_scheduler()`` inside a worker: asks the dispatcher over the
     worker's own pipe and waits for its answer."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, reader: FrameReader) -> None:
         self._conn = conn
+        self._reader = reader
 
     def _check_open(self) -> None:
         pass  # the dispatcher answers for itself
 
     def _ask(self, message: tuple[Any, ...]) -> Any:
         self._conn.send_bytes(pickle.dumps(message, PROTOCOL))
-        reply = pickle.loads(self._conn.recv_bytes())
+        reply = pickle.loads(self._reader.next())
         if reply[0] == "error":
             raise reply[1]
         return reply[1]
