@@ -45,7 +45,7 @@ class FrameReader:
 
     def read(self) -> list[bytes]:
         """The frames completed by one read; EOFError at end of file."""
-        chunk = os.read(self.fd, 1 << 18)
+        chunk = os.read(self.fd, 1 << 16)  # under malloc's mmap threshold
         if not chunk:
             raise EOFError
         buf = self.buf
