@@ -47,7 +47,7 @@ from .._core import Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
 from ._engine import EV_ADDED, EV_CLOSED, EV_REPLY, Engine
-from ._wire import PROTOCOL, FrameReader, recv, send
+from ._wire import PROTOCOL, FrameReader, recv
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -173,7 +173,7 @@ class ProcessCarrier:
             worker.conn = None
 
 
-ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT = range(4)
+ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE = range(5)
 
 
 class Dispatcher:
@@ -181,6 +181,9 @@ class Dispatcher:
         self.cmd: Connection | None = cmd
         self.cmd_reader = FrameReader(cmd.fileno())
         self.evt: Connection | None = evt
+        os.set_blocking(evt.fileno(), False)
+        self.out = bytearray()  # framed event batches the pipe has not taken yet
+        self.out_waiting = False  # registered for EVENT_WRITE
         # Registered once, updated as workers come and go: one epoll_wait a turn.
         self.selector = selectors.DefaultSelector()
         self.carrier = ProcessCarrier(config["start_method"], self.selector)
@@ -220,6 +223,8 @@ class Dispatcher:
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
+                elif what == ON_WRITABLE:
+                    self.write_out()
                 else:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
@@ -227,6 +232,7 @@ class Dispatcher:
         self.flush()
         if self.evt is not None:
             self.emit([(EV_CLOSED,)])
+        self.finish_output()
 
     def on_commands(self) -> None:
         engine = self.engine
@@ -235,6 +241,8 @@ class Dispatcher:
         except (EOFError, OSError):  # the user process is gone
             self.selector.unregister(self.cmd)
             self.cmd = None
+            if self.out_waiting:
+                self.selector.unregister(self.evt)
             self.evt = None
             engine.abort(time.monotonic_ns())
             return
@@ -287,12 +295,50 @@ class Dispatcher:
                 self.emit(events)
 
     def emit(self, events: list[tuple[Any, ...]]) -> None:
+        """Queue an event batch for the user process without ever blocking:
+        a user callback that schedules work while both pipes are full would
+        otherwise deadlock the two processes. What the pipe cannot take now
+        waits in ``self.out`` until the selector says it is writable."""
+        body = pickle.dumps(events, PROTOCOL)
+        self.out += len(body).to_bytes(4, "big", signed=True) if len(body) < 2**31 else (
+            (-1).to_bytes(4, "big", signed=True) + len(body).to_bytes(8, "big"))
+        self.out += body
+        self.write_out()
+
+    def write_out(self) -> None:
+        evt = self.evt
+        if evt is None:
+            return
         try:
-            send(self.evt, events)  # type: ignore[arg-type]
+            written = os.write(evt.fileno(), self.out)
+        except BlockingIOError:
+            written = 0
         except OSError:  # the user process is gone
+            if self.out_waiting:
+                self.selector.unregister(evt)
             self.evt = None
-            self.cmd = None
+            self.out.clear()
+            if self.cmd is not None:
+                self.selector.unregister(self.cmd)
+                self.cmd = None
             self.engine.abort(time.monotonic_ns())
+            return
+        del self.out[:written]
+        if self.out and not self.out_waiting:
+            self.selector.register(evt, selectors.EVENT_WRITE, (ON_WRITABLE, None))
+        elif not self.out and self.out_waiting:
+            self.selector.unregister(evt)
+        self.out_waiting = bool(self.out)
+
+    def finish_output(self) -> None:
+        """At exit: the last events (and "closed") must reach the user process."""
+        if self.evt is not None and self.out:
+            os.set_blocking(self.evt.fileno(), True)
+            try:
+                while self.out:
+                    del self.out[: os.write(self.evt.fileno(), self.out)]
+            except OSError:
+                pass
 
 
 def main() -> None:
