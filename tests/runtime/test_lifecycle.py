@@ -109,3 +109,23 @@ def test_no_process_outlives_the_user_process(how, tmp_path):
     user.wait(60)
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, alive
+
+
+def test_a_listener_that_schedules_work_cannot_deadlock(make_scheduler):
+    # Both pipes full at once: the user's listener thread blocks sending while
+    # the dispatcher has events for it. The dispatcher must never block on output.
+    import concurrent.futures
+
+    s = make_scheduler(2)
+    follow_ups: list = []
+
+    def on_event(event):
+        if event["event"] == "run_finished" and len(follow_ups) < 20_000:
+            follow_ups.append(s.submit(t.square, 2))
+
+    s.add_listener(on_event)
+    first = [s.submit(t.square, 1) for _ in range(20_000)]
+    done, not_done = concurrent.futures.wait(first, timeout=120)
+    assert not not_done
+    s.shutdown(wait=True)
+    assert len(follow_ups) == 20_000 and all(h.result(0) == 4 for h in follow_ups)
