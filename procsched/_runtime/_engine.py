@@ -21,12 +21,11 @@ run, and a run that ends is reported exactly once.
 
 from __future__ import annotations
 
-import signal
 from typing import Any, Protocol
 
 from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore
 from .._core._state import OUTCOMES
-from .._errors import TaskTimeoutError, WorkerCrashedError
+from .._errors import TaskTimeoutError, WorkerCrashedError, signal_name
 
 NS = 1_000_000_000
 #: After this many crashes in a row on one slot, its respawns back off.
@@ -176,7 +175,7 @@ class Engine:
         slot = self._slot_of(worker)
         if slot is None:
             return
-        signame = _signal_name(exitcode)
+        signame = signal_name(exitcode)
         how = f"signal {signame}" if signame else f"exit code {exitcode}"
         self.carrier.kill(worker, hard=True)  # whatever it left behind
         self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
@@ -397,15 +396,6 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return a if a < b else b
-
-
-def _signal_name(exitcode: int | None) -> str | None:
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
 
 
 def _label(run: Run) -> str:

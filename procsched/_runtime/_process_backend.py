@@ -4,7 +4,6 @@ process and carries commands to it and event batches back (see _dispatcher.py)."
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
@@ -12,6 +11,7 @@ from typing import Any, Callable
 
 import procsched
 
+from .._errors import signal_name
 from ._wire import pack_call, recv, send
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
@@ -64,7 +64,7 @@ class ProcessBackend:
                 code = self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 return "the dispatcher process stopped answering"
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        how = f"signal {signal_name(code)}" if code < 0 else f"exit code {code}"
         return f"the dispatcher process (pid {self.proc.pid}) died ({how})"
 
     def abort(self) -> None:
