@@ -8,8 +8,8 @@
                                      │ -> Engine (core + pool state)    │ sentinel: death
                                      └──────────────────────────────────┘
 
-The loop does three things only: wait - in one blocking ``select`` (epoll)
-on everything at once, registered once and updated as workers come and go,
+The loop does three things only: wait - in one blocking ``select`` on
+everything at once, registered once and updated as workers come and go,
 with the engine's next deadline as timeout, so it never polls - translate
 what arrived into Engine calls, and carry out what the engine asks
 (``ProcessCarrier``). Each readable pipe is read with one ``os.read`` that
@@ -184,8 +184,12 @@ class Dispatcher:
         os.set_blocking(evt.fileno(), False)
         self.out = bytearray()  # framed event batches the pipe has not taken yet
         self.out_waiting = False  # registered for EVENT_WRITE
-        # Registered once, updated as workers come and go: one epoll_wait a turn.
-        self.selector = selectors.DefaultSelector()
+        # Registered once, updated as workers come and go: one wait a turn.
+        # select(2) takes its timeout in microseconds, epoll in milliseconds
+        # (rounded up): a timer would fire up to 1 ms late. select handles
+        # descriptors below 1024 only, so a very large pool falls back to epoll.
+        few = config["workers"] <= 256
+        self.selector = selectors.SelectSelector() if few else selectors.DefaultSelector()
         self.carrier = ProcessCarrier(config["start_method"], self.selector)
         self.engine = Engine(
             self.carrier,

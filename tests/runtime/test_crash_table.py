@@ -79,10 +79,12 @@ def case_unpicklable_argument(s, tmp_path, waiter):
 
 
 def case_unpicklable_result(s, tmp_path, waiter):
-    worker = s.submit(t.pid).result(30)
+    pids = {w["pid"] for w in s.stats()["workers"]}
     err = _expect(s.submit(t.unpicklable_result), "error", pickle.PicklingError)
     assert "cannot be pickled" in str(err)
-    assert worker in {s.submit(t.pid).result(30) for _ in range(4)}  # that worker lives on
+    stats = s.stats()
+    assert {w["pid"] for w in stats["workers"]} == pids  # the worker lives on
+    assert sum(w["restarts"] for w in stats["workers"]) == 0
 
 
 def case_raising_task(s, tmp_path, waiter):
