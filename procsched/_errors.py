@@ -13,8 +13,6 @@ Bad arguments are not in this tree: they raise the builtin ``ValueError`` or
 
 from __future__ import annotations
 
-import signal as _signal
-
 
 class SchedulerError(Exception):
     """Base class of every error procsched raises on its own account."""
@@ -51,16 +49,6 @@ class WorkerCrashedError(SchedulerError):
 
 def _rebuild_crash(message: str, task_id, run, pid, exitcode, signal):  # type: ignore[no-untyped-def]
     return WorkerCrashedError(message, task_id=task_id, run=run, pid=pid, exitcode=exitcode, signal=signal)
-
-
-def signal_name(exitcode: int | None) -> str | None:
-    """The name of the signal that ended a process (exit code -N), else None."""
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return _signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
 
 
 class TaskTimeoutError(SchedulerError, TimeoutError):

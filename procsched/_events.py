@@ -40,10 +40,10 @@ handles, not the schedule. A callback that raises is logged (logger
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._errors import signal_name as signal_name
 from ._handle import RunInfo
 
 logger = logging.getLogger("procsched")
@@ -165,3 +165,13 @@ def run_ended(
 def describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The name of the signal that ended a process (exit code -N), else None."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"

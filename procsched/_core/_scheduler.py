@@ -129,6 +129,20 @@ class _Task:
         "id", "seq", "kind", "priority", "due", "period", "misfire",
         "stop_on_error", "state", "runs", "active", "timeout", "payload", "name",
     )  # fmt: skip
+    id: int
+    seq: int
+    kind: Kind
+    priority: int
+    due: int  # the scheduled time of the current (or next) run
+    period: int
+    misfire: Misfire
+    stop_on_error: bool
+    state: TaskState
+    runs: int  # runs claimed so far; the current run's number
+    active: bool  # a run is in flight
+    timeout: int | None
+    payload: Any
+    name: str | None
 
     def __repr__(self) -> str:
         return f"<task {self.id} {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"

@@ -82,7 +82,7 @@ class ProcessCarrier:
 
     def spawn(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=_worker.main, args=(child,), name=f"procsched-worker-{slot}")
+        proc = self.ctx.Process(target=_worker.main, args=(child,), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
         proc.start()
         child.close()
         worker = _Worker(proc, parent)
@@ -242,13 +242,8 @@ class Dispatcher:
         engine = self.engine
         try:
             frames = self.cmd_reader.read()
-        except (EOFError, OSError):  # the user process is gone
-            self.selector.unregister(self.cmd)
-            self.cmd = None
-            if self.out_waiting:
-                self.selector.unregister(self.evt)
-            self.evt = None
-            engine.abort(time.monotonic_ns())
+        except (EOFError, OSError):
+            self.user_gone()
             return
         for frame in frames:
             message = pickle.loads(frame)
@@ -317,15 +312,8 @@ class Dispatcher:
             written = os.write(evt.fileno(), self.out)
         except BlockingIOError:
             written = 0
-        except OSError:  # the user process is gone
-            if self.out_waiting:
-                self.selector.unregister(evt)
-            self.evt = None
-            self.out.clear()
-            if self.cmd is not None:
-                self.selector.unregister(self.cmd)
-                self.cmd = None
-            self.engine.abort(time.monotonic_ns())
+        except OSError:
+            self.user_gone()
             return
         del self.out[:written]
         if self.out and not self.out_waiting:
@@ -333,6 +321,18 @@ class Dispatcher:
         elif not self.out and self.out_waiting:
             self.selector.unregister(evt)
         self.out_waiting = bool(self.out)
+
+    def user_gone(self) -> None:
+        """The user process is gone (its pipes broke): kill everything, exit."""
+        if self.cmd is not None:
+            self.selector.unregister(self.cmd)
+            self.cmd = None
+        if self.evt is not None and self.out_waiting:
+            self.selector.unregister(self.evt)
+        self.evt = None
+        self.out_waiting = False
+        self.out.clear()
+        self.engine.abort(time.monotonic_ns())
 
     def finish_output(self) -> None:
         """At exit: the last events (and "closed") must reach the user process."""

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore
 from .._core._state import OUTCOMES
-from .._errors import TaskTimeoutError, WorkerCrashedError, signal_name
+from .._errors import TaskTimeoutError, WorkerCrashedError
+from .._events import signal_name
 
 NS = 1_000_000_000
 #: After this many crashes in a row on one slot, its respawns back off.

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import procsched
 
-from .._errors import signal_name
+from .._events import signal_name
 from ._wire import pack_call, recv, send
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
@@ -43,7 +43,7 @@ class ProcessBackend:
         self.evt = Connection(evt_r, writable=False)
         send(self.cmd, config)
 
-    def pack(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    def pack(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, bytes]:
         return pack_call(fn, args, kwargs)
 
     def send(self, message: tuple[Any, ...]) -> None:

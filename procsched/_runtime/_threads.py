@@ -32,6 +32,7 @@ _STOP = ("stop",)
 
 class _ThreadWorker:
     __slots__ = ("ident", "inbox", "thread")
+    thread: threading.Thread
 
     def __init__(self, ident: str) -> None:
         self.ident = ident

@@ -69,7 +69,7 @@ class FrameReader:
         return frames
 
 
-def send(conn: Connection, message: tuple[Any, ...] | list[Any]) -> None:
+def send(conn: Connection, message: Any) -> None:
     conn.send_bytes(pickle.dumps(message, PROTOCOL))
 
 
@@ -189,9 +189,9 @@ def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseExcepti
     if kind == BLOB_VALUE:
         return blob, None
     if kind == BLOB_ERROR:
-        exc, tb = blob
+        error, tb = blob
         if pickled:
-            exc.__cause__ = RemoteTraceback(tb)
-        return None, exc
+            error.__cause__ = RemoteTraceback(tb)
+        return None, error
     assert kind == BLOB_EXC
     return None, blob

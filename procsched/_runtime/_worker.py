@@ -104,8 +104,8 @@ def _let_go_of_forkserver() -> None:
             os.close(fd)
         except OSError:
             pass
-        server._forkserver_alive_fd = None
-        server._forkserver_address = None
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
+        server._forkserver_address = None  # type: ignore[attr-defined]
 
 
 class _WorkerScheduler(SchedulingAPI):
