@@ -199,6 +199,7 @@ class Dispatcher:
             max_worker_memory=config["max_worker_memory"],
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
+        self.blobs: dict[bytes, bytes] = {}  # see intern()
         self.wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
         signal.set_wakeup_fd(wakeup_w)
@@ -249,7 +250,7 @@ class Dispatcher:
             message = pickle.loads(frame)
             tag = message[0]
             if tag == "add":
-                engine.add(*message[1:])
+                engine.add(*message[1:-1], self.intern(message[-1]))
             elif tag == "cancel":
                 _, request, task_id, interrupt = message
                 engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
@@ -257,6 +258,18 @@ class Dispatcher:
                 engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
             elif tag == "shutdown":
                 engine.shutdown(message[1], time.monotonic_ns())
+
+    def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        """Share the bytes of a pickled function (and of small argument
+        blobs) among the tasks that carry the same ones: a million pending
+        calls of one function hold one copy of its pickle, not a million."""
+        fn_blob, arg_blob = payload
+        blobs = self.blobs
+        if len(blobs) >= 4096:
+            blobs.clear()
+        fn_blob = blobs.setdefault(fn_blob, fn_blob) if len(fn_blob) < 512 else fn_blob
+        arg_blob = blobs.setdefault(arg_blob, arg_blob) if len(arg_blob) < 64 else arg_blob
+        return fn_blob, arg_blob
 
     def on_worker(self, worker: _Worker) -> None:
         engine = self.engine
@@ -278,7 +291,7 @@ class Dispatcher:
                     reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
                 else:
                     task_id = next(self.inner_ids)
-                    engine.add(task_id, *message[1:])
+                    engine.add(task_id, *message[1:-1], self.intern(message[-1]))
                     engine.events.append((EV_ADDED, task_id, message[8], message[1]))
                     reply = ("reply", task_id)
                 self.carrier._send(worker, reply)
