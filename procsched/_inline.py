@@ -81,6 +81,7 @@ class InlineScheduler(SchedulingAPI):
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         v.flag("interrupt", interrupt)
+        task_id = v.task_id(task_id)
         decision = self._core.cancel(task_id, interrupt)
         if decision.accepted:
             handle = self._handles[task_id]

@@ -89,6 +89,12 @@ def flag(arg: str, value: object) -> bool:
     return value
 
 
+def task_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"task_id must be an int, not {_describe(value)}")
+    return int(value)
+
+
 def name(value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"name must be a str or None, not {_describe(value)}")

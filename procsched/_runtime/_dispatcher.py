@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import pickle
 import selectors
+import shutil
 import signal
 import sys
 import time
@@ -43,15 +44,21 @@ from typing import Any
 
 import psutil
 
-from .._core import Policy, Run
+from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
-from ._engine import EV_ADDED, EV_CLOSED, EV_REPLY, Engine
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, Engine
 from ._wire import PROTOCOL, FrameReader, recv
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
 INNER_IDS_START = 1 << 48
+#: The longest single wait: epoll and poll reject timeouts over ~24.8 days
+#: (OverflowError), and a task may be due in a century.
+MAX_WAIT_S = 3600.0
+#: A worker whose half-received message has not grown for this long is not
+#: sending one (a task wrote a frame header to its pipe): it is killed.
+STALLED_FRAME_NS = 5 * NS
 
 
 class _Worker:
@@ -77,14 +84,20 @@ class ProcessCarrier:
         self.selector = selector
         self.ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
-            self.ctx.set_forkserver_preload(["procsched._runtime._worker"])  # type: ignore[attr-defined]
+            preload = ["procsched._runtime._worker", "procsched._runtime._forkserver"]
+            self.ctx.set_forkserver_preload(preload)  # type: ignore[attr-defined]
         self.by_sentinel: dict[int, _Worker] = {}
 
     def spawn(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=_worker.main, args=(child,), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
-        proc.start()
-        child.close()
+        try:
+            proc.start()  # a dead forkserver is restarted by the next start()
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
         worker = _Worker(proc, parent)
         self.by_sentinel[worker.sentinel] = worker
         self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
@@ -143,6 +156,12 @@ class ProcessCarrier:
         self._drop_conn(worker)
         del self.by_sentinel[worker.sentinel]
         self.selector.unregister(worker.sentinel)
+        # Whatever the worker left in its process group dies with it: children
+        # that ignored the SIGTERM of a timeout, a task's background processes.
+        try:
+            os.killpg(worker.ident, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         # The sentinel closes as the process exits, a moment before it can be
         # reaped. A worker that closed the fd itself is still alive: kill it.
         worker.proc.join(0.1)
@@ -199,6 +218,7 @@ class Dispatcher:
             max_worker_memory=config["max_worker_memory"],
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
+        self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
         self.wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
@@ -216,7 +236,9 @@ class Dispatcher:
             self.flush()
             if engine.closed:
                 break
-            timeout = None if wake is None else max(0, wake - clock()) / NS
+            if self.partial:
+                wake = self.check_partial(wake, clock())
+            timeout = MAX_WAIT_S if wake is None else min(max(0, wake - clock()) / NS, MAX_WAIT_S)
             for key, _ in select(timeout):
                 what, worker = key.data
                 if what == ON_WORKER:
@@ -277,15 +299,26 @@ class Dispatcher:
         try:
             frames = worker.reader.read()
         except (EOFError, OSError):
+            self.partial.pop(worker, None)
             self.carrier._drop_conn(worker)  # dying: its sentinel will tell
             return
+        if worker.reader.buf:
+            self.partial[worker] = time.monotonic_ns()
+        else:
+            self.partial.pop(worker, None)
         for frame in frames:
             if worker.conn is not conn:
                 return  # it was killed (e.g. it cancelled itself with interrupt=True)
-            message = pickle.loads(frame)
-            tag = message[0]
+            try:
+                message = pickle.loads(frame)
+                tag = _check_message(message)
+            except Exception as exc:  # noqa: BLE001 - anything a task wrote to the pipe
+                self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
+                return
             if tag == "done":
-                engine.finished(worker, *message[1:])
+                engine.finished(worker, *message[1:8])
+                if len(message) > 8:  # the worker is no longer fit to run tasks
+                    engine.replace_worker(worker, time.monotonic_ns(), message[8])
             elif tag == "add":
                 if engine.closing:
                     reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
@@ -298,6 +331,27 @@ class Dispatcher:
             elif tag == "cancel":
                 accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
                 self.carrier._send(worker, ("reply", accepted))
+
+    def check_partial(self, wake: int | None, now: int) -> int | None:
+        """Kill workers whose unfinished frame stalled; return the next time to look."""
+        for worker, since in list(self.partial.items()):
+            if worker.conn is None:
+                del self.partial[worker]
+            elif since + STALLED_FRAME_NS <= now:
+                del self.partial[worker]
+                self.protocol_violation(worker, f"an unfinished message, stalled for {STALLED_FRAME_NS / NS:g}s")
+            elif wake is None or since + STALLED_FRAME_NS < wake:
+                wake = since + STALLED_FRAME_NS
+        return wake
+
+    def protocol_violation(self, worker: _Worker, what: str) -> None:
+        """A worker sent something that is not a message of ours (a task wrote
+        to the pipe it inherited, or sent a frame it never finished): its pipe
+        cannot be trusted, so the worker goes, like a crash - never the
+        dispatcher, which never blocks on a worker's pipe (``FrameReader``)
+        and gives up on a frame that stops growing (``check_partial``)."""
+        self.engine._log(30, f"worker {worker.ident} sent garbage ({what}); killing it")
+        self.carrier.kill(worker, hard=True)
 
     def flush(self) -> None:
         events = self.engine.events
@@ -358,6 +412,39 @@ class Dispatcher:
                 pass
 
 
+def _check_message(message: Any) -> str:
+    """The tag of a well-formed worker message; TypeError otherwise. Checked
+    before the engine sees it, so a forged message cannot leave it half-updated."""
+    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
+        raise TypeError(f"not a message: {type(message).__name__}")
+    tag = message[0]
+    if tag == "done":
+        if not (
+            len(message) in (8, 9)
+            and all(type(x) is int for x in (*message[1:3], *message[4:7]))
+            and message[3] in ("ok", "error")
+            and message[6] in (BLOB_VALUE, BLOB_ERROR)
+            and isinstance(message[7], bytes)
+            and (len(message) == 8 or isinstance(message[8], str))
+        ):
+            raise TypeError("malformed done")
+    elif tag == "add":
+        payload = message[-1] if len(message) == 10 else None
+        if not (isinstance(payload, tuple) and len(payload) == 2 and all(type(b) is bytes for b in payload)):
+            raise TypeError("malformed add")
+        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message
+        Kind(kind), Misfire(misfire)
+        if not (type(due) is int and type(priority) is int and type(period) is int and type(stop_on_error) is bool
+                and (timeout is None or type(timeout) is int) and (name is None or isinstance(name, str))):  # fmt: skip
+            raise TypeError("malformed add")
+    elif tag == "cancel":
+        if len(message) != 3 or type(message[1]) is not int or type(message[2]) is not bool:
+            raise TypeError("malformed cancel")
+    else:
+        raise TypeError(f"unknown tag {tag[:20]!r}")
+    return tag
+
+
 def main() -> None:
     cmd = Connection(int(sys.argv[1]), writable=False)
     evt = Connection(int(sys.argv[2]), readable=False)
@@ -366,6 +453,11 @@ def main() -> None:
     except EOFError:
         os._exit(0)
     sys.path[:] = config["sys_path"]
+    # Started with `-m`, this module is __main__, and multiprocessing would
+    # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
+    main_module = sys.modules["__main__"]
+    main_module.__spec__ = None
+    vars(main_module).pop("__file__", None)
     dispatcher = Dispatcher(cmd, evt, config)
     code = 0
     try:
@@ -374,6 +466,11 @@ def main() -> None:
         traceback.print_exc()
         dispatcher.engine.abort(time.monotonic_ns())
         code = 1
+    # os._exit skips multiprocessing's finalizers, among them the one that
+    # removes its temporary directory (the forkserver's socket): do that here.
+    tempdir = multiprocessing.process.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
+    if tempdir:
+        shutil.rmtree(tempdir, ignore_errors=True)
     # Every worker is gone; skip multiprocessing's atexit joins.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore
+from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore, TaskState
 from .._core._state import OUTCOMES
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
@@ -123,6 +123,11 @@ class Engine:
         self.closing = False  # shutdown asked: run out the one-shots, then stop
         self.closed = False  # every worker stopped: the carrier may exit
         self._health_at: int | None = None
+        # Crash loops (see _track_crash_loop): a periodic task whose runs keep
+        # killing their workers is held back, not the pool.
+        self.task_crashes: dict[int, int] = {}  # task id -> runs crashed in a row
+        self.held: dict[int, int] = {}  # task id -> when its next run may start
+        self.parked: list[Run] = []  # runs claimed while their task was held
 
     # -- inputs ------------------------------------------------------------
 
@@ -142,9 +147,12 @@ class Engine:
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
             self.events.append((EV_CANCELLED, task_id))
+        if decision is CancelResult.CANCELLED:
+            self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
-            slot = next(s for s in self.slots if s.run is not None and s.run[0].task_id == task_id)
-            self._abort_run(slot, "cancelled", now)
+            slot = next((s for s in self.slots if s.run is not None and s.run[0].task_id == task_id), None)
+            if slot is not None:  # else its run is parked: tick() ends it
+                self._abort_run(slot, "cancelled", now)
         return decision.accepted
 
     def finished(
@@ -166,6 +174,14 @@ class Engine:
             rss = self.carrier.rss(worker)
             if rss is not None and rss > self.max_worker_memory:
                 self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
+
+    def replace_worker(self, worker: Any, now: int, why: str) -> None:
+        """An idle worker asked to go (e.g. after a MemoryError: whatever the
+        task did to its process - a lowered rlimit, a wrecked heap - must not
+        reach the next run): retire it and start a fresh one."""
+        slot = self._slot_of(worker)
+        if slot is not None and slot.run is None:
+            self._replace(slot, now, why)
 
     def worker_exited(self, worker: Any, exitcode: int | None, now: int) -> None:
         """A worker process (or thread) is gone."""
@@ -213,6 +229,8 @@ class Engine:
         for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
             if decision.accepted:
                 self.events.append((EV_CANCELLED, task_id))
+            if decision is CancelResult.CANCELLED:
+                self._forget_crash_loop(task_id)
 
     def abort(self, now: int) -> None:
         """The user process is gone: kill everything now."""
@@ -248,6 +266,8 @@ class Engine:
             "workers": workers,
             "spawned": self.spawned,
             "closing": self.closing,
+            # periodic tasks in a crash loop: task id -> runs crashed in a row
+            "crash_loops": {tid: n for tid, n in self.task_crashes.items() if n >= BACKOFF_AFTER},
         }
 
     # -- the clock ticks -----------------------------------------------------
@@ -263,12 +283,18 @@ class Engine:
                 self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
             elif kill_at is not None:
                 wake = _earliest(wake, kill_at)
+        for run in [r for r in self.parked if self.core.state(r.task_id) is not TaskState.RUNNING]:
+            # Cancelled while held: the run never started, so it is not reported
+            # (the task's cancellation was); the core only needs to let it go.
+            self.parked.remove(run)
+            self._forget_crash_loop(run.task_id)
+            self.core.complete(run.task_id, run.run, "cancelled", now)
         busy = False
         for slot in self.slots:
             if slot.worker is None:
                 if slot.respawn_at is not None and slot.respawn_at <= now and not self._idle_closing():
                     self._spawn(slot, now)
-                else:
+                if slot.worker is None:  # waiting to respawn (or the respawn just failed)
                     wake = _earliest(wake, slot.respawn_at)
                     continue
             if slot.run is not None:
@@ -278,7 +304,7 @@ class Engine:
                     busy = True
                     wake = _earliest(wake, slot.deadline)
                     continue
-            run = self.core.claim(now)
+            run = self._claim(now)
             if run is None:
                 continue
             slot.run = (run, now)
@@ -302,7 +328,53 @@ class Engine:
             self._stop_all(now)
             if not self.dying:
                 self.closed = True
+        for kill_at in self.dying.values():  # including workers killed in this very tick
+            wake = _earliest(wake, kill_at)
+        for run in self.parked:
+            wake = _earliest(wake, self.held.get(run.task_id))
         return wake
+
+    def _claim(self, now: int) -> Run | None:
+        """The next run to start: a parked run whose hold is over, else the
+        core's next due run - parked instead if its task is held."""
+        for i, run in enumerate(self.parked):
+            if self.held.get(run.task_id, now) <= now:
+                del self.parked[i]
+                self.held.pop(run.task_id, None)
+                return run
+        while (run := self.core.claim(now)) is not None:
+            release = self.held.get(run.task_id)
+            if release is None or release <= now:
+                self.held.pop(run.task_id, None)
+                return run
+            self.parked.append(run)  # claimed, so it cannot run twice; started later
+        return None
+
+    def _track_crash_loop(self, run: Run, outcome: str, now: int, ended: bool) -> None:
+        """From a periodic task's second crashed run in a row, hold its next
+        run back: 50 ms, doubling up to 2 s, from the crash. A task that
+        segfaults every 10 ms then costs a worker now and then instead of at
+        every period, the dispatcher stays cheap, and the other tasks keep
+        the pool and their schedule. The slots' own respawn backoff (see
+        worker_exited) cannot do this: it takes capacity from every task.
+        The first run that does not crash ends the hold."""
+        tid = run.task_id
+        if ended or outcome != "crashed":
+            if self._forget_crash_loop(tid) >= BACKOFF_AFTER and not ended:
+                self._log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
+            return
+        n = self.task_crashes[tid] = self.task_crashes.get(tid, 0) + 1
+        if n >= BACKOFF_AFTER:
+            delay = min(BACKOFF_FIRST_NS << (n - BACKOFF_AFTER), BACKOFF_MAX_NS)
+            self.held[tid] = now + delay
+            if n == BACKOFF_AFTER:
+                self._log(WARNING, f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
+                                   f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)")  # fmt: skip
+
+    def _forget_crash_loop(self, task_id: int) -> int:
+        """End a task's hold; return how many runs in a row it had crashed."""
+        self.held.pop(task_id, None)
+        return self.task_crashes.pop(task_id, 0)
 
     def _idle_closing(self) -> bool:
         return self.closing and not len(self.core)
@@ -313,7 +385,17 @@ class Engine:
         slot.respawn_at = None
         slot.note = ""
         slot.runs = 0
-        slot.worker = self.carrier.spawn(slot.index)
+        try:
+            slot.worker = self.carrier.spawn(slot.index)
+        except Exception as exc:  # noqa: BLE001 - fork failed (EAGAIN, ENOMEM), the forkserver died, ...
+            slot.worker = None
+            slot.streak += 1
+            delay = min(BACKOFF_FIRST_NS << max(0, slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
+            slot.respawn_at = now + delay
+            slot.note = "backoff"
+            self._log(WARNING, f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
+                               f"retrying in {delay / 1e6:.0f} ms")  # fmt: skip
+            return
         self.spawned += 1
         self.events.append((EV_WORKER, "started", slot.index, slot.worker.ident, None))
 
@@ -354,6 +436,7 @@ class Engine:
         done = self.core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
         if done is None:
             return
+        self._track_crash_loop(run, outcome, finished, done.state.terminal)
         if done.missed:
             self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if not done.ended and outcome == "ok":

@@ -29,7 +29,7 @@ from .._api import SchedulingAPI
 from .._context import running
 from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle
-from .._validate import TaskSpec
+from .._validate import TaskSpec, flag, task_id as task_id_
 from ._engine import BLOB_ERROR
 from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value
 
@@ -55,17 +55,24 @@ def main(conn: Connection) -> None:
         _, task_id, run_no, scheduled, payload = message
         started = clock()
         info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
+        unfit = False
         try:
             fn, args, kwargs = load(payload)
             with running(info, proxy):
                 value = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
+            # After a MemoryError this process is suspect (a task may have
+            # lowered its rlimit, or wrecked the heap): ask to be replaced.
+            unfit = isinstance(exc, MemoryError)
             outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
         else:
             kind, blob = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
+        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob)
+        if unfit:
+            done += ("replaced after a MemoryError",)
         try:
-            send(dumps(("done", task_id, run_no, outcome, started, clock(), kind, blob), PROTOCOL))
+            send(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
 
@@ -134,7 +141,8 @@ class _WorkerScheduler(SchedulingAPI):
         return _DetachedHandle(self, task_id, spec.name, due / NS)
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
-        return bool(self._ask(("cancel", task_id, bool(interrupt))))
+        flag("interrupt", interrupt)
+        return bool(self._ask(("cancel", task_id_(task_id), interrupt)))
 
 
 class _DetachedHandle(TaskHandle):
