@@ -269,10 +269,10 @@ class Dispatcher:
             self.user_gone()
             return
         for frame in frames:
-            message = pickle.loads(frame)
+            message: Any = pickle.loads(frame)
             tag = message[0]
             if tag == "add":
-                engine.add(*message[1:-1], self.intern(message[-1]))
+                engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
             elif tag == "cancel":
                 _, request, task_id, interrupt = message
                 engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
@@ -310,7 +310,7 @@ class Dispatcher:
             if worker.conn is not conn:
                 return  # it was killed (e.g. it cancelled itself with interrupt=True)
             try:
-                message = pickle.loads(frame)
+                message: Any = pickle.loads(frame)
                 tag = _check_message(message)
             except Exception as exc:  # noqa: BLE001 - anything a task wrote to the pipe
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
@@ -324,7 +324,7 @@ class Dispatcher:
                     reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
                 else:
                     task_id = next(self.inner_ids)
-                    engine.add(task_id, *message[1:-1], self.intern(message[-1]))
+                    engine.add(task_id, *message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
                     engine.events.append((EV_ADDED, task_id, message[8], message[1]))
                     reply = ("reply", task_id)
                 self.carrier._send(worker, reply)

@@ -283,12 +283,12 @@ class Engine:
                 self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
             elif kill_at is not None:
                 wake = _earliest(wake, kill_at)
-        for run in [r for r in self.parked if self.core.state(r.task_id) is not TaskState.RUNNING]:
+        for gone in [r for r in self.parked if self.core.state(r.task_id) is not TaskState.RUNNING]:
             # Cancelled while held: the run never started, so it is not reported
             # (the task's cancellation was); the core only needs to let it go.
-            self.parked.remove(run)
-            self._forget_crash_loop(run.task_id)
-            self.core.complete(run.task_id, run.run, "cancelled", now)
+            self.parked.remove(gone)
+            self._forget_crash_loop(gone.task_id)
+            self.core.complete(gone.task_id, gone.run, "cancelled", now)
         busy = False
         for slot in self.slots:
             if slot.worker is None:
@@ -330,18 +330,18 @@ class Engine:
                 self.closed = True
         for kill_at in self.dying.values():  # including workers killed in this very tick
             wake = _earliest(wake, kill_at)
-        for run in self.parked:
-            wake = _earliest(wake, self.held.get(run.task_id))
+        for parked in self.parked:
+            wake = _earliest(wake, self.held.get(parked.task_id))
         return wake
 
     def _claim(self, now: int) -> Run | None:
         """The next run to start: a parked run whose hold is over, else the
         core's next due run - parked instead if its task is held."""
-        for i, run in enumerate(self.parked):
-            if self.held.get(run.task_id, now) <= now:
+        for i, parked in enumerate(self.parked):
+            if self.held.get(parked.task_id, now) <= now:
                 del self.parked[i]
-                self.held.pop(run.task_id, None)
-                return run
+                self.held.pop(parked.task_id, None)
+                return parked
         while (run := self.core.claim(now)) is not None:
             release = self.held.get(run.task_id)
             if release is None or release <= now:
