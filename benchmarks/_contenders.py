@@ -1,0 +1,579 @@
+"""Contenders: procsched's two runners and the peers users would pick instead.
+
+Every contender is wrapped in the same small adapter, so a scenario is
+written once and runs unchanged on each:
+
+    start() / close()                       the pool's life (outside the timings)
+    submit(fn, *args) -> Future             run now
+    at(due, fn, *args) -> Future            run once at ``due`` (time.monotonic())
+    fixed_rate(fn, args, period, first_due) -> job; job.stop() -> [RunRecord]
+
+Pools that cannot schedule (ProcessPoolExecutor, ThreadPoolExecutor,
+multiprocessing.Pool, loky, pebble) get what a user would write around them:
+one timer thread (``TimerDriver``) that sleeps until the earliest due time on
+a heap and submits then; a periodic job is re-armed at
+``previous slot + period`` when its run completes (fixed rate, catch-up, never
+concurrent with itself - procsched's defaults). The sequential baseline is the
+same timer loop running each task inline, i.e. a plain ``sched``-style loop.
+APScheduler 3 schedules by itself (date and interval triggers).
+
+All pools get the same number of workers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import heapq
+import itertools
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import _tasks
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of a periodic job: its slot on the ideal grid and when it ran."""
+
+    due: float
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class ContenderInfo:
+    name: str
+    family: str  # "procsched" | "peer" | "baseline"
+    kind: str  # "processes" | "threads" | "inline"
+    note: str
+
+
+def _done_future(value: Any = None, exc: BaseException | None = None) -> concurrent.futures.Future[Any]:
+    f: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    if exc is not None:
+        f.set_exception(exc)
+    else:
+        f.set_result(value)
+    return f
+
+
+def _chain(inner: concurrent.futures.Future[Any], outer: concurrent.futures.Future[Any]) -> None:
+    def copy(f: concurrent.futures.Future[Any]) -> None:
+        if outer.done():
+            return
+        exc = f.exception() if not f.cancelled() else concurrent.futures.CancelledError()
+        if exc is not None:
+            outer.set_exception(exc)
+        else:
+            outer.set_result(f.result())
+
+    inner.add_done_callback(copy)
+
+
+# -- the timer thread users put in front of a plain pool ------------------------
+
+
+class _FixedRateJob:
+    def __init__(self, driver: TimerDriver, fn: Callable[..., Any], args: tuple[Any, ...], period: float) -> None:
+        self.driver, self.fn, self.args, self.period = driver, fn, args, period
+        self.records: list[RunRecord] = []
+        self.errors: list[BaseException] = []
+        self.stopped = False
+
+    def fire(self, due: float) -> None:
+        try:
+            inner = self.driver.submit(self.fn, *self.args)
+        except BaseException as exc:  # noqa: BLE001 - a broken pool: the job is dead
+            self.errors.append(exc)
+            return
+
+        def done(f: concurrent.futures.Future[Any]) -> None:
+            exc = f.exception()
+            if exc is None:
+                start, end = f.result()
+                self.records.append(RunRecord(due, start, end))
+            else:
+                self.errors.append(exc)
+            if not self.stopped:
+                self.driver.push(due + self.period, self.fire)
+
+        inner.add_done_callback(done)
+
+    def stop(self) -> list[RunRecord]:
+        self.stopped = True
+        return list(self.records)
+
+
+class TimerDriver:
+    """A heap of (due, seq, action) and one thread that waits for the head."""
+
+    def __init__(self, submit: Callable[..., concurrent.futures.Future[Any]]) -> None:
+        self.submit = submit
+        self._heap: list[tuple[float, int, Callable[[float], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="bench-timer", daemon=True)
+        self._thread.start()
+
+    def push(self, due: float, action: Callable[[float], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), action))
+            if self._heap[0][2] is action:
+                self._cond.notify()
+
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def fire(_due: float) -> None:
+            try:
+                _chain(self.submit(fn, *args), outer)
+            except BaseException as exc:  # noqa: BLE001
+                outer.set_exception(exc)
+
+        self.push(due, fire)
+        return outer
+
+    def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> _FixedRateJob:
+        job = _FixedRateJob(self, fn, args, period)
+        self.push(first_due, job.fire)
+        return job
+
+    def _loop(self) -> None:
+        clock = time.monotonic
+        cond = self._cond
+        while True:
+            with cond:
+                while True:
+                    if self._stopped:
+                        return
+                    if self._heap:
+                        wait = self._heap[0][0] - clock()
+                        if wait <= 0:
+                            due, _, action = heapq.heappop(self._heap)
+                            break
+                        cond.wait(wait)
+                    else:
+                        cond.wait()
+            action(due)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join(10)
+
+
+# -- adapters ----------------------------------------------------------------------
+
+
+class Adapter:
+    info: ContenderInfo
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._driver: TimerDriver | None = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self._driver.stop()
+            self._driver = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        raise NotImplementedError
+
+    @property
+    def driver(self) -> TimerDriver:
+        if self._driver is None:
+            self._driver = TimerDriver(self.submit)
+        return self._driver
+
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self.driver.at(due, fn, *args)
+
+    def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
+        return self.driver.fixed_rate(fn, args, period, first_due)
+
+    def warmup(self) -> None:
+        """Start every worker and import the task module in it."""
+        futures = [self.submit(_tasks.probe, 0.01) for _ in range(2 * self.workers)]
+        for f in futures:
+            f.result(60)
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the pool's worker processes (empty for in-process pools)."""
+        return []
+
+
+class ProcschedAdapter(Adapter):
+    def __init__(self, workers: int, runner: str) -> None:
+        super().__init__(workers)
+        self.runner = runner
+        self.info = ContenderInfo(
+            f"procsched[{runner}]", "procsched", runner,
+            "procsched.Scheduler(runner=%r)" % runner,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        import procsched
+
+        self.s = procsched.Scheduler(workers=self.workers, runner=self.runner)
+
+    def close(self) -> None:
+        self.s.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self.s.submit(fn, *args)
+
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self.s.schedule(fn, max(0.0, due - time.monotonic()), args=args)
+
+    def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
+        handle = self.s.schedule_at_fixed_rate(fn, period, initial_delay=max(0.0, first_due - time.monotonic()), args=args)
+        return _ProcschedPeriodic(self.s, handle)
+
+    def dispatcher(self) -> Any:
+        """The dispatcher process (psutil): the child of this process that runs
+        ``procsched._runtime._dispatcher`` and whose descendants include this
+        scheduler's workers. None for the threads runner."""
+        if self.runner != "processes":
+            return None
+        import psutil
+
+        workers = set(self.worker_pids())
+        for child in psutil.Process().children(recursive=False):
+            try:
+                if "procsched._runtime._dispatcher" not in child.cmdline():
+                    continue
+                if workers <= {p.pid for p in child.children(recursive=True)}:
+                    return child
+            except psutil.Error:
+                continue
+        raise RuntimeError("no procsched dispatcher process among this process's children")
+
+    def worker_pids(self) -> list[int]:
+        return [w["pid"] for w in self.s.stats()["workers"] if w["pid"] is not None]
+
+
+class _ProcschedPeriodic:
+    def __init__(self, s: Any, handle: Any) -> None:
+        self.s, self.handle = s, handle
+
+    def stop(self) -> list[RunRecord]:
+        self.handle.cancel()
+        return [
+            RunRecord(r.scheduled_for, r.started_at, r.finished_at)
+            for r in list(self.handle.runs) if r.outcome == "ok"
+        ]  # fmt: skip
+
+
+class ExecutorAdapter(Adapter):
+    """A concurrent.futures-style executor plus the timer thread."""
+
+    def __init__(self, workers: int, name: str, kind: str, note: str, make: Callable[[int], Any]) -> None:
+        super().__init__(workers)
+        self.info = ContenderInfo(name, "peer", kind, note)
+        self._make = make
+
+    def start(self) -> None:
+        self.pool = self._make(self.workers)
+
+    def close(self) -> None:
+        super().close()
+        try:
+            self.pool.shutdown(wait=True)
+        except Exception:  # noqa: BLE001 - a broken pool may refuse; it is dead anyway
+            pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self.pool.submit(fn, *args)
+
+    def worker_pids(self) -> list[int]:
+        procs = getattr(self.pool, "_processes", None) or {}
+        return list(procs)
+
+
+class PebbleAdapter(ExecutorAdapter):
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self.pool.schedule(fn, args=args)
+
+    def close(self) -> None:
+        Adapter.close(self)
+        self.pool.close()
+        self.pool.join(30)
+        if self.pool.active:
+            self.pool.stop()
+            self.pool.join()
+
+    def worker_pids(self) -> list[int]:
+        try:
+            return [w.pid for w in self.pool._pool_manager.worker_manager.workers.values()]
+        except AttributeError:
+            return []
+
+
+class MpPoolAdapter(Adapter):
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.info = ContenderInfo(
+            "multiprocessing.Pool", "peer", "processes", "multiprocessing.Pool.apply_async (default context: fork)"
+        )
+
+    def start(self) -> None:
+        self.pool = multiprocessing.Pool(self.workers)
+
+    def close(self) -> None:
+        super().close()
+        self.pool.terminate()  # a crashed task's result never arrives: close()+join() would hang
+        self.pool.join()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        f: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.pool.apply_async(fn, args, callback=f.set_result, error_callback=f.set_exception)
+        return f
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.pool._pool]
+
+
+class SequentialAdapter(Adapter):
+    """No pool: each task runs inline, in the timer thread (a plain loop)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.info = ContenderInfo("sequential", "baseline", "inline", "a plain loop in one thread, no pool")
+
+    def start(self) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        try:
+            return _done_future(fn(*args))
+        except BaseException as exc:  # noqa: BLE001
+            return _done_future(exc=exc)
+
+
+class APSchedulerAdapter(Adapter):
+    """APScheduler 3's BackgroundScheduler with one of its pool executors.
+
+    Results come back through its event listener (EVENT_JOB_EXECUTED /
+    ERROR / MISSED / MAX_INSTANCES); a future per job id carries them. Jobs
+    get ``misfire_grace_time=None`` (never dropped for lateness),
+    ``coalesce=False`` and ``max_instances=1`` (never concurrent with
+    itself), the closest match to procsched's defaults.
+    """
+
+    def __init__(self, workers: int, executor: str) -> None:
+        super().__init__(workers)
+        self.executor = executor
+        self.info = ContenderInfo(
+            f"APScheduler3[{executor}]", "peer", "processes" if executor == "process" else "threads",
+            f"apscheduler 3 BackgroundScheduler + {'ProcessPoolExecutor (spawn)' if executor == 'process' else 'ThreadPoolExecutor'}",
+        )  # fmt: skip
+        self._ids = itertools.count()
+        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self._periodic: dict[str, _APSPeriodic] = {}
+
+    def start(self) -> None:
+        from datetime import timezone
+
+        from apscheduler.events import (
+            EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED,
+        )  # fmt: skip
+        from apscheduler.executors.pool import ProcessPoolExecutor, ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        logging.getLogger("apscheduler").setLevel(logging.CRITICAL)  # "max instances reached" floods stderr
+        executor = (ProcessPoolExecutor if self.executor == "process" else ThreadPoolExecutor)(self.workers)
+        self.s = BackgroundScheduler(
+            executors={"default": executor},
+            job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 1},
+            timezone=timezone.utc,
+        )
+        self.s.add_listener(self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._executed = EVENT_JOB_EXECUTED
+        self.s.start()
+        self._wall0, self._mono0 = time.time(), time.monotonic()
+
+    def close(self) -> None:
+        self.s.shutdown(wait=True)
+
+    def _wall(self, mono: float) -> Any:
+        from datetime import datetime, timezone
+
+        return datetime.fromtimestamp(self._wall0 + (mono - self._mono0), tz=timezone.utc)
+
+    def _mono(self, dt: Any) -> float:
+        return dt.timestamp() - self._wall0 + self._mono0
+
+    def _on_event(self, event: Any) -> None:
+        job = self._periodic.get(event.job_id)
+        if job is not None:
+            job.on_event(event)
+            return
+        future = self._futures.pop(event.job_id, None)
+        if future is None:
+            return
+        if event.code == self._executed:
+            future.set_result(event.retval)
+        else:
+            future.set_exception(getattr(event, "exception", None) or RuntimeError(f"APScheduler event {event.code}"))
+
+    def _add(self, fn: Callable[..., Any], args: tuple[Any, ...], **trigger: Any) -> concurrent.futures.Future[Any]:
+        job_id = f"j{next(self._ids)}"
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._futures[job_id] = future  # before add_job: the job may run at once
+        self.s.add_job(fn, args=args, id=job_id, **trigger)
+        return future
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self._add(fn, args)
+
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        return self._add(fn, args, trigger="date", run_date=self._wall(due))
+
+    def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
+        job_id = f"p{next(self._ids)}"
+        job = _APSPeriodic(self, job_id)
+        self._periodic[job_id] = job
+        self.s.add_job(fn, "interval", args=args, id=job_id, seconds=period, start_date=self._wall(first_due))
+        return job
+
+    def worker_pids(self) -> list[int]:
+        pool = getattr(self.s._lookup_executor("default"), "_pool", None)
+        return list(getattr(pool, "_processes", None) or {})
+
+
+class _APSPeriodic:
+    def __init__(self, owner: APSchedulerAdapter, job_id: str) -> None:
+        self.owner, self.job_id = owner, job_id
+        self.records: list[RunRecord] = []
+        self.skipped = 0
+
+    def on_event(self, event: Any) -> None:
+        if event.code == self.owner._executed:
+            start, end = event.retval
+            self.records.append(RunRecord(self.owner._mono(event.scheduled_run_time), start, end))
+        else:
+            self.skipped += 1
+
+    def stop(self) -> list[RunRecord]:
+        try:
+            self.owner.s.remove_job(self.job_id)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        return list(self.records)
+
+
+# -- the registry ----------------------------------------------------------------------
+
+
+def _ppe(workers: int) -> Any:
+    return concurrent.futures.ProcessPoolExecutor(workers)
+
+
+def _tpe(workers: int) -> Any:
+    return concurrent.futures.ThreadPoolExecutor(workers)
+
+
+def _loky(workers: int) -> Any:
+    import loky
+
+    return loky.ProcessPoolExecutor(workers)
+
+
+def _pebble(workers: int) -> Any:
+    import pebble
+
+    return pebble.ProcessPool(max_workers=workers)
+
+
+def _make(name: str, workers: int) -> Adapter:
+    if name == "procsched[processes]":
+        return ProcschedAdapter(workers, "processes")
+    if name == "procsched[threads]":
+        return ProcschedAdapter(workers, "threads")
+    if name == "sequential":
+        return SequentialAdapter(workers)
+    if name == "ProcessPoolExecutor":
+        return ExecutorAdapter(workers, name, "processes", "concurrent.futures (default context: fork) + timer thread", _ppe)
+    if name == "ThreadPoolExecutor":
+        return ExecutorAdapter(workers, name, "threads", "concurrent.futures + timer thread", _tpe)
+    if name == "multiprocessing.Pool":
+        return MpPoolAdapter(workers)
+    if name == "loky":
+        return ExecutorAdapter(workers, name, "processes", "loky.ProcessPoolExecutor + timer thread", _loky)
+    if name == "pebble":
+        return PebbleAdapter(workers, name, "processes", "pebble.ProcessPool.schedule + timer thread", _pebble)
+    if name == "APScheduler3[thread]":
+        return APSchedulerAdapter(workers, "thread")
+    if name == "APScheduler3[process]":
+        return APSchedulerAdapter(workers, "process")
+    raise KeyError(name)
+
+
+ALL = (
+    "procsched[processes]", "procsched[threads]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
+    "multiprocessing.Pool", "loky", "pebble", "APScheduler3[thread]", "APScheduler3[process]",
+)  # fmt: skip
+
+_MODULES = {"loky": "loky", "pebble": "pebble", "APScheduler3[thread]": "apscheduler", "APScheduler3[process]": "apscheduler"}
+
+
+def available(name: str) -> bool:
+    module = _MODULES.get(name)
+    if module is None:
+        return True
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    if module == "apscheduler":
+        import apscheduler
+
+        return str(getattr(apscheduler, "__version__", "3")).startswith("3")
+    return True
+
+
+def make(name: str, workers: int) -> Adapter:
+    return _make(name, workers)
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("procsched", "loky", "pebble", "apscheduler", "matplotlib", "psutil", "cloudpickle"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def kind(name: str) -> str:
+    """"processes", "threads" or "inline": where a contender's tasks run."""
+    if name == "sequential":
+        return "inline"
+    if name in ("procsched[threads]", "ThreadPoolExecutor", "APScheduler3[thread]"):
+        return "threads"
+    return "processes"
+
+
+def family(name: str) -> str:
+    return "procsched" if name.startswith("procsched") else "baseline" if name == "sequential" else "peer"
+
+
+os.environ.setdefault("LOKY_MAX_CPU_COUNT", str(os.cpu_count() or 1))
