@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, module in REGISTRY.items():
             print(f"{name:15} {module.TITLE}")
-        for name, module in EXTERNAL.items():
-            print(f"{name:15} -> {module}.main(argv) (only when named)")
+        for name, target in EXTERNAL.items():
+            print(f"{name:15} -> {target}.main(argv) (only when named)")
         print("contenders:", ", ".join(f"{n}{'' if _contenders.available(n) else ' (not installed)'}" for n in _contenders.ALL))
         return 0
     if args.workers < 1:
@@ -79,9 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     status = 0
+    given = argv if argv is not None else sys.argv[1:]
     for name in only:
         if name in EXTERNAL:
-            status = max(status, _run_external(name, extra))
+            forwarded = list(extra)
+            if name == "soak":  # options soak.py shares with this parser, when given explicitly
+                if any(a == "--workers" or a.startswith("--workers=") for a in given):
+                    forwarded += ["--workers", str(args.workers)]
+                if any(a == "--results-dir" or a.startswith("--results-dir=") for a in given):
+                    forwarded += ["--results-dir", args.results_dir]
+            status = max(status, _run_external(name, forwarded))
     names = [n for n in (only or list(REGISTRY)) if n in REGISTRY]
     if not names:
         return status

@@ -345,7 +345,7 @@ class MpPoolAdapter(Adapter):
         return f
 
     def worker_pids(self) -> list[int]:
-        return [p.pid for p in self.pool._pool]
+        return [p.pid for p in self.pool._pool]  # type: ignore[attr-defined]
 
 
 class SequentialAdapter(Adapter):

@@ -141,8 +141,7 @@ class ScenarioResult:
         return {m.key: summarize([r.get(m.key) for r in reps]) for m in self.metrics}
 
     def median(self, contender: str, key: str) -> float | None:
-        values = [r.get(key) for r in self.reps.get(contender, [])]
-        nums = [v for v in values if _numeric(v)]
+        nums = [float(v) for r in self.reps.get(contender, []) if _numeric(v := r.get(key))]  # type: ignore[arg-type]
         return statistics.median(nums) if nums else None
 
     def contenders(self) -> list[str]:
@@ -180,10 +179,11 @@ class ScenarioResult:
             "notes": self.notes,
             "errors": self.errors,
             "discarded": self.discarded,
+            "samples_last_rep": self.samples,
         }
 
     def ratio_rows(self) -> list[dict[str, Any]]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         ours = "procsched[processes]"
         if ours not in self.reps:
             return rows

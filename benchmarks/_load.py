@@ -1,17 +1,18 @@
 """How much CPU *other* processes take while the benchmarks run.
 
 Two cores shared with anything else make every timing here wrong, so the
-harness measures the competition instead of guessing it: a thread samples
-/proc once a second and adds up the CPU time (utime + stime) of every
-process that is part of this run. A process is ours if it descends from
+harness measures the competition instead of guessing it. A thread samples
+/proc once a second. Foreign CPU = the machine's busy time (/proc/stat) -
+this run's own CPU, where this run's CPU is, over the processes of this run
+alive at the sample, utime + stime + cutime + cstime since they were first
+seen (cutime/cstime carry the CPU of children they reaped, so a worker that
+crashed or a subprocess that came and went between two samples is still
+counted once its parent reaps it). A process is ours if it descends from
 this process (the ppid chain) or carries this run's marker in its initial
 environment (``PROCSCHED_BENCH_RUN``, inherited through exec - procsched's
 dispatcher runs in a session of its own and its forkserver outlives it, so
-the chain alone would miss them). Foreign CPU = the machine's busy time
-(/proc/stat) - ours. Short-lived foreign processes (a test suite spawning
-interpreters) are counted too; CPU of one of *ours* that ends between two
-samples is counted as foreign, so the figure errs on the high side. Linux
-only; elsewhere it reports nothing.
+the chain alone would miss them). Short-lived foreign processes are counted
+too. Linux only; elsewhere it reports nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class ForeignLoad:
         self.start_ticks = self._uptime_ticks()
         self.ours: dict[tuple[int, int], bool] = {}
         self.last: dict[tuple[int, int], int] = {}
-        self.ours_seconds = 0.0  # CPU seconds of this run's processes since start
+        self.ours_seconds = 0.0  # CPU seconds of this run's live processes (and what they reaped) since start
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._paused = threading.Event()
@@ -71,14 +72,14 @@ class ForeignLoad:
 
     @staticmethod
     def _stat(pid: int) -> tuple[int, int, int] | None:
-        """(ppid, utime + stime, starttime) in clock ticks."""
+        """(ppid, utime + stime + cutime + cstime, starttime) in clock ticks."""
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 data = f.read()
         except OSError:
             return None
         fields = data.rpartition(b")")[2].split()
-        return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
+        return int(fields[1]), sum(int(x) for x in fields[11:15]), int(fields[19])
 
     def _is_ours(self, pid: int, ppid: int, stats: dict[int, tuple[int, int, int]]) -> bool:
         if pid == self.me:
@@ -127,6 +128,7 @@ class ForeignLoad:
                 if st is not None:
                     stats[int(name)] = st
         live = set()
+        total = 0
         for pid, (ppid, ticks, start) in stats.items():
             key = (pid, start)
             live.add(key)
@@ -135,14 +137,14 @@ class ForeignLoad:
                 ours = self.ours[key] = self._is_ours(pid, ppid, stats)
             if not ours:
                 continue
-            prev = self.last.get(key)
-            if prev is None:
-                prev = 0 if start >= self.start_ticks else ticks  # born during the run: all of it counts
-            self.ours_seconds += (ticks - prev) / self.hz
-            self.last[key] = ticks
+            base = self.last.get(key)
+            if base is None:  # first sight: born during the run, all of it counts
+                base = self.last[key] = 0 if start >= self.start_ticks else ticks
+            total += ticks - base
         for table in (self.ours, self.last):
             for key in [k for k in table if k not in live]:
                 del table[key]
+        self.ours_seconds = total / self.hz
 
     def share_since(self, seconds0: float, t0: float) -> float:
         """Foreign CPU since (seconds0, t0) as a share of the whole machine."""

@@ -54,7 +54,11 @@ def params(mode: str) -> dict[str, Any]:
 def _when_done(futures: dict[str, concurrent.futures.Future[Any]]) -> dict[str, float]:
     done_at: dict[str, float] = {}
     for key, f in futures.items():
-        f.add_done_callback(lambda _f, k=key: done_at.setdefault(k, time.monotonic()))
+
+        def note(_f: concurrent.futures.Future[Any], k: str = key) -> None:
+            done_at.setdefault(k, time.monotonic())
+
+        f.add_done_callback(note)
     return done_at
 
 
@@ -109,7 +113,7 @@ def measure(adapter: Any, p: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _mix(adapter: Any, p: dict[str, Any], tmp: str) -> tuple[dict[str, Any], dict[int, Any]]:
+def _mix(adapter: Any, p: dict[str, Any], tmp: str) -> tuple[dict[str, concurrent.futures.Future[Any]], dict[str, float]]:
     s = p["normal_ms"] / 1000
     futures: dict[str, concurrent.futures.Future[Any]] = {}
     for i in range(10):
@@ -201,8 +205,11 @@ def _child(name: str, workers: int, normal_ms: int) -> None:
     tmp = tempfile.mkdtemp(prefix="bench-crash-")
     futures, _ = _mix(adapter, {"normal_ms": normal_ms}, tmp)
     for i in range(20):
-        # one write() per line: the pool's threads report concurrently
-        futures[f"n{i}"].add_done_callback(lambda f, i=i: os.write(1, f"ok {i}\n".encode()) if f.exception() is None else None)
+        def report(f: concurrent.futures.Future[Any], i: int = i) -> None:
+            if f.exception() is None:
+                os.write(1, f"ok {i}\n".encode())  # one write() per line: the pool's threads report concurrently
+
+        futures[f"n{i}"].add_done_callback(report)
     concurrent.futures.wait(list(futures.values()), timeout=10)
     os.write(1, b"survived\n")
     os._exit(0)

@@ -176,6 +176,7 @@ def _measure(adapter: Any, size: int, p: dict[str, Any], ctx: Context) -> dict[s
     }
     if dispatcher is not None:
         payload = _payload_bytes(fn)
+        assert disp_before is not None
         per_task = (_rss(dispatcher) - disp_before) / size
         out.update(disp_bytes=per_task, payload_bytes=payload, disp_bytes_net=per_task - payload)
     # idle: nothing is due for an hour
@@ -234,18 +235,28 @@ def targets(result: ScenarioResult) -> list[Target]:
 def plot(result: ScenarioResult, path: str) -> None:
     plt = pyplot()
     rows = list(result.reps)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
-    for ax, (key, title) in zip(axes, [("schedule_at_n_us", "schedule() at N pending [µs/call]"),
-                                       ("disp_bytes", "dispatcher memory [B/pending task]"),
-                                       ("idle_cpu_ms", "idle CPU, whole tree [ms per 10 s]")]):  # fmt: skip
+    payload = max((result.median(r, "payload_bytes") or 0 for r in rows), default=0)
+    panels = [
+        ("schedule_at_n_us", "schedule() at N pending [µs/call]", 20, "target 20 µs"),
+        ("disp_bytes", "dispatcher memory [B/pending task]", 400 + payload, f"target 400 B + payload ({payload:.0f} B)"),
+        ("idle_cpu_ms", "idle CPU, whole process tree [ms per 10 s]", 1, "target 1 ms"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.8))
+    for ax, (key, title, target, target_label) in zip(axes, panels):
         names = [r for r in rows if result.median(r, key) is not None]
-        values = [result.median(r, key) for r in names]
-        ax.bar(range(len(names)), values, color=[_colour(r.split(" @ ")[0]) for r in names])
+        values = [float(result.median(r, key) or 0) for r in names]
+        bars = ax.bar(range(len(names)), values, color=[_colour(r.split(" @ ")[0]) for r in names])
+        for bar, value in zip(bars, values):
+            ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=8)  # fmt: skip
+        ax.axhline(target, color="#d62728", ls="--", lw=1, label=target_label)
+        ax.set_ylim(0, max([target, *values]) * 1.25)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
         ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("scale: N one-shot tasks pending (lower is better)")
+    fig.suptitle("scale: N one-shot tasks pending (lower is better; dashed: procsched's target)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
