@@ -2,7 +2,10 @@
 the text helpers the views share (durations, schedules, plain tables).
 
     listener thread ── event ──▶ Board.on_event ──▶ JobRow (counts, lateness)
+                                               └──▶ recent runs' output (Board.outputs)
     main thread ── Board.job_table() / worker_table() ──▶ live view, plain table
+
+The board owns these numbers; both threads touch them only under its lock.
 """
 
 from __future__ import annotations
@@ -11,16 +14,20 @@ import collections
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._core import Priority
 from .._events import RUN_END, RUN_MISSED, WORKER_EXITED
 from .._handle import TaskHandle
 from .._jobs import Job
+from . import _times
 
 #: Lateness samples kept per job for the p99 (the most recent ones).
 LATENESS_WINDOW = 10_000
 OUTCOME_COLUMNS = ("ok", "error", "crashed", "timeout")
+#: Outcomes that count as a failed run (for --fail-on-error).
+FAILED = ("error", "crashed", "timeout")
+STRAY = "printed by a worker outside any captured run"
 
 
 class JobRow:
@@ -42,6 +49,10 @@ class JobRow:
     def runs(self) -> int:
         return sum(self.counts.values())
 
+    @property
+    def failed(self) -> int:
+        return sum(self.counts[o] for o in FAILED)
+
     def p99(self) -> float | None:
         if not self.lateness:
             return None
@@ -61,37 +72,43 @@ class JobRow:
         mean = self.durations / self.runs if self.runs else 0.0  # fixed delay: an estimate
         return int((until - self.first_due) // (self.job.period + mean)) + 1, False  # type: ignore[operator]
 
-    def next_run(self, now: float) -> str:
+    def next_run(self, now: float, off: float) -> str:
         handle = self.handle
         if handle is None:
             return ""
         state = handle.state.value
-        if state == "running":
-            return "running"
         if state != "pending":
             return state
         due = handle.next_run
-        if due is None:
-            return "-"
-        return "due" if due <= now else f"in {_duration(due - now)}"
+        return "-" if due is None else _times.until_text(due, now, off)
+
+
+class RunOutput(NamedTuple):
+    """A finished run's captured output (or failure detail), for the views."""
+
+    title: str  # "printer run 3 ok", "segfaulter run 3 crashed (SIGSEGV)"
+    lines: list[str]
+    bad: bool  # the run did not end "ok"
 
 
 class Board:
     """Per-job numbers, fed by the scheduler's events (listener thread) and
     read by the display (main thread) under one lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tracebacks: bool = False) -> None:
         self.lock = threading.Lock()
+        self.tracebacks = tracebacks
         self.rows: list[JobRow] = []
         self.by_task: dict[int, JobRow] = {}
         self.by_name: dict[str, JobRow] = {}
         self.workers: list[dict[str, Any]] = []
         self.worker_exits = collections.Counter[str]()
         self.recent: collections.deque[str] = collections.deque(maxlen=5)
+        self.outputs: collections.deque[RunOutput] = collections.deque(maxlen=8)
         self.started = time.monotonic()
 
     def add(self, job: Job, handle: TaskHandle, first_due: float) -> None:
-        row = JobRow(job.name, _schedule_text(job), job, handle)
+        row = JobRow(job.name, schedule_text(job), job, handle)
         row.first_due = first_due
         with self.lock:
             self.rows.append(row)
@@ -102,6 +119,9 @@ class Board:
         with self.lock:
             if kind == WORKER_EXITED:
                 self.worker_exits["crashed" if event["crashed"] else "stopped"] += 1
+                for worker in self.workers:  # the last stats() may be older than this
+                    if worker["pid"] == event["worker"]:
+                        worker.update(state="crashed" if event["crashed"] else "exited", task=None)
                 return
             if event["task_id"] is None:
                 return
@@ -114,7 +134,28 @@ class Board:
                 row.durations += event["duration"]
                 row.lateness.append(event["lateness"])
                 if event["outcome"] == "error":  # crashes, timeouts and misses are logged by the engine
-                    self.recent.append(f"{row.name} run {event['run']} failed: {_shorten(event['error'] or '?', 90)}")
+                    self.recent.append(f"{row.name} run {event['run']} failed: {shorten(event['error'] or '?', 90)}")
+                shown = run_output(event, self.tracebacks)
+                if shown:
+                    self.outputs.append(RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
+                                               event["outcome"] != "ok"))  # fmt: skip
+
+    def stray(self, line: str) -> None:
+        """A line a worker wrote outside any captured run (see _lines.guard_streams)."""
+        with self.lock:
+            last = self.outputs[-1] if self.outputs else None
+            if last is None or last.title != STRAY:
+                last = RunOutput(STRAY, [], False)
+                self.outputs.append(last)
+            last.lines.append(line)
+            del last.lines[:-50]
+
+    def stopped(self) -> None:
+        """The scheduler has shut down: no worker is busy any more."""
+        with self.lock:
+            for worker in self.workers:
+                if worker["state"] not in ("crashed", "exited"):
+                    worker.update(state="stopped", task=None)
 
     def _row(self, event: dict[str, Any]) -> JobRow:
         row = self.by_task.get(event["task_id"])
@@ -127,27 +168,57 @@ class Board:
             self.by_task[event["task_id"]] = row
         return row
 
+    def job_cells(self, now: float) -> list[dict[str, str]]:
+        """Per job, every column's text (the views choose the columns)."""
+        off = _times.offset()
+        with self.lock:
+            return [{
+                "job": r.name, "schedule": r.schedule, "next run": r.next_run(now, off), "runs": str(r.runs),
+                **{o: str(r.counts[o]) for o in OUTCOME_COLUMNS},
+                "ok/err/crash/t.o.": "/".join(str(r.counts[o]) for o in OUTCOME_COLUMNS),
+                "last duration": duration(r.last_duration), "lateness p99": duration(r.p99()),
+            } for r in self.rows]  # fmt: skip
+
     def job_table(self, now: float) -> tuple[list[str], list[list[str]]]:
         headers = ["job", "schedule", "next run", "runs", *OUTCOME_COLUMNS, "last duration", "lateness p99"]
-        with self.lock:
-            rows = [
-                [r.name, r.schedule, r.next_run(now), str(r.runs), *(str(r.counts[o]) for o in OUTCOME_COLUMNS),
-                 _duration(r.last_duration), _duration(r.p99())]
-                for r in self.rows
-            ]  # fmt: skip
-        return headers, rows
+        return headers, [[cells[h] for h in headers] for cells in self.job_cells(now)]
 
     def worker_table(self) -> tuple[list[str], list[list[str]]]:
         headers = ["worker", "pid", "state", "RSS", "runs", "restarts"]
-        rows = [
-            [str(w["slot"]), "-" if w["pid"] is None else str(w["pid"]), str(w["state"]),
-             "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB", str(w["runs"]), str(w["restarts"])]
-            for w in self.workers
-        ]  # fmt: skip
+        with self.lock:
+            rows = [
+                [str(w["slot"]), "-" if w["pid"] is None else str(w["pid"]), str(w["state"]),
+                 "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB", str(w["runs"]), str(w["restarts"])]
+                for w in self.workers
+            ]  # fmt: skip
         return headers, rows
 
+    def failing_jobs(self) -> tuple[list[str], list[str]]:
+        """(jobs every run of which failed, jobs with some failed runs)."""
+        with self.lock:
+            every = [r.name for r in self.rows if r.failed and r.counts["ok"] == 0]
+            some = [r.name for r in self.rows if r.failed and r.counts["ok"]]
+        return every, some
 
-def _schedule_text(job: Job) -> str:
+
+def run_output(event: dict[str, Any], tracebacks: bool) -> list[str]:
+    """The lines worth showing under a finished run: what it printed
+    (``output``, from ``Scheduler(capture_output=True)``) and, with
+    ``tracebacks``, its error's traceback."""
+    lines = (event.get("output") or "").rstrip("\n").splitlines()
+    if tracebacks and event.get("traceback"):
+        lines += event["traceback"].rstrip("\n").splitlines()
+    return lines
+
+
+def outcome_text(event: dict[str, Any]) -> str:
+    text = event["outcome"]
+    if event["outcome"] != "ok" and event.get("error"):
+        text += f" ({shorten(event['error'], 60)})"
+    return text
+
+
+def schedule_text(job: Job) -> str:
     text = job.describe()
     extras = []
     priority = int(job.options.get("priority", 0))
@@ -164,7 +235,7 @@ def _plain_seconds(value: Any) -> str:
     return f"{seconds:g}s"
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 1e-3:
@@ -174,9 +245,17 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
-def _shorten(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def pool_text(workers: int, runner: str) -> str:
+    """``"1 worker process"``, ``"4 worker threads"``."""
+    kind = {"processes": "process", "threads": "thread"}.get(runner, f"{runner} worker")
+    noun = f"worker {kind}" if runner in ("processes", "threads") else kind
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"{workers} {noun if workers == 1 else plural}"
 
 
 def text_table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
@@ -193,4 +272,3 @@ def text_table(headers: list[str], rows: list[list[str]], indent: str = "  ") ->
 
 def _numeric(cell: str) -> bool:
     return cell == "-" or cell[:1].isdigit()
-

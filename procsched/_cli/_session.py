@@ -1,10 +1,12 @@
-"""The ``run`` command: start the jobs, watch them, stop on a signal or
-``--duration``, summarise.
+"""The ``run`` command (and the demo): start the jobs, watch them, stop on a
+signal or ``--duration``, summarise.
 
       main thread ─ starts the jobs, then every second reads Scheduler.stats()
-      │             and redraws; on Ctrl-C, SIGTERM or --duration: shuts down
+      │             and redraws (and feeds the metrics); on Ctrl-C, SIGTERM or
+      │             --duration: shuts the scheduler down
       listener thread (the Scheduler's) ─ events ─▶ Board (numbers per job)
-                                                   └─▶ --plain / --json lines
+                                                   ├─▶ --plain / --json lines
+                                                   └─▶ Prometheus metrics (--metrics-port)
 """
 
 from __future__ import annotations
@@ -23,12 +25,21 @@ from typing import Any
 from .._errors import SchedulerBrokenError, SchedulerError
 from .._jobs import Job
 from .._runtime._facade import Scheduler
-from ._board import OUTCOME_COLUMNS, Board, JobRow, _duration, _schedule_text, text_table
-from ._live import LiveView, LogToBoard, _have_rich
-from ._lines import Output
+from ._board import OUTCOME_COLUMNS, Board, JobRow, pool_text, schedule_text, text_table
+from ._lines import Lines, guard_streams
+from ._live import LiveView, LogToBoard, have_rich
 
-EXIT_OK, EXIT_LOAD, EXIT_USAGE, EXIT_KILLED = 0, 1, 2, 130
+# Exit statuses (documented in the --help epilog and the README).
+EXIT_OK = 0
+EXIT_LOAD = 1  # the jobs file cannot be loaded or a job cannot be started
+EXIT_USAGE = 2  # a bad command line (argparse's own)
 EXIT_BROKEN = 3  # the dispatcher process died
+EXIT_SOME_FAILED = 4  # --fail-on-error: some runs failed, every job had a good run
+EXIT_JOB_FAILED = 5  # --fail-on-error: every run of some job failed
+EXIT_KILLED = 130  # a second signal, or the grace ran out
+
+#: Seconds to wait for the pool to come up before the first job starts.
+START_TIMEOUT = 60
 
 
 class Stopper:
@@ -54,7 +65,20 @@ class Stopper:
         self.event.set()
 
 
-# -- a session -----------------------------------------------------------------
+def make_scheduler(args: argparse.Namespace, workers: int | None) -> Scheduler:
+    """The Scheduler the command line asks for, capturing each run's output."""
+    options: dict[str, Any] = {"runner": args.runner}
+    for name in ("policy", "timeout", "mp_context"):
+        if getattr(args, name, None) is not None:
+            options[name] = getattr(args, name)
+    try:
+        return Scheduler(workers, capture_output=True, **options)  # type: ignore[call-arg]
+    except TypeError as exc:
+        if "capture_output" not in str(exc):
+            raise
+        # A runtime without capture_output: the fds that the workers inherit
+        # still never reach the CLI's stream (see _lines.guard_streams).
+        return Scheduler(workers, **options)
 
 
 class Session:
@@ -65,24 +89,45 @@ class Session:
         self.label = label
         self.args = args
         self.demo = demo
-        self.board = Board()
+        self.board = Board(tracebacks=args.tracebacks)
         if args.json:
             mode = "json"
-        elif args.plain or not sys.stdout.isatty() or not _have_rich():
+        elif args.plain or not sys.stdout.isatty() or not have_rich():
             mode = "plain"
         else:
             mode = "live"
-        self.out = Output(mode, sys.stdout, self.board)
+        self.mode = mode
+        self.out = Lines(mode, sys.stdout, self.board, tracebacks=args.tracebacks)
         self.view: LiveView | None = None
         self.stopper = Stopper()
+        self.metrics: Any = None
         self.broken = ""  # why the scheduler broke, if it did
+        self.err: Any = sys.stderr  # the real stderr, even while fd 2 points away
+        self.title = ""
 
     def run(self) -> int:
         args = self.args
-        workers = args.workers or (max(2, os.cpu_count() or 1) if self.demo else None)
+        if args.metrics_port is not None:
+            from .._metrics import Metrics
+
+            try:
+                self.metrics = Metrics.serve(args.metrics_port, args.metrics_host)
+            except (ImportError, OSError) as exc:
+                print(f"procsched: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
+                      file=sys.stderr)  # fmt: skip
+                return EXIT_LOAD
+        stdout, self.err, restore_streams = guard_streams(self.mode, self.board.stray)
+        self.out.stdout = stdout
+        self.out.notes = self.err if self.mode == "json" else stdout
         self.stopper.install()
         restore_logging = self._route_logging()
-        scheduler = Scheduler(workers, runner=args.runner)
+        try:
+            scheduler = make_scheduler(args, args.workers)
+        except BaseException:
+            self.stopper.restore()
+            restore_logging()
+            restore_streams()
+            raise
         try:
             return self._session(scheduler)
         except BaseException:
@@ -93,35 +138,45 @@ class Session:
                 self.view.stop()
             self.stopper.restore()
             restore_logging()
+            restore_streams()
+            if self.metrics is not None:
+                self.metrics.close()
 
     def _session(self, scheduler: Scheduler) -> int:
         args, out = self.args, self.out
         # Wait for the pool to be up, so that start-up is not counted as lateness.
-        scheduler.submit(int).result(timeout=60)
+        scheduler.submit(int).result(timeout=START_TIMEOUT)
         self.board.started = time.monotonic()
         what = f"{len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''} from {self.label}"
-        where = f"{scheduler.workers} {'process' if args.runner == 'processes' else 'thread'} workers"
+        where = pool_text(scheduler.workers, args.runner)
         self.title = f"procsched - {what} on {where}"
         if out.mode == "json":
             out.json_line({"event": "procsched_started", "name": None, "jobs": [
-                {"name": job.name, "schedule": _schedule_text(job)} for job in self.jobs
-            ], "workers": scheduler.workers, "runner": args.runner})  # fmt: skip
+                {"name": job.name, "schedule": schedule_text(job)} for job in self.jobs
+            ], "workers": scheduler.workers, "runner": args.runner,
+                "metrics": None if self.metrics is None else self.metrics.url})  # fmt: skip
         elif out.mode == "plain":
             stop = f"for {args.duration:g} s" if args.duration else "until stopped (Ctrl-C)"
             out.note(f"starting {what} on {where}, {stop}")
+            if self.metrics is not None:
+                out.note(f"metrics at {self.metrics.url}")
         scheduler.add_listener(self.board.on_event)
         if out.mode != "live":
             scheduler.add_listener(out.on_event)
+        if self.metrics is not None:
+            scheduler.add_listener(self.metrics.on_event)
         for job in self.jobs:
             first_due = time.monotonic() + job.initial_delay
             try:
                 handle = job.start(scheduler)
             except Exception as exc:  # noqa: BLE001 - say which job, then stop
-                print(f"procsched: cannot start job {job.name!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"procsched: cannot start job {job.name!r}: {type(exc).__name__}: {exc}", file=self.err)
                 scheduler.shutdown(wait=True, cancel_futures=True)
                 return EXIT_LOAD
             self.board.add(job, handle, first_due)
         if out.mode == "live":
+            if self.metrics is not None:
+                self.title += f" - metrics at {self.metrics.url}"
             self.view = LiveView(out, self.board, self.title)
             self.view.start()
         reason = self._watch(scheduler)
@@ -171,15 +226,23 @@ class Session:
                 self._kill(why)
             if self.view is not None:
                 self.view.refresh(status)
+        self.board.stopped()
         if self.view is not None:
             self.view.refresh(f"stopped after {stopped_at - self.board.started:.1f} s")
             self.view.stop()
             self.view = None
-        self._summary(stopped_at)
+        status_code = self._exit_status()
+        self._summary(stopped_at, status_code)
         if self.broken:
-            print(f"procsched: the scheduler broke: {self.broken}", file=sys.stderr)
+            print(f"procsched: the scheduler broke: {self.broken}", file=self.err, flush=True)
             return EXIT_BROKEN
-        return EXIT_OK
+        return status_code
+
+    def _exit_status(self) -> int:
+        if not getattr(self.args, "fail_on_error", False):
+            return EXIT_OK
+        every, some = self.board.failing_jobs()
+        return EXIT_JOB_FAILED if every else EXIT_SOME_FAILED if some else EXIT_OK
 
     def _kill(self, why: str) -> None:
         """Exit now. The dispatcher sees this process go and kills every worker."""
@@ -187,31 +250,38 @@ class Session:
             self.view.stop()
         self.out.live = None
         self.out.note(f"{why}: killing the running tasks and exiting")
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (self.out.stdout, self.err, sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         os._exit(EXIT_KILLED)
 
     def _snapshot(self, scheduler: Scheduler) -> None:
         try:
-            workers = scheduler.stats()["workers"]
+            stats = scheduler.stats()
         except SchedulerBrokenError as exc:
             self.broken = str(exc)
             return
         except SchedulerError:
             return  # shutting down: keep the last picture
         with self.board.lock:
-            self.board.workers = workers
+            self.board.workers = stats["workers"]
+        if self.metrics is not None:
+            self.metrics.on_stats(stats)
 
     # -- the summary -----------------------------------------------------
 
-    def _summary(self, stopped_at: float) -> None:
+    def _summary(self, stopped_at: float, status_code: int) -> None:
         board, out = self.board, self.out
         elapsed = stopped_at - board.started
+        every, some = board.failing_jobs()
         if out.mode == "json":
             with board.lock:
                 jobs = [self._job_summary(r, stopped_at) for r in board.rows]
             out.json_line({"event": "procsched_summary", "name": None, "seconds": round(elapsed, 3), "jobs": jobs,
-                           "worker_crashes": board.worker_exits["crashed"]})  # fmt: skip
+                           "worker_crashes": board.worker_exits["crashed"], "every_run_failed": every,
+                           "exit_status": status_code})  # fmt: skip
             return
         lines = []
         if out.mode == "plain":
@@ -219,7 +289,14 @@ class Session:
             lines += ["", self.title, text_table(headers, rows), "", "workers (last seen)",
                       text_table(*board.worker_table())]  # fmt: skip
         lines.append("")
-        lines += self._demo_verdict(elapsed, stopped_at) if self.demo else [self._run_verdict(elapsed)]
+        if self.demo:
+            from ._demo import verdict
+
+            lines += verdict(board, elapsed, stopped_at)
+        else:
+            if every:
+                lines.append(f"procsched: every run of {', '.join(every)} failed")
+            lines.append(self._run_verdict(elapsed))
         out.write("\n".join(lines))
 
     def _job_summary(self, row: JobRow, until: float) -> dict[str, Any]:
@@ -238,52 +315,20 @@ class Session:
         crashed = self.board.worker_exits["crashed"]
         return f"procsched: stopped after {elapsed:.1f} s: {runs} runs ({parts}); {crashed} worker crash(es)"
 
-    def _demo_verdict(self, elapsed: float, stopped_at: float) -> list[str]:
-        board = self.board
-        with board.lock:
-            rows = list(board.rows)
-        table: list[list[str]] = []
-        healthy, kept = [], True
-        for row in rows:
-            expected = row.expected(stopped_at)
-            exp_text = "-" if expected is None else f"{'' if expected[1] else '~'}{expected[0]}"
-            bad = {o: n for o, n in row.counts.items() if o != "ok" and n}
-            outcome = ", ".join([f"{row.counts['ok']} ok", *(f"{n} {o}" for o, n in bad.items())])
-            table.append([row.name, row.schedule, str(row.runs), exp_text, _duration(row.p99()), outcome])
-            if not bad:
-                on_time = expected is None or row.runs >= expected[0] - 1
-                kept = kept and on_time
-                healthy.append(f"{row.name} {row.runs}/{exp_text}" + ("" if on_time else " (behind)"))
-        crashes = sum(r.counts["crashed"] for r in rows)
-        timeouts = sum(r.counts["timeout"] for r in rows)
-        worst = max((r.p99() or 0.0 for r in rows if not any(r.counts[o] for o in ("error", "crashed", "timeout"))),
-                    default=0.0)  # fmt: skip
-        replaced = board.worker_exits["crashed"] + timeouts
-        headline = "kept their schedule" if kept else "did NOT all keep their schedule"
-        others = "no other job lost a run" if kept else "but some healthy jobs fell behind (see expected)"
-        return [
-            f"procsched demo: {elapsed:.1f} s on {len(board.workers)} worker processes",
-            "",
-            text_table(["job", "schedule", "runs", "expected", "lateness p99", "outcomes"], table),
-            "",
-            f"Healthy jobs {headline}: {', '.join(healthy)} runs; worst lateness p99 {_duration(worst)}.",
-            f"{crashes} segfault(s) and {timeouts} timeout(s) each cost one run of their own job; "
-            f"{replaced} worker process(es) were replaced; {others}.",
-        ]
-
     def _route_logging(self) -> Callable[[], None]:
         log = logging.getLogger("procsched")
+        name = self.args.log_level or ("info" if self.out.mode == "live" else "warning")
+        level = logging.getLevelName(name.upper())
         if self.out.mode == "live":
-            handler: logging.Handler = LogToBoard(self.board)
+            handler: logging.Handler = LogToBoard(self.board, level)
         else:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setLevel(logging.WARNING)
+            handler = logging.StreamHandler(self.err)
+            handler.setLevel(level)
             handler.setFormatter(logging.Formatter("procsched: %(message)s"))
         old_propagate, old_level = log.propagate, log.level
         log.addHandler(handler)
         log.propagate = False
-        if log.level == logging.NOTSET or log.level > logging.INFO:
-            log.setLevel(logging.INFO)
+        log.setLevel(level)
 
         def restore() -> None:
             log.removeHandler(handler)
@@ -291,4 +336,3 @@ class Session:
             log.setLevel(old_level)
 
         return restore
-
