@@ -101,7 +101,8 @@ class LiveView:
         from rich.measure import Measurement
 
         cells = self.board.job_cells(time.monotonic())
-        options = self.console.options.update(width=width)
+        # Measure unclamped (a measurement never exceeds the width it is given).
+        options = self.console.options.update(width=10 * width)
         table = None
         for layout in LAYOUTS:
             table = _table(layout, cells, wrap_schedule=False)
