@@ -165,6 +165,7 @@ class Session:
             scheduler.add_listener(out.on_event)
         if self.metrics is not None:
             scheduler.add_listener(self.metrics.on_event)
+            self.metrics.stats_source = scheduler.stats
         for job in self.jobs:
             first_due = time.monotonic() + job.initial_delay
             try:
