@@ -105,6 +105,7 @@ class Board:
         self.worker_exits = collections.Counter[str]()
         self.recent: collections.deque[str] = collections.deque(maxlen=5)
         self.outputs: collections.deque[RunOutput] = collections.deque(maxlen=8)
+        self.last_failure: RunOutput | None = None  # kept in view however chatty the others are
         self.started = time.monotonic()
 
     def add(self, job: Job, handle: TaskHandle, first_due: float) -> None:
@@ -137,8 +138,19 @@ class Board:
                     self.recent.append(f"{row.name} run {event['run']} failed: {shorten(event['error'] or '?', 90)}")
                 shown = run_output(event, self.tracebacks)
                 if shown:
-                    self.outputs.append(RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
-                                               event["outcome"] != "ok"))  # fmt: skip
+                    entry = RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
+                                      event["outcome"] != "ok")  # fmt: skip
+                    self.outputs.append(entry)
+                    if entry.bad:
+                        self.last_failure = entry
+
+    def recent_outputs(self) -> list[RunOutput]:
+        """The latest runs' output, oldest first, the latest failure included."""
+        with self.lock:
+            outputs = list(self.outputs)
+            if self.last_failure is not None and all(o is not self.last_failure for o in outputs):
+                outputs.insert(0, self.last_failure)
+        return outputs
 
     def stray(self, line: str) -> None:
         """A line a worker wrote outside any captured run (see _lines.guard_streams)."""

@@ -86,7 +86,7 @@ class LiveView:
                    for p in parts)  # fmt: skip
         with self.board.lock:
             recent = list(self.board.recent)
-            outputs = list(self.board.outputs)
+        outputs = self.board.recent_outputs()
         if recent:
             parts.append(Text("recent: " + "\n        ".join(shorten(r, max(20, width - 9)) for r in recent),
                               style="dim"))  # fmt: skip
@@ -142,30 +142,34 @@ def _table(columns: list[str], cells: list[dict[str, str]], *, wrap_schedule: bo
 
 
 def _output_pane(outputs: list[Any], room: int, width: int) -> Any:
-    """The latest runs' output, newest last, in at most ``room`` lines."""
+    """The latest runs' output in at most ``room`` lines: the newest failed
+    run's first (a crash trace stays in view however chatty the others are),
+    then the newest others; shown oldest first."""
     from rich.text import Text
 
     if room < 2 or not outputs:
         return None
-    blocks: list[Text] = []
-    for shown in reversed(outputs):
-        take = min(OUTPUT_LINES_PER_RUN, room - 1, len(shown.lines))
+    newest_bad = next((o for o in reversed(outputs) if o.bad), None)
+    order = ([newest_bad] if newest_bad is not None else []) + [o for o in reversed(outputs) if o is not newest_bad]
+    chosen: list[tuple[Any, int]] = []
+    left = room - 1  # the "output" line
+    for shown in order:
+        take = min(OUTPUT_LINES_PER_RUN, left - 1, len(shown.lines))
         if take <= 0:
             break
-        block = Text(shorten(shown.title, width - 4), style="bold red" if shown.bad else "bold")
-        skipped = len(shown.lines) - take
-        if skipped:
-            block.append(f"  (last {take} of {len(shown.lines)} lines)", style="dim")
-        for line in shown.lines[-take:]:
-            block.append("\n│ " + line.expandtabs()[: width - 3])
-        blocks.append(block)
-        room -= take + 1
-    if not blocks:
+        chosen.append((shown, take))
+        left -= take + 1
+    if not chosen:
         return None
+    position = {id(o): i for i, o in enumerate(outputs)}
     out = Text("output", style="dim")
-    for block in reversed(blocks):
+    for shown, take in sorted(chosen, key=lambda pair: position[id(pair[0])]):
         out.append("\n")
-        out.append(block)
+        out.append(shorten(shown.title, width - 4), style="bold red" if shown.bad else "bold")
+        if take < len(shown.lines):
+            out.append(f"  (last {take} of {len(shown.lines)} lines)", style="dim")
+        for line in shown.lines[-take:]:
+            out.append("\n│ " + line.expandtabs()[: width - 3])
     return out
 
 

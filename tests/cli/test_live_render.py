@@ -109,3 +109,18 @@ def test_a_worker_exit_event_updates_the_last_picture() -> None:
     board.on_event({"event": "worker_exited", "task_id": None, "name": None, "worker": 14001, "slot": 1,
                     "exitcode": -11, "signal": "SIGSEGV", "crashed": True})  # fmt: skip
     assert [w["state"] for w in board.workers] == ["busy", "crashed"]
+
+
+def test_a_crash_trace_stays_in_view_among_chatty_runs() -> None:
+    board = _board()
+    for run in range(2, 30):  # many newer chatty runs after the crashes
+        board.on_event({
+            "event": "run_finished", "task_id": 2, "name": NAMES[1], "run": run, "worker": 1, "outcome": "ok",
+            "scheduled_for": 0.0, "started_at": 0.0, "finished_at": 0.0, "duration": 0.0, "lateness": 0.0,
+            "state": "pending", "next_run": 1.0, "error": None, "traceback": None, "output": "chatter\nchatter",
+        })  # fmt: skip
+    screen = _render(100, 40, board)
+    pane = screen[screen.index("output"):]
+    assert "segfaulter run 1 crashed" in pane and "│ Fatal Python error: Segmentation fault" in pane
+    assert "hash_chain_with_a_long_name run 29 ok" in pane
+    assert pane.index("segfaulter run 1 crashed") < pane.index("run 29 ok")  # oldest first
