@@ -59,7 +59,7 @@ class AsyncCall:
         return f"<async {self.fn!r}>"
 
 
-def as_sync(fn: Any) -> Any:
+def as_sync(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` wrapped in :class:`AsyncCall` if it is a coroutine function, else ``fn``."""
     if isinstance(fn, AsyncCall) or not _is_async(fn):
         return fn

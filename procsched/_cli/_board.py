@@ -224,7 +224,7 @@ def run_output(event: dict[str, Any], tracebacks: bool) -> list[str]:
 
 
 def outcome_text(event: dict[str, Any]) -> str:
-    text = event["outcome"]
+    text = str(event["outcome"])
     if event["outcome"] != "ok" and event.get("error"):
         text += f" ({shorten(event['error'], 60)})"
     return text
