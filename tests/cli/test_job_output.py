@@ -92,3 +92,11 @@ def test_the_live_view_shows_a_crash_trace_with_its_crash(jobs_file) -> None:
     crash = last.index("segfaulter run ")
     assert "crashed" in last[crash : crash + 80]
     assert last.index("│ Fatal Python error: Segmentation fault", crash) > crash
+
+
+def test_json_lines_stay_json_on_the_threads_runner(jobs_file) -> None:
+    path = jobs_file(NOISY.split("    @every(0.3")[0])  # printing only: a segfault would take the process
+    done = cli("run", str(path), "--duration", "0.6", "--json", "--runner", "threads")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert any(r["event"] == "run_finished" and r["name"] == "chatty" for r in records)
