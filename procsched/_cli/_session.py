@@ -195,6 +195,8 @@ class Session:
                 return "duration"
             if self.stopper.event.wait(wait):
                 return self.stopper.name
+            if deadline is not None and time.monotonic() >= deadline:
+                return "duration"  # now, not after one more redraw
             if self.out.closed.is_set():
                 return "closed stdout"
             if self.broken:
