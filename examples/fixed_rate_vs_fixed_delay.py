@@ -1,6 +1,6 @@
 """Fixed rate vs fixed delay, measured on real time.
 
-The experiment of DESIGN.md: a 400 ms schedule whose first run, at 200 ms,
+The experiment of docs/DESIGN.md (Semantics): a 400 ms schedule whose first run, at 200 ms,
 takes 1 s (the others are instant). Four tasks run it side by side:
 
 - fixed rate, misfire="catch_up" (the default): the runs missed during the
@@ -55,7 +55,7 @@ def main() -> None:
           f" Run start times (ms), up to {WATCH * 1000:.0f} ms:\n")  # fmt: skip
     for label, times in starts.items():
         print(f"  {label:<{width}}  " + "  ".join(f"{t:>5}" for t in times if t <= WATCH * 1000))
-    print("\nDESIGN.md, the reference: fixed rate 200, ~1200, ~1200, 1400, 1800; fixed delay 200, ~1600, ~2000.")
+    print("\ndocs/DESIGN.md, the reference: fixed rate 200, ~1200, ~1200, 1400, 1800; fixed delay 200, ~1600, ~2000.")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """procsched: run Python work later, on a crash-proof pool of worker processes.
 
-See DESIGN.md (the contract) and README.md. Everything public is re-exported
+See README.md and docs/DESIGN.md (the contract). Everything public is re-exported
 here; modules starting with an underscore are private.
 """
 

@@ -8,7 +8,8 @@
     run_started      a run was handed to a worker           run, worker, scheduled_for
     run_finished     the run returned                       run, worker, outcome, scheduled_for,
     run_failed       the run raised                           started_at, finished_at, duration,
-    run_crashed      its worker process died mid-run          lateness, state, next_run, error
+    run_crashed      its worker process died mid-run          lateness, state, next_run, error,
+                                                              traceback
     run_timeout      it overran its timeout (worker killed)
     run_cancelled    it was stopped by cancel(interrupt=True)
     run_missed       fixed-rate slots were dropped by the   run, missed, next_run
@@ -22,7 +23,8 @@ scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
 ``lateness`` is started - scheduled. ``state`` is the task's state after the
 run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
 is ``"ExcType: message"`` when the run did not end "ok" and the error is
-known, else None. Every value is a plain str, int, float, bool or None, so an
+known, else None; ``traceback`` is then its formatted traceback (the
+worker's, for the processes runner). Every value is a plain str, int, float, bool or None, so an
 event can go straight to ``json.dumps``.
 
 Order: for one task, ``run_started`` comes before that run's end event, which
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -159,12 +162,21 @@ def run_ended(
         "state": state,
         "next_run": next_run,
         "error": None if error is None or info.outcome == "ok" else describe(error),
+        "traceback": None if error is None or info.outcome == "ok" else format_traceback(error),
     }
 
 
 def describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The task's own traceback: the worker's (a ``RemoteTraceback`` cause), else the local one."""
+    cause = exc.__cause__
+    if cause is not None and type(cause).__name__ == "RemoteTraceback":
+        return str(cause)
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def signal_name(exitcode: int | None) -> str | None:

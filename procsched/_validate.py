@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, NamedTuple
 
+from ._async import as_sync
 from ._core import Kind, Misfire, Policy
 
 NS = 1_000_000_000
@@ -104,6 +105,7 @@ def name(value: object) -> str | None:
 def call(fn: object, args: object, kwargs: object) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     if not callable(fn):
         raise TypeError(f"fn must be callable, not {_describe(fn)}")
+    fn = as_sync(fn)  # an async def runs to completion in the worker (see _async.py)
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple or list, not {_describe(args)}")
     if kwargs is None:

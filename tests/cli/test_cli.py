@@ -22,7 +22,7 @@ def test_plain_output_with_duration(jobs_file) -> None:
     done = cli("run", str(path), "--duration", "1", "--workers", "2")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert f"starting 3 jobs from {path.name} on 2 process workers, for 1 s" in out.splitlines()[0]
+    assert f"starting 3 jobs from {path.name} on 2 worker processes, for 1 s" in out.splitlines()[0]
     assert " tick " in out and " steady " in out
     boom = next(line for line in out.splitlines() if " boom " in line and "run 1" in line)
     assert "error" in boom and "RuntimeError: boom once" in boom

@@ -1,0 +1,36 @@
+"""The ``procsched`` command: run a jobs file with a live view, or the demo.
+
+    procsched run FILE.py [--workers N] [--runner R] [--policy P] [--timeout S] [--mp-context M]
+                          [--duration S] [--grace S] [--json | --plain] [--tracebacks]
+                          [--log-level L | -v | -q] [--fail-on-error] [--metrics-port PORT]
+    procsched demo [--workers N] [--duration S] [--json | --plain] ...
+    procsched --version
+
+Modules, by role::
+
+    _main.py     the command line and its handlers (entry point: main)
+    _session.py  a run: start the jobs, watch, stop on a signal or --duration, summarise
+    _board.py    the numbers per job and per worker, fed by the scheduler's events
+    _lines.py    plain lines and JSON Lines; keeps job output off the CLI's own stream
+    _live.py     the rich live view (readable from 80 x 24)
+    _times.py    monotonic scheduler times -> wall-clock times, in one place
+    _demo.py     the demo command and its verdict
+
+Output: on a terminal with ``rich`` installed (``pip install procsched[cli]``),
+a live table per job and per worker, with what the latest runs printed under
+it; otherwise (no rich, not a terminal, or ``--plain``) one line per finished
+run (its output framed under it) and per worker change, then the table once
+at the end; ``--json`` prints one JSON object per line, per event, for log
+collectors, and nothing else on stdout. Status notes go to stdout, except
+with ``--json`` (stderr).
+
+Stopping: the first Ctrl-C (or SIGTERM) cancels every task that is not
+running and lets the running ones finish, for at most ``--grace`` seconds; a
+second Ctrl-C, or the grace running out, exits at once, and the dispatcher
+process then kills the workers (it watches this process). Exit statuses: see
+``_main.EPILOG`` (``procsched --help``).
+"""
+
+from ._main import main as main
+
+__all__ = ["main"]

@@ -1,0 +1,286 @@
+"""The numbers behind every view: per-job rows fed by scheduler events, and
+the text helpers the views share (durations, schedules, plain tables).
+
+    listener thread ── event ──▶ Board.on_event ──▶ JobRow (counts, lateness)
+                                               └──▶ recent runs' output (Board.outputs)
+    main thread ── Board.job_table() / worker_table() ──▶ live view, plain table
+
+The board owns these numbers; both threads touch them only under its lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from typing import Any, NamedTuple
+
+from .._core import Priority
+from .._events import RUN_END, RUN_MISSED, WORKER_EXITED
+from .._handle import TaskHandle
+from .._jobs import Job
+from . import _times
+
+#: Lateness samples kept per job for the p99 (the most recent ones).
+LATENESS_WINDOW = 10_000
+OUTCOME_COLUMNS = ("ok", "error", "crashed", "timeout")
+#: Outcomes that count as a failed run (for --fail-on-error).
+FAILED = ("error", "crashed", "timeout")
+STRAY = "printed by a worker outside any captured run"
+
+
+class JobRow:
+    """What the board knows about one job (or one name of follow-up tasks)."""
+
+    def __init__(self, name: str, schedule: str, job: Job | None = None, handle: TaskHandle | None = None) -> None:
+        self.name = name
+        self.schedule = schedule
+        self.job = job
+        self.handle = handle
+        self.first_due: float | None = None
+        self.counts = dict.fromkeys(RUN_END, 0)
+        self.missed = 0
+        self.last_duration: float | None = None
+        self.durations = 0.0
+        self.lateness: collections.deque[float] = collections.deque(maxlen=LATENESS_WINDOW)
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(self.counts[o] for o in FAILED)
+
+    def p99(self) -> float | None:
+        if not self.lateness:
+            return None
+        ordered = sorted(self.lateness)
+        return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+    def expected(self, until: float) -> tuple[int, bool] | None:
+        """Runs the schedule asked for up to ``until``: (count, exact?)."""
+        if self.job is None or self.first_due is None:
+            return None
+        if until < self.first_due:
+            return 0, True
+        if self.job.kind == "rate":
+            return int((until - self.first_due) // self.job.period) + 1, True  # type: ignore[operator]
+        if self.job.kind == "once":
+            return 1, True
+        mean = self.durations / self.runs if self.runs else 0.0  # fixed delay: an estimate
+        return int((until - self.first_due) // (self.job.period + mean)) + 1, False  # type: ignore[operator]
+
+    def next_run(self, now: float, off: float) -> str:
+        handle = self.handle
+        if handle is None:
+            return ""
+        state = handle.state.value
+        if state != "pending":
+            return state
+        due = handle.next_run
+        return "-" if due is None else _times.until_text(due, now, off)
+
+
+class RunOutput(NamedTuple):
+    """A finished run's captured output (or failure detail), for the views."""
+
+    title: str  # "printer run 3 ok", "segfaulter run 3 crashed (SIGSEGV)"
+    lines: list[str]
+    bad: bool  # the run did not end "ok"
+
+
+class Board:
+    """Per-job numbers, fed by the scheduler's events (listener thread) and
+    read by the display (main thread) under one lock."""
+
+    def __init__(self, *, tracebacks: bool = False) -> None:
+        self.lock = threading.Lock()
+        self.tracebacks = tracebacks
+        self.rows: list[JobRow] = []
+        self.by_task: dict[int, JobRow] = {}
+        self.by_name: dict[str, JobRow] = {}
+        self.workers: list[dict[str, Any]] = []
+        self.worker_exits = collections.Counter[str]()
+        self.recent: collections.deque[str] = collections.deque(maxlen=5)
+        self.outputs: collections.deque[RunOutput] = collections.deque(maxlen=8)
+        self.last_failure: RunOutput | None = None  # kept in view however chatty the others are
+        self.started = time.monotonic()
+
+    def add(self, job: Job, handle: TaskHandle, first_due: float) -> None:
+        row = JobRow(job.name, schedule_text(job), job, handle)
+        row.first_due = first_due
+        with self.lock:
+            self.rows.append(row)
+            self.by_task[handle.id] = row
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event["event"]
+        with self.lock:
+            if kind == WORKER_EXITED:
+                self.worker_exits["crashed" if event["crashed"] else "stopped"] += 1
+                for worker in self.workers:  # the last stats() may be older than this
+                    if worker["pid"] == event["worker"]:
+                        worker.update(state="crashed" if event["crashed"] else "exited", task=None)
+                return
+            if event["task_id"] is None:
+                return
+            row = self._row(event)
+            if kind == RUN_MISSED:
+                row.missed += event["missed"]
+            elif kind in RUN_END.values():
+                row.counts[event["outcome"]] += 1
+                row.last_duration = event["duration"]
+                row.durations += event["duration"]
+                row.lateness.append(event["lateness"])
+                if event["outcome"] == "error":  # crashes, timeouts and misses are logged by the engine
+                    self.recent.append(f"{row.name} run {event['run']} failed: {shorten(event['error'] or '?', 90)}")
+                shown = run_output(event, self.tracebacks)
+                if shown:
+                    entry = RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
+                                      event["outcome"] != "ok")  # fmt: skip
+                    self.outputs.append(entry)
+                    if entry.bad:
+                        self.last_failure = entry
+
+    def recent_outputs(self) -> list[RunOutput]:
+        """The latest runs' output, oldest first, the latest failure included."""
+        with self.lock:
+            outputs = list(self.outputs)
+            if self.last_failure is not None and all(o is not self.last_failure for o in outputs):
+                outputs.insert(0, self.last_failure)
+        return outputs
+
+    def stray(self, line: str) -> None:
+        """A line a worker wrote outside any captured run (see _lines.guard_streams)."""
+        with self.lock:
+            last = self.outputs[-1] if self.outputs else None
+            if last is None or last.title != STRAY:
+                last = RunOutput(STRAY, [], False)
+                self.outputs.append(last)
+            last.lines.append(line)
+            del last.lines[:-50]
+
+    def stopped(self) -> None:
+        """The scheduler has shut down: no worker is busy any more."""
+        with self.lock:
+            for worker in self.workers:
+                if worker["state"] not in ("crashed", "exited"):
+                    worker.update(state="stopped", task=None)
+
+    def _row(self, event: dict[str, Any]) -> JobRow:
+        row = self.by_task.get(event["task_id"])
+        if row is None:  # a task scheduled from inside a task: one row per name
+            name = event["name"] or f"task {event['task_id']}"
+            row = self.by_name.get(name)
+            if row is None:
+                row = self.by_name[name] = JobRow(name, "from a task")
+                self.rows.append(row)
+            self.by_task[event["task_id"]] = row
+        return row
+
+    def job_cells(self, now: float) -> list[dict[str, str]]:
+        """Per job, every column's text (the views choose the columns)."""
+        off = _times.offset()
+        with self.lock:
+            return [{
+                "job": r.name, "schedule": r.schedule, "next run": r.next_run(now, off), "runs": str(r.runs),
+                **{o: str(r.counts[o]) for o in OUTCOME_COLUMNS},
+                "ok/err/crash/t.o.": "/".join(str(r.counts[o]) for o in OUTCOME_COLUMNS),
+                "last duration": duration(r.last_duration), "lateness p99": duration(r.p99()),
+            } for r in self.rows]  # fmt: skip
+
+    def job_table(self, now: float) -> tuple[list[str], list[list[str]]]:
+        headers = ["job", "schedule", "next run", "runs", *OUTCOME_COLUMNS, "last duration", "lateness p99"]
+        return headers, [[cells[h] for h in headers] for cells in self.job_cells(now)]
+
+    def worker_table(self) -> tuple[list[str], list[list[str]]]:
+        headers = ["worker", "pid", "state", "RSS", "runs", "restarts"]
+        with self.lock:
+            rows = [
+                [str(w["slot"]), "-" if w["pid"] is None else str(w["pid"]), str(w["state"]),
+                 "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB", str(w["runs"]), str(w["restarts"])]
+                for w in self.workers
+            ]  # fmt: skip
+        return headers, rows
+
+    def failing_jobs(self) -> tuple[list[str], list[str]]:
+        """(jobs every run of which failed, jobs with some failed runs)."""
+        with self.lock:
+            every = [r.name for r in self.rows if r.failed and r.counts["ok"] == 0]
+            some = [r.name for r in self.rows if r.failed and r.counts["ok"]]
+        return every, some
+
+
+def run_output(event: dict[str, Any], tracebacks: bool) -> list[str]:
+    """The lines worth showing under a finished run: what it printed
+    (``output``, from ``Scheduler(capture_output=True)``) and, with
+    ``tracebacks``, its error's traceback."""
+    lines = (event.get("output") or "").rstrip("\n").splitlines()
+    if tracebacks and event.get("traceback"):
+        lines += event["traceback"].rstrip("\n").splitlines()
+    return lines
+
+
+def outcome_text(event: dict[str, Any]) -> str:
+    text = str(event["outcome"])
+    if event["outcome"] != "ok" and event.get("error"):
+        text += f" ({shorten(event['error'], 60)})"
+    return text
+
+
+def schedule_text(job: Job) -> str:
+    text = job.describe()
+    extras = []
+    priority = int(job.options.get("priority", 0))
+    if priority:
+        named = {int(p): p.name for p in Priority}
+        extras.append(f"priority {named.get(priority, priority)}")
+    if job.options.get("timeout") is not None:
+        extras.append(f"timeout {_plain_seconds(job.options['timeout'])}")
+    return ", ".join([text, *extras])
+
+
+def _plain_seconds(value: Any) -> str:
+    seconds = value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+    return f"{seconds:g}s"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def shorten(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def pool_text(workers: int, runner: str) -> str:
+    """``"1 worker process"``, ``"4 worker threads"``."""
+    kind = {"processes": "process", "threads": "thread"}.get(runner, f"{runner} worker")
+    noun = f"worker {kind}" if runner in ("processes", "threads") else kind
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"{workers} {noun if workers == 1 else plural}"
+
+
+def text_table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:
+    """A plain aligned table: text left, numbers right."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    numeric = [bool(rows) and all(_numeric(r[i]) for r in rows) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        padded = (c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric, strict=True))
+        return (indent + "  ".join(padded)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _numeric(cell: str) -> bool:
+    return cell == "-" or cell[:1].isdigit()

@@ -1,0 +1,63 @@
+"""``procsched demo``: the demo jobs file on a process pool, and its verdict.
+
+The demo needs at least two workers: its hanging job holds one worker for a
+second at a time, and the point is that the healthy jobs keep their schedule
+on the other ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+
+from .._jobs import declared_jobs
+from ._board import Board, duration, text_table
+
+DEMO_MODULE = "procsched._demo_jobs"
+DEMO_SECONDS = 20.0
+MIN_WORKERS = 2
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from ._session import Session
+
+    importlib.import_module(DEMO_MODULE)
+    args.runner = "processes"  # a segfault in a thread would take everything down: that is the point
+    args.workers = args.workers or max(MIN_WORKERS, os.cpu_count() or 1)
+    return Session(declared_jobs(DEMO_MODULE), "the demo jobs", args, demo=True).run()
+
+
+def verdict(board: Board, elapsed: float, stopped_at: float) -> list[str]:
+    """Did the healthy jobs keep their schedule next to the bad ones?"""
+    with board.lock:
+        rows = list(board.rows)
+        workers = len(board.workers)
+    table: list[list[str]] = []
+    healthy, kept = [], True
+    for row in rows:
+        expected = row.expected(stopped_at)
+        exp_text = "-" if expected is None else f"{'' if expected[1] else '~'}{expected[0]}"
+        bad = {o: n for o, n in row.counts.items() if o != "ok" and n}
+        outcome = ", ".join([f"{row.counts['ok']} ok", *(f"{n} {o}" for o, n in bad.items())])
+        table.append([row.name, row.schedule, str(row.runs), exp_text, duration(row.p99()), outcome])
+        if not bad:
+            on_time = expected is None or row.runs >= expected[0] - 1
+            kept = kept and on_time
+            healthy.append(f"{row.name} {row.runs}/{exp_text}" + ("" if on_time else " (behind)"))
+    crashes = sum(r.counts["crashed"] for r in rows)
+    timeouts = sum(r.counts["timeout"] for r in rows)
+    worst = max((r.p99() or 0.0 for r in rows if not any(r.counts[o] for o in ("error", "crashed", "timeout"))),
+                default=0.0)  # fmt: skip
+    replaced = board.worker_exits["crashed"] + timeouts
+    headline = "kept their schedule" if kept else "did NOT all keep their schedule"
+    others = "no other job lost a run" if kept else "but some healthy jobs fell behind (see expected)"
+    return [
+        f"procsched demo: {elapsed:.1f} s on {workers} worker process{'es' if workers != 1 else ''}",
+        "",
+        text_table(["job", "schedule", "runs", "expected", "lateness p99", "outcomes"], table),
+        "",
+        f"Healthy jobs {headline}: {', '.join(healthy)} runs; worst lateness p99 {duration(worst)}.",
+        f"{crashes} segfault(s) and {timeouts} timeout(s) each cost one run of their own job; "
+        f"{replaced} worker process(es) were replaced; {others}.",
+    ]

@@ -1,0 +1,200 @@
+"""The live view: a rich table per job and per worker, redrawn by the main thread.
+
+Readable from 80 x 24 up: the job table uses the first layout of
+:data:`LAYOUTS` that fits the terminal's width (the outcome counts merge into
+one column, then the timing columns go); job names are never cut (only the
+schedule wraps); the title wraps above the table. Under the tables: the last
+log lines, then what the latest runs printed (a crash's trace with its crash),
+in as many lines as the terminal has left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from ._board import OUTCOME_COLUMNS, Board, shorten
+from ._lines import Lines
+
+#: Job-table columns, most informative first; the first that fits is used.
+_BASE = ["job", "schedule", "next run"]
+LAYOUTS: list[list[str]] = [
+    [*_BASE, "runs", *OUTCOME_COLUMNS, "last duration", "lateness p99"],
+    [*_BASE, "runs", "ok/err/crash/t.o.", "last duration", "lateness p99"],
+    [*_BASE, "runs", "ok/err/crash/t.o.", "last duration"],
+    [*_BASE, "ok/err/crash/t.o.", "last duration"],
+    [*_BASE, "ok/err/crash/t.o."],
+]
+_LEFT = {"job", "schedule", "next run"}
+#: Lines of the output pane per run shown, at most.
+OUTPUT_LINES_PER_RUN = 6
+
+
+class LiveView:
+    """The rich live table (main thread only)."""
+
+    def __init__(self, lines: Lines, board: Board, title: str, *, console: Any = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.board = board
+        self.title = title
+        self.console = console or Console(file=lines.stdout)
+        self._fd = _fileno(lines.stdout)
+        self.live = Live(console=self.console, auto_refresh=False, transient=False,
+                         redirect_stdout=True, redirect_stderr=True, vertical_overflow="crop")  # fmt: skip
+        lines.live = self.live
+
+    def start(self) -> None:
+        self.live.start()
+        self.refresh()
+
+    def refresh(self, status: str | None = None) -> None:
+        """Redraw; ``status`` replaces "up N s - Ctrl-C to stop" in the title."""
+        if status is None:
+            status = f"up {time.monotonic() - self.board.started:.0f} s - Ctrl-C to stop"
+        self._follow_terminal_size()
+        self.live.update(self.render(status), refresh=True)
+
+    def stop(self) -> None:
+        self.live.stop()
+
+    def _follow_terminal_size(self) -> None:
+        # fds 1 and 2 point away from the terminal (see _lines.guard_streams),
+        # so rich cannot see its size there: ask the CLI's own descriptor.
+        if self._fd is None or "COLUMNS" in os.environ:
+            return
+        try:
+            width, height = os.get_terminal_size(self._fd)
+        except OSError:
+            return
+        if width and height:
+            self.console.size = (width, height)
+
+    def render(self, status: str) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        width, height = self.console.size
+        title = Text(f"{self.title} - {status}", style="bold")
+        jobs = self._job_table(width)
+        workers = self._worker_table()
+        parts: list[Any] = [title, jobs, workers]
+        used = sum(len(self.console.render_lines(p, self.console.options.update(width=width), pad=False))
+                   for p in parts)  # fmt: skip
+        with self.board.lock:
+            recent = list(self.board.recent)
+        outputs = self.board.recent_outputs()
+        if recent:
+            parts.append(Text("recent: " + "\n        ".join(shorten(r, max(20, width - 9)) for r in recent),
+                              style="dim"))  # fmt: skip
+            used += len(recent)
+        room = height - used - 1
+        pane = _output_pane(outputs, room, width)
+        if pane is not None:
+            parts.append(pane)
+        return Group(*parts)
+
+    def _job_table(self, width: int) -> Any:
+        from rich.measure import Measurement
+
+        cells = self.board.job_cells(time.monotonic())
+        # Measure unclamped (a measurement never exceeds the width it is given).
+        options = self.console.options.update(width=10 * width)
+        table = None
+        for layout in LAYOUTS:
+            table = _table(layout, cells, wrap_schedule=False)
+            if Measurement.get(self.console, options, table).maximum <= width:
+                return table
+        return _table(LAYOUTS[-1], cells, wrap_schedule=True)
+
+    def _worker_table(self) -> Any:
+        from rich.table import Table
+
+        workers = Table(title="workers", title_justify="left")
+        headers, rows = self.board.worker_table()
+        for i, header in enumerate(headers):
+            workers.add_column(header, justify="left" if i == 2 else "right", no_wrap=True)
+        for row in rows:
+            workers.add_row(*row)
+        return workers
+
+
+def _table(columns: list[str], cells: list[dict[str, str]], *, wrap_schedule: bool) -> Any:
+    from rich.table import Table
+
+    table = Table(expand=False)
+    for column in columns:
+        wraps = wrap_schedule and column == "schedule"
+        table.add_column(column, justify="left" if column in _LEFT else "right", no_wrap=not wraps,
+                         min_width=max((len(c[column]) for c in cells), default=0) if column == "job" else None)  # fmt: skip
+    for row in cells:
+        styled = [row[c] for c in columns]
+        for i, column in enumerate(columns):
+            if column in OUTCOME_COLUMNS[1:] and row[column] != "0":
+                styled[i] = f"[bold red]{row[column]}[/]"
+            elif column == "ok/err/crash/t.o." and any(row[o] != "0" for o in OUTCOME_COLUMNS[1:]):
+                styled[i] = f"[bold red]{row[column]}[/]"
+        table.add_row(*styled)
+    return table
+
+
+def _output_pane(outputs: list[Any], room: int, width: int) -> Any:
+    """The latest runs' output in at most ``room`` lines: the newest failed
+    run's first (a crash trace stays in view however chatty the others are),
+    then the newest others; shown oldest first."""
+    from rich.text import Text
+
+    if room < 2 or not outputs:
+        return None
+    newest_bad = next((o for o in reversed(outputs) if o.bad), None)
+    order = ([newest_bad] if newest_bad is not None else []) + [o for o in reversed(outputs) if o is not newest_bad]
+    chosen: list[tuple[Any, int]] = []
+    left = room - 1  # the "output" line
+    for shown in order:
+        take = min(OUTPUT_LINES_PER_RUN, left - 1, len(shown.lines))
+        if take <= 0:
+            break
+        chosen.append((shown, take))
+        left -= take + 1
+    if not chosen:
+        return None
+    position = {id(o): i for i, o in enumerate(outputs)}
+    out = Text("output", style="dim")
+    for shown, take in sorted(chosen, key=lambda pair: position[id(pair[0])]):
+        out.append("\n")
+        out.append(shorten(shown.title, width - 4), style="bold red" if shown.bad else "bold")
+        if take < len(shown.lines):
+            out.append(f"  (last {take} of {len(shown.lines)} lines)", style="dim")
+        for line in shown.lines[-take:]:
+            out.append("\n│ " + line.expandtabs()[: width - 3])
+    return out
+
+
+class LogToBoard(logging.Handler):
+    """In live mode, procsched's own log lines go to the 'recent' list."""
+
+    def __init__(self, board: Board, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self.board = board
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.board.lock:
+            self.board.recent.append(shorten(record.getMessage(), 110))
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def have_rich() -> bool:
+    try:
+        import rich.live  # noqa: F401
+    except ImportError:
+        return False
+    return True

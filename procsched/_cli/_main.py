@@ -1,0 +1,200 @@
+"""Entry point: the command line, loading the jobs file, choosing the command.
+
+Subcommands are registered in :func:`parser` (one ``add_parser`` each, with
+its handler set by ``set_defaults(handler=...)``); :func:`main` calls the
+handler of the one on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+
+from .._jobs import Job, JobsFileError, load_jobs_file
+from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
+from ._session import EXIT_LOAD, Session
+
+RUNNERS = ("processes", "threads")
+POLICIES = ("priority", "due", "fifo")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+EPILOG = """\
+exit status:
+  0    stopped cleanly (Ctrl-C, SIGTERM or --duration)
+  1    the jobs file cannot be loaded, or a job cannot be started (reason on stderr)
+  2    bad command line
+  3    the dispatcher process died
+  4    with --fail-on-error: some runs failed (error, crashed, timeout), but every job had a good run
+  5    with --fail-on-error: every run of some job failed (the summary names the jobs)
+  130  forced stop: a second Ctrl-C, or the grace ran out
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``procsched`` console script and ``python -m procsched``."""
+    args = parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        _, jobs = load_jobs_file(args.file)
+        check_unique_names(jobs)
+    except JobsFileError as exc:
+        print(f"procsched: cannot load {args.file}: {exc}", file=sys.stderr)
+        return EXIT_LOAD
+    except (Exception, SystemExit) as exc:  # the file's own error: show where it happened
+        print(_traceback_from(exc, args.file), end="", file=sys.stderr)
+        print(f"procsched: cannot load {args.file}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_LOAD
+    return Session(jobs, os.path.basename(args.file), args).run()
+
+
+def check_unique_names(jobs: list[Job]) -> None:
+    """Two jobs of one file with one name: a JobsFileError naming both definitions."""
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        first = seen.setdefault(job.name, job)
+        if first is not job:
+            raise JobsFileError(
+                f"two jobs are named {job.name!r}: {_where(first)} and {_where(job)}; "
+                "give one of them another name (name=...)"
+            )
+
+
+def _where(job: Job) -> str:
+    fn = inspect.unwrap(job.fn)
+    try:
+        path = inspect.getsourcefile(fn) or "?"
+        line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        return repr(job.fn)
+    return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{line}"
+
+
+def _traceback_from(exc: BaseException, path: str) -> str:
+    """The traceback from the jobs file's first frame on (not procsched's or importlib's)."""
+    tb = exc.__traceback__
+    while tb is not None and not _same_file(tb.tb_frame.f_code.co_filename, path):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    top = argparse.ArgumentParser(
+        prog="procsched", description="Run Python jobs on a schedule, on a crash-proof pool of worker processes.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    top.add_argument("--version", action="version", version=f"procsched {__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    # -- procsched run FILE.py
+    run = commands.add_parser("run", help="run the jobs declared in a jobs file", epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+        "Import FILE.py, start the jobs its @every / @once decorators declare, and show them live."))  # fmt: skip
+    run.set_defaults(handler=run_command)
+    run.add_argument("file", metavar="FILE.py", help="the jobs file")
+    run.add_argument("--workers", type=_positive_int("--workers"), default=None, metavar="N",
+                     help="how many workers (default: the CPU count)")  # fmt: skip
+    run.add_argument("--runner", choices=RUNNERS, default="processes", help="where runs happen (default: processes)")
+    run.add_argument("--policy", choices=POLICIES, default=None,
+                     help="which due task goes first (default: priority)")  # fmt: skip
+    run.add_argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S",
+                     help="default per-run timeout in seconds, for jobs without their own (default: none)")  # fmt: skip
+    run.add_argument("--mp-context", choices=("forkserver", "spawn", "fork"), default=None, dest="mp_context",
+                     help="how worker processes are started (default: forkserver)")  # fmt: skip
+    _common(run, None)
+    run.add_argument("--fail-on-error", action="store_true",
+                     help="exit 4 if any run failed, 5 if every run of some job failed (see exit status)")  # fmt: skip
+    run.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                     help="serve Prometheus metrics on PORT (0: any free port; needs procsched[metrics])")  # fmt: skip
+    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                     help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for every interface)")  # fmt: skip
+
+    # -- procsched demo
+    demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones",
+                               description="A jobs file of healthy, segfaulting and hanging jobs, on worker "
+                               "processes: the bad jobs cost their own runs only.")  # fmt: skip
+    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False)
+    demo.add_argument("--workers", type=_positive_int("--workers", MIN_WORKERS), default=None, metavar="N",
+                      help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, "
+                      f"at least {MIN_WORKERS})")  # fmt: skip
+    _common(demo, DEMO_SECONDS)
+
+    # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
+    return top
+
+
+def _common(p: argparse.ArgumentParser, duration: float | None) -> None:
+    until = f"default {duration:g}" if duration else "default: run until stopped"
+    p.add_argument("--duration", type=_seconds("--duration"), default=duration, metavar="S",
+                   help=f"stop after S seconds ({until})")  # fmt: skip
+    p.add_argument("--grace", type=_seconds("--grace"), default=10.0, metavar="S",
+                   help="on stop, wait at most S seconds for running tasks (default 10)")  # fmt: skip
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON event per line (times in ISO 8601 UTC)")
+    out.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
+    p.add_argument("--tracebacks", action="store_true",
+                   help="show a failed run's whole traceback (default: one line)")  # fmt: skip
+    level = p.add_mutually_exclusive_group()
+    level.add_argument("--log-level", choices=LOG_LEVELS, default=None,
+                       help="procsched's own log messages (default: info in the live view, else warning)")  # fmt: skip
+    level.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
+                       help="--log-level debug")  # fmt: skip
+    level.add_argument("-q", "--quiet", dest="log_level", action="store_const", const="error",
+                       help="--log-level error")  # fmt: skip
+
+
+def _positive_int(option: str, minimum: int = 1) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    convert.__name__ = option
+    return convert
+
+
+def _seconds(option: str) -> Callable[[str], float]:
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+        if not value > 0 or math.isinf(value):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+        return value
+
+    convert.__name__ = option
+    return convert
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
+    return value
+
+
