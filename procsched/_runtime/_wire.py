@@ -189,9 +189,23 @@ def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseExcepti
     if kind == BLOB_VALUE:
         return blob, None
     if kind == BLOB_ERROR:
-        error, tb = blob
-        if pickled:
+        try:
+            error, tb = blob
+        except (TypeError, ValueError):
+            error, tb = blob, ""
+        if not isinstance(error, BaseException):
+            # An exception whose __reduce__ rebuilds something else.
+            error = SchedulerError(f"the task raised an exception that unpickled as {type(error).__name__}, "
+                                   f"not an exception: {_safe_repr(error)}")  # fmt: skip
+        if pickled and tb:
             error.__cause__ = RemoteTraceback(tb)
         return None, error
     assert kind == BLOB_EXC
     return None, blob
+
+
+def _safe_repr(obj: object) -> str:
+    try:
+        return repr(obj)[:200]
+    except BaseException:  # noqa: BLE001
+        return f"<{type(obj).__name__}>"
