@@ -149,6 +149,12 @@ class ProcessCarrier:
         self.write(worker)
 
     def retire(self, worker: _Worker) -> None:
+        # What its tasks left running (even in sessions of their own) ends
+        # with it, as at a kill: listed now, killed once it has exited.
+        try:
+            worker.tree = self._ps(worker).children(recursive=True)
+        except (psutil.Error, OSError):
+            pass
         # Closing our end is enough: an idle worker exits on EOF.
         self._drop_conn(worker)
 

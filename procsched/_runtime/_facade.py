@@ -144,7 +144,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         self._listener = threading.Thread(
             target=_listen, args=(weakref.ref(self), self._backend), name="procsched-listener", daemon=True
         )
-        weakref.finalize(self, _dropped, self._backend)
+        weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
 
