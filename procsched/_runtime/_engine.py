@@ -144,7 +144,8 @@ class Engine:
         # killing their workers is held back, not the pool.
         self.task_crashes: dict[int, int] = {}  # task id -> runs crashed in a row
         self.held: dict[int, int] = {}  # task id -> when its next run may start
-        self.parked: list[Run] = []  # runs claimed while their task was held
+        self.parked: list[Run] = []  # runs claimed while their task was held (or yielding: see _claim)
+        self.behind: set[int] = set()  # periodic tasks whose next run was due before their last one ended
 
     # -- inputs ------------------------------------------------------------
 
@@ -380,13 +381,24 @@ class Engine:
                 del self.parked[i]
                 self.held.pop(parked.task_id, None)
                 return parked
+        yielding = None
         while (run := self.core.claim(now)) is not None:
             release = self.held.get(run.task_id)
-            if release is None or release <= now:
-                self.held.pop(run.task_id, None)
-                return run
-            self.parked.append(run)  # claimed, so it cannot run twice; started later
-        return None
+            if release is not None and release > now:
+                self.parked.append(run)  # claimed, so it cannot run twice; started later
+                continue
+            self.held.pop(run.task_id, None)
+            if yielding is None and run.task_id in self.behind:
+                # Fairness bound: a run made up after an overrun (misfire
+                # "catch_up") yields once to the next due run of another task,
+                # so a task that can never catch up (a 1 ns period) takes at
+                # most every other start, never the whole pool.
+                yielding = run
+                continue
+            if yielding is not None:
+                self.parked.append(yielding)  # first in line for the next free worker
+            return run
+        return yielding
 
     def _track_crash_loop(self, run: Run, outcome: str, now: int, ended: bool) -> None:
         """From a periodic task's second crashed run in a row, hold its next
@@ -412,6 +424,7 @@ class Engine:
     def _forget_crash_loop(self, task_id: int) -> int:
         """End a task's hold; return how many runs in a row it had crashed."""
         self.held.pop(task_id, None)
+        self.behind.discard(task_id)
         return self.task_crashes.pop(task_id, 0)
 
     def _idle_closing(self) -> bool:
@@ -487,6 +500,10 @@ class Engine:
         if done is None:
             return
         self._track_crash_loop(run, outcome, finished, done.state.terminal)
+        if done.next_due_ns is not None and done.next_due_ns < finished:
+            self.behind.add(run.task_id)
+        elif self.behind:
+            self.behind.discard(run.task_id)
         if done.missed:
             self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if not done.ended and outcome == "ok":

@@ -418,6 +418,21 @@ def test_a_dropped_scheduler_logs_nothing_at_exit(tmp_path):
     assert "ERROR" not in err and "WARNING" not in err, err
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("runner", ["processes", "threads"])
+def test_a_task_that_never_catches_up_does_not_starve_a_one_shot(new_scheduler, runner):
+    """Decision: a run made up by catch_up yields once to the next due run of
+    another task (at most every other start goes to a task's backlog)."""
+    s = new_scheduler(1, runner=runner) if runner == "processes" else procsched.Scheduler(1, runner=runner)
+    try:
+        greedy = s.schedule_at_fixed_rate(rel_tasks.nothing, 1e-9)
+        wait_until(lambda: len(greedy.runs) >= 3, 30, "the fixed-rate task to fall behind")
+        assert s.submit(rel_tasks.hello, 1).result(timeout=30).startswith("hello 1")
+        greedy.cancel()
+    finally:
+        s.shutdown(wait=True, cancel_futures=True)
+
+
 # -- issue 14: logging, temp dirs, Ctrl-C, captured output --------------------------
 
 
