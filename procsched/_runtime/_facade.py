@@ -159,16 +159,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         """Shut down and wait. A first Ctrl-C (in the block, or while exit
         waits) says what exit waits for; a second one kills the runs."""
         interrupts = int(exc_type is KeyboardInterrupt)
-        while True:
-            if interrupts == 1:
-                logger.warning("interrupted: waiting for %s; press Ctrl-C again to kill them", self._waiting_for())
-            elif interrupts > 1:
-                logger.warning("interrupted again: killing %s", self._waiting_for())
-                self._abort(quiet=True)
-                if exc_type is KeyboardInterrupt:
-                    return  # the interrupt from the block goes on
-                raise KeyboardInterrupt
+        while interrupts < 2:
             try:
+                if interrupts == 1:
+                    logger.warning("interrupted: waiting for %s; press Ctrl-C again to kill them", self._waiting_for())
                 self.shutdown(wait=False)
                 if interrupts == 0 and not self._join(QUIET_WAIT):
                     logger.info("exiting the Scheduler's with block: waiting for %s", self._waiting_for())
@@ -176,6 +170,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 return
             except KeyboardInterrupt:
                 interrupts += 1
+        logger.warning("interrupted again: killing %s", self._waiting_for())
+        self._abort(quiet=True)
+        if exc_type is not KeyboardInterrupt:  # else the interrupt from the block goes on
+            raise KeyboardInterrupt
 
     def _waiting_for(self) -> str:
         """What shutting down waits for, in words (from the handles: no request)."""
