@@ -22,6 +22,8 @@ from .._errors import SchedulerError
 from ._engine import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+#: Frames from this size on are not copied out of the read buffer (see FrameReader.read).
+BIG_FRAME = 1 << 20
 
 
 class FrameReader:
@@ -62,7 +64,15 @@ class FrameReader:
                 head = 12
             if end - pos - head < size:
                 break
-            frames.append(bytes(buf[pos + head : pos + head + size]))
+            if size >= BIG_FRAME and pos + head + size == end:
+                # A large frame that ends the buffer: hand over the buffer
+                # itself (pickle reads a bytearray) instead of copying it.
+                del buf[: pos + head]
+                frames.append(buf)  # type: ignore[arg-type]
+                self.buf = bytearray()
+                return frames
+            with memoryview(buf) as view:  # one copy, not two
+                frames.append(bytes(view[pos + head : pos + head + size]))
             pos += head + size
         if pos:
             del buf[:pos]
@@ -143,7 +153,7 @@ class CallLoader:
 
     def load(self, payload: tuple[bytes, bytes]) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         fn_blob, arg_blob = payload
-        fn = self._fns.get(fn_blob)
+        fn = self._fns.get(fn_blob) if len(fn_blob) < 512 else None  # (a big frame may be a bytearray)
         if fn is None:
             fn = pickle.loads(fn_blob)
             if len(fn_blob) < 512 and isinstance(fn, types.FunctionType) and "<" not in fn.__qualname__:
