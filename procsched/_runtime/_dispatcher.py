@@ -14,7 +14,12 @@ with the engine's next deadline as timeout, so it never polls - translate
 what arrived into Engine calls, and carry out what the engine asks
 (``ProcessCarrier``). Each readable pipe is read with one ``os.read`` that
 brings every message waiting in it; event batches go back to the user
-process once per turn of the loop.
+process once per turn of the loop. No pipe is ever written with a blocking
+write: what a pipe cannot take waits in a buffer (the event pipe's
+``out``; each worker's ``out``, a queue of views of the frames, so a large
+argument goes out of the task's own bytes, never copied here) and the
+selector watches that pipe for writability only while its buffer is not
+empty. A worker that takes nothing for STALLED_WRITE_NS is killed.
 
 It is started with ``subprocess`` (fork+exec, safe with threads in the user
 process) in a session of its own, so Ctrl-C at a terminal reaches only the

@@ -168,7 +168,7 @@ class ThreadBackend:
         except BaseException:
             import logging
 
-            logging.getLogger("procsched").exception("procsched dispatcher thread failed")
+            logging.getLogger("procsched").exception("the dispatcher thread failed")
             self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
             raise
 
