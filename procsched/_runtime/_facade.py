@@ -138,7 +138,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         else:
             from ._threads import ThreadBackend
 
-            self._backend = ThreadBackend(config, weakref.proxy(self))
+            self._backend = ThreadBackend(config, weakref.ref(self))
         # The listener holds this Scheduler only weakly, so one dropped without
         # shutdown() is collected; then its backend shuts down (see _dropped).
         self._listener = threading.Thread(

@@ -42,7 +42,7 @@ class _ThreadWorker:
 class ThreadCarrier:
     def __init__(self, inbox: queue.SimpleQueue[tuple[Any, ...]], scheduler: Any) -> None:
         self.inbox = inbox
-        self.scheduler = scheduler
+        self.scheduler = scheduler  # a weakref.ref: a dropped Scheduler must be collectable
         self.serial = 0
 
     def spawn(self, slot: int) -> _ThreadWorker:
@@ -81,7 +81,7 @@ class ThreadCarrier:
             started = clock()
             info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None)
             try:
-                with running(info, self.scheduler):
+                with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
                 put(("done", worker, run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, "")))

@@ -553,3 +553,16 @@ def test_without_capture_output_is_none(new_scheduler):
     h = s.submit(rel_tasks.hello, 1)
     h.result(timeout=30)
     assert h.runs[-1].output is None
+
+
+@pytest.mark.timeout(60)
+def test_a_dropped_threads_scheduler_is_collected():
+    s = procsched.Scheduler(1, runner="threads")
+    assert s.submit(rel_tasks.hello, 1).result(timeout=30).startswith("hello 1")
+    thread = s._backend.thread
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
+    thread.join(10)
+    assert not thread.is_alive()
