@@ -186,7 +186,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         if queued:
             due = [h.next_run for h in queued if h.next_run is not None]
             when = f", the next due in {max(0.0, min(due) - time.monotonic()):.1f} s" if due else ""
-            parts.append(f"{len(queued)} one-shot task(s) not yet run ({_names(queued)}{when})")
+            parts.append(f"{len(queued)} pending task(s) ({_names(queued)}{when})")
         return " and ".join(parts) or "the workers to exit"
 
     def _join(self, timeout: float | None) -> bool:

@@ -505,7 +505,7 @@ def test_with_block_exit_waiting_for_a_one_shot_says_so(tmp_path):
     """)
     out, err = proc.communicate(timeout=50)
     assert proc.returncode == 0, err
-    assert "INFO exiting the Scheduler's with block: waiting for 1 one-shot task(s) not yet run (later" in err, err
+    assert "INFO exiting the Scheduler's with block: waiting for 1 pending task(s) (later, the next due in" in err, err
 
 
 # -- issue 14.1: captured output ----------------------------------------------------
