@@ -54,7 +54,7 @@ from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, Engine
-from ._wire import PROTOCOL, FrameReader, recv
+from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -317,6 +317,7 @@ class Dispatcher:
     def __init__(self, cmd: Connection, evt: Connection, config: dict[str, Any]) -> None:
         self.cmd: Connection | None = cmd
         self.cmd_reader = FrameReader(cmd.fileno())
+        self.commands = CommandReader()
         self.evt: Connection | None = evt
         os.set_blocking(evt.fileno(), False)
         self.out = bytearray()  # framed event batches the pipe has not taken yet
@@ -394,8 +395,7 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for frame in frames:
-            message: Any = pickle.loads(frame)
+        for message in self.commands.messages(frames):
             tag = message[0]
             if tag == "add":
                 engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import procsched
 
 from .._events import signal_name
-from ._wire import pack_call, recv, send
+from ._wire import pack_call, recv, send, send_command
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
 EXIT_GRACE = 10.0
@@ -60,7 +60,7 @@ class ProcessBackend:
         return pack_call(fn, args, kwargs)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        send(self.cmd, message)
+        send_command(self.cmd, message)
 
     def next_batch(self) -> list[tuple[Any, ...]]:
         return recv(self.evt)  # type: ignore[no-any-return]

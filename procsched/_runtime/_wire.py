@@ -83,6 +83,69 @@ def send(conn: Connection, message: Any) -> None:
     conn.send_bytes(pickle.dumps(message, PROTOCOL))
 
 
+#: Blobs (pickled arguments) from this size on cross the command pipe out of
+#: band: as raw frames after their message, so the dispatcher takes them as
+#: they were read, without copying them out of a pickle.
+OOB_MIN = 1 << 20
+
+
+def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
+    """Send a command; a message that carries large blobs goes as a 1-byte
+    frame (how many raw frames follow it), the pickled message, then each
+    blob as a frame of its own (see ``CommandReader``)."""
+    if not _has_big(message):
+        conn.send_bytes(pickle.dumps(message, PROTOCOL))
+        return
+    buffers: list[pickle.PickleBuffer] = []
+    body = pickle.dumps(_out_of_band(message), PROTOCOL, buffer_callback=buffers.append)
+    conn.send_bytes(bytes([len(buffers)]))
+    conn.send_bytes(body)
+    for buffer in buffers:
+        conn.send_bytes(buffer.raw())
+
+
+def _has_big(obj: Any) -> bool:
+    if type(obj) is tuple:
+        return any(_has_big(x) for x in obj)
+    return type(obj) is bytes and len(obj) >= OOB_MIN
+
+
+def _out_of_band(obj: Any) -> Any:
+    if type(obj) is tuple:
+        return tuple(_out_of_band(x) for x in obj)
+    if type(obj) is bytes and len(obj) >= OOB_MIN:
+        return pickle.PickleBuffer(obj)
+    return obj
+
+
+class CommandReader:
+    """The dispatcher's side of :func:`send_command`: whole messages from
+    the frames of a ``FrameReader``; a large blob arrives as a read-only
+    view of the frame it came in (never copied)."""
+
+    __slots__ = ("frames", "expect")
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []  # the frames of a message still coming in
+        self.expect = 0  # how many more
+
+    def messages(self, frames: list[Any]) -> list[Any]:
+        out = []
+        for frame in frames:
+            if self.expect:
+                self.frames.append(frame)
+                self.expect -= 1
+                if not self.expect:
+                    body, *buffers = self.frames
+                    self.frames = []
+                    out.append(pickle.loads(body, buffers=buffers))
+            elif len(frame) == 1:  # never a pickle: n raw frames follow the message
+                self.expect = frame[0] + 1
+            else:
+                out.append(pickle.loads(frame))
+        return out
+
+
 def recv(conn: Connection) -> Any:
     return pickle.loads(conn.recv_bytes())
 
