@@ -104,14 +104,21 @@ def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
         conn.send_bytes(buffer.raw())
 
 
-def _has_big(obj: Any) -> bool:
-    if type(obj) is tuple:
-        return any(_has_big(x) for x in obj)
-    return type(obj) is bytes and len(obj) >= OOB_MIN
+def _has_big(message: tuple[Any, ...]) -> bool:
+    """A large blob in the message or in a tuple in it? (On every command: kept flat and cheap.)"""
+    for item in message:
+        kind = type(item)
+        if kind is tuple:
+            for inner in item:
+                if type(inner) is bytes and len(inner) >= OOB_MIN:
+                    return True
+        elif kind is bytes and len(item) >= OOB_MIN:
+            return True
+    return False
 
 
 def _out_of_band(obj: Any) -> Any:
-    if type(obj) is tuple:
+    if type(obj) is tuple:  # (as deep as _has_big looks, and deeper: harmless)
         return tuple(_out_of_band(x) for x in obj)
     if type(obj) is bytes and len(obj) >= OOB_MIN:
         return pickle.PickleBuffer(obj)

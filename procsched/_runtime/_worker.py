@@ -167,6 +167,7 @@ class _Channel:
         self.orders: collections.deque[Any] = collections.deque()
         self.replies: collections.deque[Any] = collections.deque()
         self.reading = False
+        self.waiters = 0  # threads waiting for the reader
         self.eof = False
         self.raw = 0  # raw frames (a run's function and arguments) still to come
         self.send_lock = threading.Lock()  # one frame at a time on the pipe
@@ -183,13 +184,17 @@ class _Channel:
         return self._take(self.replies)
 
     def _take(self, queue: collections.deque[Any]) -> Any:
+        if queue:  # one consumer per queue, and deque.popleft is atomic: no lock needed
+            return queue.popleft()
         cond = self.cond
         with cond:
             while not queue:
                 if self.eof:
                     raise EOFError
                 if self.reading:
+                    self.waiters += 1
                     cond.wait()
+                    self.waiters -= 1
                     continue
                 self.reading = True
                 cond.release()
@@ -203,7 +208,8 @@ class _Channel:
                 cond.acquire()
                 self.reading = False
                 self._route(frames)
-                cond.notify_all()
+                if self.waiters:  # (the main loop alone, the usual case: no one to wake)
+                    cond.notify_all()
             return queue.popleft()
 
     def _route(self, frames: list[bytes]) -> None:
