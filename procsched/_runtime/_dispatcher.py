@@ -144,19 +144,19 @@ class ProcessCarrier:
         return worker
 
     def send_run(self, worker: _Worker, run: Run) -> None:
-        """A small header frame, then the function and the arguments as two
-        raw frames, written from the task's own bytes (never copied here)."""
+        """One frame; or, for a large payload, a small header frame, then the
+        function and the arguments as two raw frames, written from the
+        task's own bytes (never copied here)."""
         if worker.conn is None:
             return
         fn_blob, arg_blob = run.payload
-        header = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, run.timeout_ns is not None), PROTOCOL)
+        report_start = run.timeout_ns is not None
         out = worker.out
-        if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one buffer, one write
-            out.append(memoryview(b"".join((
-                _frame_head(len(header)), header, _frame_head(len(fn_blob)), fn_blob,
-                _frame_head(len(arg_blob)), arg_blob,
-            ))))  # fmt: skip
-        else:
+        if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
+            body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob), PROTOCOL)
+            out.append(memoryview(_frame_head(len(body)) + body))
+        else:  # a header, then the blobs as raw frames, written from their own bytes
+            header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start), PROTOCOL)
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(_frame_head(len(blob))))
                 out.append(memoryview(blob))

@@ -326,6 +326,8 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 self._backend.send((message[0], request, *message[1:]))
             except OSError:
                 del self._requests[request]
+                if self._closed:  # shut down: it exited before the listener saw it close
+                    raise SchedulerClosedError("this Scheduler has shut down") from None
                 raise SchedulerBrokenError("the dispatcher is gone") from None
         try:
             return future.result(REQUEST_TIMEOUT)

@@ -1,7 +1,8 @@
 """The worker process: runs one run at a time for the dispatcher.
 
-    dispatcher ──("run", task, run, scheduled, report_start) + 2 raw frames
-                 (the pickled function, the pickled arguments) ──▶ worker
+    dispatcher ──("run", task, run, scheduled, report_start, fn, args) ──▶ worker
+                 or, for a large payload, ("run+", task, run, scheduled,
+                 report_start) + 2 raw frames (the pickled function, arguments)
                ◀─("started", task, run, at)      only when report_start (a timeout counts from here)
                ◀─("done", task, run, outcome, started, finished, blob)──
                ◀─("add" | "cancel", ...) ─▶ ("reply" | "error", value)   current_scheduler()
@@ -69,8 +70,11 @@ def main(conn: Connection, capture: str | None = None) -> None:
             return  # the dispatcher is gone
         if message[0] == "stop":
             return
-        _, task_id, run_no, scheduled, report_start = message
-        fn_blob, arg_blob = channel.order(), channel.order()
+        if message[0] == "run":
+            _, task_id, run_no, scheduled, report_start, fn_blob, arg_blob = message
+        else:  # "run+": a large payload follows as two raw frames
+            _, task_id, run_no, scheduled, report_start = message
+            fn_blob, arg_blob = channel.order(), channel.order()
         if capture is not None:
             os.ftruncate(out, 0)  # O_APPEND: the next write lands at 0
         proxy = _WorkerScheduler(channel, task_id, run_no)
@@ -223,7 +227,7 @@ class _Channel:
                 self.replies.append(message)
             else:
                 self.orders.append(message)
-                if message[0] == "run":
+                if message[0] == "run+":
                     self.raw = 2
 
 
