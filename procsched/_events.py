@@ -9,7 +9,7 @@
     run_finished     the run returned                       run, worker, outcome, scheduled_for,
     run_failed       the run raised                           started_at, finished_at, duration,
     run_crashed      its worker process died mid-run          lateness, state, next_run, error,
-                                                              traceback
+                                                              traceback, output
     run_timeout      it overran its timeout (worker killed)
     run_cancelled    it was stopped by cancel(interrupt=True)
     run_missed       fixed-rate slots were dropped by the   run, missed, next_run
@@ -24,8 +24,10 @@ scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
 run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
 is ``"ExcType: message"`` when the run did not end "ok" and the error is
 known, else None; ``traceback`` is then its formatted traceback (the
-worker's, for the processes runner). Every value is a plain str, int, float, bool or None, so an
-event can go straight to ``json.dumps``.
+worker's, for the processes runner). ``output`` is the run's captured stdout
+and stderr (the last 64 KiB, a crash's faulthandler trace included) with
+``Scheduler(capture_output=True)``, else None. Every value is a plain str,
+int, float, bool or None, so an event can go straight to ``json.dumps``.
 
 Order: for one task, ``run_started`` comes before that run's end event, which
 comes before its ``run_missed``; runs of one task never overlap. A cancel
@@ -136,8 +138,11 @@ class Listeners:
                     # Each callback gets its own copy: one that edits its
                     # event cannot change what the next one sees.
                     callback(dict(event))
-                except Exception:  # noqa: BLE001 - a listener's bug must not stop the scheduler
-                    logger.exception("listener %r raised on a %s event", callback, kind)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a listener's bug (even SystemExit) must not stop the scheduler
+                    logger.error("listener %r raised on a %s event: %s", callback, kind, describe(exc),
+                                 exc_info=_loggable(exc))  # fmt: skip
 
 
 def run_started(task_id: int, name: str | None, run: int, worker: Any, scheduled_for: float | None) -> dict[str, Any]:
@@ -163,20 +168,37 @@ def run_ended(
         "next_run": next_run,
         "error": None if error is None or info.outcome == "ok" else describe(error),
         "traceback": None if error is None or info.outcome == "ok" else format_traceback(error),
+        "output": info.output,
     }
 
 
 def describe(exc: BaseException) -> str:
-    text = str(exc)
+    """``"ExcType: message"``; never raises (an exception's ``__str__`` may)."""
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001
+        text = "<str() of this exception raised>"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def format_traceback(exc: BaseException) -> str:
     """The task's own traceback: the worker's (a ``RemoteTraceback`` cause), else the local one."""
     cause = exc.__cause__
-    if cause is not None and type(cause).__name__ == "RemoteTraceback":
-        return str(cause)
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        if cause is not None and type(cause).__name__ == "RemoteTraceback":
+            return str(cause)
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # noqa: BLE001 - a hostile exception must not break the listener
+        return describe(exc)
+
+
+def _loggable(exc: BaseException) -> BaseException | bool:
+    """``exc_info`` for a log record: False if formatting ``exc`` would raise."""
+    try:
+        str(exc)
+    except BaseException:  # noqa: BLE001
+        return False
+    return exc
 
 
 def signal_name(exitcode: int | None) -> str | None:

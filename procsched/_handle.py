@@ -36,6 +36,9 @@ class RunInfo:
     finished_at: float | None
     worker: int | str
     outcome: RunOutcome | None
+    #: The run's captured stdout and stderr (the last 64 KiB), with
+    #: ``Scheduler(capture_output=True)``; None otherwise.
+    output: str | None = None
 
 
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]

@@ -97,7 +97,7 @@ def test_inline_one_shot_events_and_fields(sched: InlineScheduler, clock: Manual
         "event": "run_finished", "task_id": handle.id, "name": "job", "run": 1,
         "worker": threading.current_thread().name, "outcome": "ok", "scheduled_for": 2.0, "started_at": 2.0,
         "finished_at": 2.25, "duration": 0.25, "lateness": 0.0, "state": "done", "next_run": None, "error": None,
-        "traceback": None,
+        "traceback": None, "output": None,
     }  # fmt: skip
     json.dumps(rec.events)  # plain values only
 

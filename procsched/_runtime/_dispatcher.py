@@ -14,7 +14,12 @@ with the engine's next deadline as timeout, so it never polls - translate
 what arrived into Engine calls, and carry out what the engine asks
 (``ProcessCarrier``). Each readable pipe is read with one ``os.read`` that
 brings every message waiting in it; event batches go back to the user
-process once per turn of the loop.
+process once per turn of the loop. No pipe is ever written with a blocking
+write: what a pipe cannot take waits in a buffer (the event pipe's
+``out``; each worker's ``out``, a queue of views of the frames, so a large
+argument goes out of the task's own bytes, never copied here) and the
+selector watches that pipe for writability only while its buffer is not
+empty. A worker that takes nothing for STALLED_WRITE_NS is killed.
 
 It is started with ``subprocess`` (fork+exec, safe with threads in the user
 process) in a session of its own, so Ctrl-C at a terminal reaches only the
@@ -29,6 +34,7 @@ User code is never unpickled here: payloads and results are opaque bytes.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import multiprocessing
 import os
@@ -47,8 +53,8 @@ import psutil
 from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, Engine
-from ._wire import PROTOCOL, FrameReader, recv
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, Engine
+from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -59,29 +65,58 @@ MAX_WAIT_S = 3600.0
 #: A worker whose half-received message has not grown for this long is not
 #: sending one (a task wrote a frame header to its pipe): it is killed.
 STALLED_FRAME_NS = 5 * NS
+#: A worker that takes nothing from its pipe for this long while we have
+#: something to send it is stuck (SIGSTOPped, or a task thread blocked the
+#: process): it is killed, as a crash. A healthy worker reads at memory speed
+#: whenever it is idle or waiting for a reply, the only times we write to it.
+STALLED_WRITE_NS = 10 * NS
+#: Captured output kept per run (the tail).
+OUTPUT_TAIL = 64 * 1024
+#: At most this many buffers per writev(2) (IOV_MAX is 1024 on Linux).
+IOV_MAX = 512
+#: A run whose function and arguments are smaller than this goes out as one
+#: joined buffer (copying a few KiB is cheaper than a writev of six).
+SMALL_RUN = 64 * 1024
 
 
 class _Worker:
-    __slots__ = ("proc", "conn", "reader", "ident", "sentinel", "ps", "tree")
+    __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture")
 
-    def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection) -> None:
+    def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
         self.proc = proc
         self.conn: Connection | None = conn
-        self.reader = FrameReader(conn.fileno())
+        self.fd = conn.fileno()
+        self.reader = FrameReader(self.fd)
         self.ident: int = proc.pid  # type: ignore[assignment]
         self.sentinel = proc.sentinel
         self.ps: psutil.Process | None = None
         self.tree: list[psutil.Process] = []
+        # Bytes for the worker that its pipe has not taken yet: views, never
+        # copies, of the frames (a 300 MB argument is written from its own
+        # buffer, a piece per turn of the loop, as the pipe takes it).
+        self.out: collections.deque[memoryview] = collections.deque()
+        self.out_since = 0  # when the pipe last took something (while out is not empty)
+        self.capture = capture  # the file the worker's stdout/stderr go to
 
     def __repr__(self) -> str:
         return f"<worker {self.ident}>"
 
 
 class ProcessCarrier:
-    """Starts, feeds and kills worker processes for the engine."""
+    """Starts, feeds and kills worker processes for the engine. Never blocks
+    on a worker's pipe: what a pipe cannot take at once waits in the
+    worker's ``out`` and goes as the selector says the pipe is writable."""
 
-    def __init__(self, start_method: str, selector: selectors.BaseSelector) -> None:
+    prefetch = 0
+    reports_start = True  # workers send "started" for runs with a timeout
+
+    def __init__(
+        self, start_method: str, selector: selectors.BaseSelector, capture_dir: str | None = None
+    ) -> None:
         self.selector = selector
+        self.capture_dir = capture_dir  # capture each run's output in files here
+        self.serial = itertools.count()
+        self.writing: set[_Worker] = set()  # workers with output waiting
         self.ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             preload = ["procsched._runtime._worker", "procsched._runtime._forkserver"]
@@ -90,7 +125,10 @@ class ProcessCarrier:
 
     def spawn(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=_worker.main, args=(child,), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
+        capture = None
+        if self.capture_dir is not None:
+            capture = os.path.join(self.capture_dir, f"output-{slot}-{next(self.serial)}")
+        proc = self.ctx.Process(target=_worker.main, args=(child, capture), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
         try:
             proc.start()  # a dead forkserver is restarted by the next start()
         except BaseException:
@@ -98,18 +136,55 @@ class ProcessCarrier:
             raise
         finally:
             child.close()
-        worker = _Worker(proc, parent)
+        os.set_blocking(parent.fileno(), False)
+        worker = _Worker(proc, parent, capture)
         self.by_sentinel[worker.sentinel] = worker
         self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
         self.selector.register(worker.sentinel, selectors.EVENT_READ, (ON_EXIT, worker))
         return worker
 
     def send_run(self, worker: _Worker, run: Run) -> None:
-        self._send(worker, ("run", run.task_id, run.run, run.scheduled_ns, run.payload))
+        """One frame; or, for a large payload, a small header frame, then the
+        function and the arguments as two raw frames, written from the
+        task's own bytes (never copied here)."""
+        if worker.conn is None:
+            return
+        fn_blob, arg_blob = run.payload
+        report_start = run.timeout_ns is not None
+        out = worker.out
+        if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
+            body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob), PROTOCOL)
+            out.append(memoryview(_frame_head(len(body)) + body))
+        else:  # a header, then the blobs as raw frames, written from their own bytes
+            header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start), PROTOCOL)
+            for blob in (header, fn_blob, arg_blob):
+                out.append(memoryview(_frame_head(len(blob))))
+                out.append(memoryview(blob))
+        self.write(worker)
 
     def retire(self, worker: _Worker) -> None:
-        self._send(worker, ("stop",))
+        # What its tasks left running (even in sessions of their own) ends
+        # with it, as at a kill: listed now, killed once it has exited.
+        try:
+            worker.tree = self._ps(worker).children(recursive=True)
+        except (psutil.Error, OSError):
+            pass
+        # Closing our end is enough: an idle worker exits on EOF.
         self._drop_conn(worker)
+
+    def output(self, worker: _Worker) -> str | None:
+        """The captured output of the worker's last run (its tail), or None
+        without capture."""
+        if worker.capture is None:
+            return None
+        try:
+            with open(worker.capture, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - OUTPUT_TAIL))
+                data = f.read(OUTPUT_TAIL)
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")
 
     def kill(self, worker: _Worker, hard: bool) -> None:
         """Signal the worker's process group and every descendant we can find.
@@ -154,6 +229,12 @@ class ProcessCarrier:
     def forget(self, worker: _Worker) -> int | None:
         """The worker's sentinel fired: reap it and return its exit code."""
         self._drop_conn(worker)
+        if worker.tree:  # descendants listed before it was stopped (retired or killed)
+            for child in worker.tree:
+                try:
+                    child.kill()  # psutil checks the pid was not reused
+                except (psutil.Error, OSError):
+                    pass
         del self.by_sentinel[worker.sentinel]
         self.selector.unregister(worker.sentinel)
         # Whatever the worker left in its process group dies with it: children
@@ -172,6 +253,13 @@ class ProcessCarrier:
         worker.proc.close()
         return code
 
+    def forget_output(self, worker: _Worker) -> None:
+        if worker.capture is not None:
+            try:
+                os.unlink(worker.capture)
+            except OSError:
+                pass
+
     def _ps(self, worker: _Worker) -> psutil.Process:
         if worker.ps is None:
             worker.ps = psutil.Process(worker.ident)
@@ -180,25 +268,67 @@ class ProcessCarrier:
     def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         if worker.conn is None:
             return
+        body = pickle.dumps(message, PROTOCOL)
+        worker.out.append(memoryview(_frame_head(len(body)) + body))
+        self.write(worker)
+
+    def write(self, worker: _Worker, now: int | None = None) -> None:
+        """Write what the worker's pipe takes now, without blocking; watch
+        for writability while anything is left."""
+        out = worker.out
+        was_waiting = worker in self.writing
         try:
-            worker.conn.send_bytes(pickle.dumps(message, PROTOCOL))
+            while out:
+                if len(out) == 1:
+                    n = os.write(worker.fd, out[0])
+                else:
+                    n = os.writev(worker.fd, list(itertools.islice(out, IOV_MAX)))
+                worker.out_since = time.monotonic_ns() if now is None else now
+                while n:
+                    head = out[0]
+                    if n >= len(head):
+                        n -= len(head)
+                        out.popleft()
+                    else:
+                        out[0] = head[n:]
+                        n = 0
+        except BlockingIOError:
+            pass
         except OSError:
             self._drop_conn(worker)  # it is dying: its sentinel will say so
+            return
+        if out and not was_waiting:
+            self.writing.add(worker)
+            worker.out_since = time.monotonic_ns() if now is None else now
+            self.selector.modify(worker.conn, selectors.EVENT_READ | selectors.EVENT_WRITE, (ON_WORKER, worker))
+        elif not out and was_waiting:
+            self.writing.discard(worker)
+            self.selector.modify(worker.conn, selectors.EVENT_READ, (ON_WORKER, worker))
 
     def _drop_conn(self, worker: _Worker) -> None:
         if worker.conn is not None:
             self.selector.unregister(worker.conn)
             worker.conn.close()
             worker.conn = None
+            worker.out.clear()
+            self.writing.discard(worker)
 
 
 ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE = range(5)
+
+
+def _frame_head(size: int) -> bytes:
+    """``Connection.send_bytes``'s frame header for ``size`` bytes."""
+    if size < 2**31 - 1:
+        return size.to_bytes(4, "big", signed=True)
+    return (-1).to_bytes(4, "big", signed=True) + size.to_bytes(8, "big")
 
 
 class Dispatcher:
     def __init__(self, cmd: Connection, evt: Connection, config: dict[str, Any]) -> None:
         self.cmd: Connection | None = cmd
         self.cmd_reader = FrameReader(cmd.fileno())
+        self.commands = CommandReader()
         self.evt: Connection | None = evt
         os.set_blocking(evt.fileno(), False)
         self.out = bytearray()  # framed event batches the pipe has not taken yet
@@ -209,13 +339,16 @@ class Dispatcher:
         # descriptors below 1024 only, so a very large pool falls back to epoll.
         few = config["workers"] <= 256
         self.selector = selectors.SelectSelector() if few else selectors.DefaultSelector()
-        self.carrier = ProcessCarrier(config["start_method"], self.selector)
+        capture = config["tempdir"] if config.get("capture_output") else None
+        self.carrier = ProcessCarrier(config["start_method"], self.selector, capture)
         self.engine = Engine(
             self.carrier,
             workers=config["workers"],
             policy=Policy(config["policy"]),
             max_tasks_per_worker=config["max_tasks_per_worker"],
             max_worker_memory=config["max_worker_memory"],
+            default_timeout_ns=config.get("default_timeout"),
+            load_grace_ns=int(float(os.environ.get("PROCSCHED_LOAD_GRACE", LOAD_GRACE_NS / NS)) * NS),
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
@@ -238,15 +371,20 @@ class Dispatcher:
                 break
             if self.partial:
                 wake = self.check_partial(wake, clock())
+            if self.carrier.writing:
+                wake = self.check_writing(wake, clock())
             timeout = MAX_WAIT_S if wake is None else min(max(0, wake - clock()) / NS, MAX_WAIT_S)
-            for key, _ in select(timeout):
+            for key, mask in select(timeout):
                 what, worker = key.data
                 if what == ON_WORKER:
-                    if worker.conn is not None:  # not dropped earlier in this turn
+                    if mask & selectors.EVENT_WRITE and worker.conn is not None:
+                        self.carrier.write(worker)
+                    if mask & selectors.EVENT_READ and worker.conn is not None:  # not dropped earlier in this turn
                         self.on_worker(worker)
                 elif what == ON_EXIT:
                     if worker.sentinel in self.carrier.by_sentinel:
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
+                        self.carrier.forget_output(worker)
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
@@ -268,8 +406,7 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for frame in frames:
-            message: Any = pickle.loads(frame)
+        for message in self.commands.messages(frames):
             tag = message[0]
             if tag == "add":
                 engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
@@ -315,7 +452,9 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - anything a task wrote to the pipe
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
                 return
-            if tag == "done":
+            if tag == "started":
+                engine.started(worker, message[1], message[2], message[3])
+            elif tag == "done":
                 engine.finished(worker, *message[1:8])
                 if len(message) > 8:  # the worker is no longer fit to run tasks
                     engine.replace_worker(worker, time.monotonic_ns(), message[8])
@@ -342,6 +481,19 @@ class Dispatcher:
                 self.protocol_violation(worker, f"an unfinished message, stalled for {STALLED_FRAME_NS / NS:g}s")
             elif wake is None or since + STALLED_FRAME_NS < wake:
                 wake = since + STALLED_FRAME_NS
+        return wake
+
+    def check_writing(self, wake: int | None, now: int) -> int | None:
+        """Kill workers that took nothing from their pipe for STALLED_WRITE_NS
+        while we had something for them; return the next time to look."""
+        for worker in list(self.carrier.writing):
+            due = worker.out_since + STALLED_WRITE_NS
+            if due <= now:
+                self.engine._log(30, f"worker {worker.ident} took nothing from its pipe for "
+                                     f"{STALLED_WRITE_NS / NS:g}s (stopped?); killing it")  # fmt: skip
+                self.carrier.kill(worker, hard=True)
+            elif wake is None or due < wake:
+                wake = due
         return wake
 
     def protocol_violation(self, worker: _Worker, what: str) -> None:
@@ -418,7 +570,10 @@ def _check_message(message: Any) -> str:
     if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
         raise TypeError(f"not a message: {type(message).__name__}")
     tag = message[0]
-    if tag == "done":
+    if tag == "started":
+        if len(message) != 4 or not all(type(x) is int for x in message[1:]):
+            raise TypeError("malformed started")
+    elif tag == "done":
         if not (
             len(message) in (8, 9)
             and all(type(x) is int for x in (*message[1:3], *message[4:7]))
@@ -453,6 +608,7 @@ def main() -> None:
     except EOFError:
         os._exit(0)
     sys.path[:] = config["sys_path"]
+    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
     main_module = sys.modules["__main__"]
@@ -468,6 +624,7 @@ def main() -> None:
         code = 1
     # os._exit skips multiprocessing's finalizers, among them the one that
     # removes its temporary directory (the forkserver's socket): do that here.
+    # (It is the user process's directory: if we are SIGKILLed, it removes it.)
     tempdir = multiprocessing.process.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
     if tempdir:
         shutil.rmtree(tempdir, ignore_errors=True)

@@ -37,11 +37,17 @@ BACKOFF_MAX_NS = 2 * NS
 KILL_GRACE_NS = 500_000_000
 #: While runs are in flight, workers' liveness is checked with psutil this often.
 HEALTH_EVERY_NS = NS
+#: A run's timeout counts from the moment its code starts (the carrier's
+#: ``started``). Before that - a fresh worker starting, the task's module
+#: being imported, its arguments unpickled - a run with a timeout gets this
+#: long on top of it; one that has not started by then is a timeout too, so a
+#: worker stuck importing cannot hang a run forever.
+LOAD_GRACE_NS = 30 * NS
 
 # Event tags (engine -> user process). Each event is a tuple starting with its tag.
 EV_STARTED = "started"  # (tag, task_id, run, worker)
 EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
-#                 state, next_due, missed, ended, blob_kind, blob)
+#                 state, next_due, missed, ended, blob_kind, blob, output)
 EV_CANCELLED = "cancelled"  # (tag, task_id)
 EV_ADDED = "added"  # (tag, task_id, name, due)      a task added from inside a task
 EV_REPLY = "reply"  # (tag, request_id, value)
@@ -79,17 +85,22 @@ class Carrier(Protocol):
     def health(self, worker: Any) -> str:
         """``"ok"``, ``"stopped"`` or ``"dead"``."""
 
+    # Optional: ``reports_start = True`` (the carrier calls Engine.started for
+    # runs with a timeout) and ``output(worker) -> str | None`` (the captured
+    # output of the worker's last run).
+
 
 class Slot:
     """One place in the pool, filled by successive workers."""
 
-    __slots__ = ("index", "worker", "run", "deadline", "runs", "restarts", "streak", "respawn_at", "note")
+    __slots__ = ("index", "worker", "run", "deadline", "loading", "runs", "restarts", "streak", "respawn_at", "note")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.worker: Any = None  # None while waiting to respawn
         self.run: tuple[Run, int] | None = None  # (run, dispatched at)
         self.deadline: int | None = None  # the run's timeout deadline
+        self.loading = False  # the deadline is the load grace's: the run has not started yet
         self.runs = 0  # runs by the current worker
         self.restarts = 0
         self.streak = 0  # crashes in a row
@@ -109,8 +120,14 @@ class Engine:
         max_tasks_per_worker: int | None = None,
         max_worker_memory: int | None = None,
         kill_grace_ns: int = KILL_GRACE_NS,
+        default_timeout_ns: int | None = None,
+        load_grace_ns: int = LOAD_GRACE_NS,
     ) -> None:
         self.carrier = carrier
+        self.default_timeout_ns = default_timeout_ns  # for tasks added without one (from inside tasks)
+        # Carriers that report the real start of a run get the load grace.
+        self.load_grace_ns = load_grace_ns if getattr(carrier, "reports_start", False) else None
+        self._output = getattr(carrier, "output", None)
         self.core = SchedulerCore(policy)
         self.slots = [Slot(i) for i in range(workers)]
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -127,7 +144,8 @@ class Engine:
         # killing their workers is held back, not the pool.
         self.task_crashes: dict[int, int] = {}  # task id -> runs crashed in a row
         self.held: dict[int, int] = {}  # task id -> when its next run may start
-        self.parked: list[Run] = []  # runs claimed while their task was held
+        self.parked: list[Run] = []  # runs claimed while their task was held (or yielding: see _claim)
+        self.behind: set[int] = set()  # periodic tasks whose next run was due before their last one ended
 
     # -- inputs ------------------------------------------------------------
 
@@ -139,6 +157,8 @@ class Engine:
         self, task_id: int, due: int, priority: int, kind: str, period: int, misfire: str,
         stop_on_error: bool, timeout: int | None, name: str | None, payload: Any,
     ) -> None:  # fmt: skip
+        if timeout is None:
+            timeout = self.default_timeout_ns
         self.core.add(
             due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id
         )
@@ -155,6 +175,18 @@ class Engine:
                 self._abort_run(slot, "cancelled", now)
         return decision.accepted
 
+    def started(self, worker: Any, task_id: int, run_no: int, at: int) -> None:
+        """The worker is about to run the run's code (it is up, the function
+        and arguments are loaded): its timeout counts from ``at``."""
+        slot = self._slot_of(worker)
+        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+            return  # stale
+        run = slot.run[0]
+        slot.run = (run, at)
+        slot.loading = False
+        if run.timeout_ns is not None:
+            slot.deadline = at + run.timeout_ns
+
     def finished(
         self, worker: Any, task_id: int, run_no: int, outcome: str,
         started: int, finished: int, blob_kind: int, blob: Any,
@@ -165,9 +197,11 @@ class Engine:
             return  # stale: that run was already ended (timed out, interrupted)
         run = slot.run[0]
         slot.run = slot.deadline = None
+        slot.loading = False
         slot.runs += 1
         slot.streak = 0
-        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob)
+        output = None if self._output is None else self._output(worker)
+        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output)
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")
         elif self.max_worker_memory is not None:
@@ -201,6 +235,7 @@ class Engine:
         if slot.run is not None:
             run, dispatched = slot.run
             slot.run = slot.deadline = None
+            slot.loading = False
             slot.streak += 1
             err = WorkerCrashedError(
                 f"worker {worker.ident} died ({how}) while running task {run.task_id} run {run.run}",
@@ -208,7 +243,8 @@ class Engine:
                 exitcode=exitcode, signal=signame,
             )  # fmt: skip
             self._log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
-            self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err)
+            output = None if self._output is None else self._output(worker)
+            self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err, output)
         else:
             self._log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
         if self.closing and not len(self.core):
@@ -308,7 +344,10 @@ class Engine:
             if run is None:
                 continue
             slot.run = (run, now)
-            slot.deadline = None if run.timeout_ns is None else now + run.timeout_ns
+            slot.deadline = None
+            if run.timeout_ns is not None:
+                slot.loading = self.load_grace_ns is not None
+                slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
             busy = True
             wake = _earliest(wake, slot.deadline)
             self.carrier.send_run(slot.worker, run)
@@ -342,13 +381,24 @@ class Engine:
                 del self.parked[i]
                 self.held.pop(parked.task_id, None)
                 return parked
+        yielding = None
         while (run := self.core.claim(now)) is not None:
             release = self.held.get(run.task_id)
-            if release is None or release <= now:
-                self.held.pop(run.task_id, None)
-                return run
-            self.parked.append(run)  # claimed, so it cannot run twice; started later
-        return None
+            if release is not None and release > now:
+                self.parked.append(run)  # claimed, so it cannot run twice; started later
+                continue
+            self.held.pop(run.task_id, None)
+            if yielding is None and run.task_id in self.behind:
+                # Fairness bound: a run made up after an overrun (misfire
+                # "catch_up") yields once to the next due run of another task,
+                # so a task that can never catch up (a 1 ns period) takes at
+                # most every other start, never the whole pool.
+                yielding = run
+                continue
+            if yielding is not None:
+                self.parked.append(yielding)  # first in line for the next free worker
+            return run
+        return yielding
 
     def _track_crash_loop(self, run: Run, outcome: str, now: int, ended: bool) -> None:
         """From a periodic task's second crashed run in a row, hold its next
@@ -374,6 +424,7 @@ class Engine:
     def _forget_crash_loop(self, task_id: int) -> int:
         """End a task's hold; return how many runs in a row it had crashed."""
         self.held.pop(task_id, None)
+        self.behind.discard(task_id)
         return self.task_crashes.pop(task_id, 0)
 
     def _idle_closing(self) -> bool:
@@ -413,30 +464,46 @@ class Engine:
         tree and give the slot a fresh worker."""
         run, dispatched = slot.run  # type: ignore[misc]
         worker = slot.worker
+        loading = slot.loading
         slot.run = slot.deadline = None
+        slot.loading = False
         self.carrier.kill(worker, hard=False)
         self.dying[worker] = now + self.kill_grace_ns
         slot.restarts += 1
-        if outcome == "timeout":
+        if outcome == "timeout" and loading:
+            secs = (run.timeout_ns + self.load_grace_ns) / NS  # type: ignore[operator]
+            self._log(WARNING, f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
+                               f"starting, or importing the task); its worker {worker.ident} is replaced")  # fmt: skip
+            err: BaseException | None = TaskTimeoutError(
+                f"task {run.task_id} run {run.run} did not start within {secs:g}s of being handed to worker "
+                f"{worker.ident} (loading the function or its arguments); worker killed"
+            )
+        elif outcome == "timeout":
             secs = run.timeout_ns / NS  # type: ignore[operator]
             self._log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
-            err: BaseException | None = TaskTimeoutError(
+            err = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
             )
         else:
             self._log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
             err = None
-        self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err)
+        output = None if self._output is None else self._output(worker)
+        self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err, output)
         self._spawn(slot, now)
 
     def _record(
-        self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any
-    ) -> None:
+        self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any,
+        output: str | None = None,
+    ) -> None:  # fmt: skip
         self.counts[outcome] += 1
         done = self.core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
         if done is None:
             return
         self._track_crash_loop(run, outcome, finished, done.state.terminal)
+        if done.next_due_ns is not None and done.next_due_ns < finished:
+            self.behind.add(run.task_id)
+        elif self.behind:
+            self.behind.discard(run.task_id)
         if done.missed:
             self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if not done.ended and outcome == "ok":
@@ -445,7 +512,7 @@ class Engine:
             blob_kind, blob = BLOB_NONE, None
         self.events.append((
             EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
-            done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob,
+            done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob, output,
         ))  # fmt: skip
 
     def _stop_all(self, now: int) -> None:

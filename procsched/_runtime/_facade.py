@@ -43,7 +43,11 @@ from ._wire import unpack
 
 NS = 1_000_000_000
 logger = logging.getLogger("procsched")
+#: How long a request (cancel, stats) waits for its answer before the
+#: dispatcher is taken as wedged (a SchedulerBrokenError, never a bare TimeoutError).
 REQUEST_TIMEOUT = 60.0
+#: How long exiting a ``with Scheduler()`` block waits before saying (INFO) what it waits for.
+QUIET_WAIT = 1.0
 
 _live: weakref.WeakSet[Scheduler] = weakref.WeakSet()
 
@@ -73,6 +77,12 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             ``InlineScheduler`` with a ``ManualClock`` for virtual time.
         max_worker_memory: bytes; a worker whose RSS is above this after a
             run is replaced.
+        capture_output: capture each run's stdout and stderr (file
+            descriptors 1 and 2, so C-level writes and a crash's
+            faulthandler trace are caught), keep the last 64 KiB, and attach
+            it to the run (``RunInfo.output``, the ``output`` field of run
+            end events). False (default): runs write to this process's
+            stdout/stderr. The threads runner cannot capture (``output`` is None).
     """
 
     def __init__(
@@ -86,6 +96,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         mp_context: Any = None,
         clock: Any = None,
         max_worker_memory: int | None = None,
+        capture_output: bool = False,
     ) -> None:
         workers = _positive_int("workers", (os.cpu_count() or 1) if workers is None else workers)
         if runner not in ("processes", "threads"):
@@ -99,8 +110,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             else _positive_int("max_worker_memory", max_worker_memory),
             "start_method": _start_method(mp_context),
             "sys_path": list(sys.path),
+            "capture_output": v.flag("capture_output", capture_output),
         }  # fmt: skip
         self._default_timeout = v.optional_timeout_ns(timeout)
+        config["default_timeout"] = self._default_timeout  # for tasks scheduled from inside tasks
         if clock is not None and not isinstance(clock, MonotonicClock):
             raise TypeError(
                 f"clock must be None (the monotonic clock) for Scheduler, not {clock!r}; "
@@ -114,7 +127,9 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         self._request_ids = itertools.count(1)
         self._lock = threading.Lock()  # orders commands against shutdown
         self._closed = False
+        self._stream_closed = False  # the event stream ended: no request can be answered any more
         self._broken: str | None = None
+        self._pid = os.getpid()  # a forked child must not use this Scheduler (see _after_fork)
         self._listeners = Listeners()
         if runner == "processes":
             from ._process_backend import ProcessBackend
@@ -123,8 +138,13 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         else:
             from ._threads import ThreadBackend
 
-            self._backend = ThreadBackend(config, self)
-        self._listener = threading.Thread(target=self._listen, name="procsched-listener", daemon=True)
+            self._backend = ThreadBackend(config, weakref.ref(self))
+        # The listener holds this Scheduler only weakly, so one dropped without
+        # shutdown() is collected; then its backend shuts down (see _dropped).
+        self._listener = threading.Thread(
+            target=_listen, args=(weakref.ref(self), self._backend), name="procsched-listener", daemon=True
+        )
+        weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
 
@@ -135,12 +155,52 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
     def __enter__(self) -> Scheduler:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown(wait=True)
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        """Shut down and wait. A first Ctrl-C (in the block, or while exit
+        waits) says what exit waits for; a second one kills the runs."""
+        interrupts = int(exc_type is KeyboardInterrupt)
+        while interrupts < 2:
+            try:
+                if interrupts == 1:
+                    logger.warning("interrupted: waiting for %s; press Ctrl-C again to kill them", self._waiting_for())
+                self.shutdown(wait=False)
+                if interrupts == 0 and not self._join(QUIET_WAIT):
+                    logger.info("exiting the Scheduler's with block: waiting for %s", self._waiting_for())
+                self.shutdown(wait=True)
+                return
+            except KeyboardInterrupt:
+                interrupts += 1
+        logger.warning("interrupted again: killing %s", self._waiting_for())
+        self._abort(quiet=True)
+        if exc_type is not KeyboardInterrupt:  # else the interrupt from the block goes on
+            raise KeyboardInterrupt
+
+    def _waiting_for(self) -> str:
+        """What shutting down waits for, in words (from the handles: no request)."""
+        handles = list(self._handles.values())
+        running = [h for h in handles if h.state is TaskState.RUNNING]
+        queued = [h for h in handles if h.state is not TaskState.RUNNING]
+        parts = []
+        if running:
+            parts.append(f"{len(running)} running task(s) ({_names(running)})")
+        if queued:
+            due = [h.next_run for h in queued if h.next_run is not None]
+            when = f", the next due in {max(0.0, min(due) - time.monotonic()):.1f} s" if due else ""
+            parts.append(f"{len(queued)} pending task(s) ({_names(queued)}{when})")
+        return " and ".join(parts) or "the workers to exit"
+
+    def _join(self, timeout: float | None) -> bool:
+        """Wait for the event stream to end; True if it did."""
+        if threading.current_thread() is self._listener:
+            return False
+        self._listener.join(timeout)
+        return not self._listener.is_alive()
 
     # -- SchedulingAPI -------------------------------------------------------
 
     def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise SchedulerError(_FORKED)
         if self._broken:
             raise SchedulerBrokenError(self._broken)
         if self._closed:
@@ -194,27 +254,28 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         ``cancel_futures`` cancels every task not yet running. With ``wait``,
         return once every task has ended and every worker has exited (a
         worker that does not exit is killed)."""
+        if self._pid != os.getpid():
+            raise SchedulerError(_FORKED)
         with self._lock:
             self._closed = True
-            if not self._broken:
+            if not self._broken and not self._stream_closed:
                 try:
                     self._backend.send(("shutdown", bool(cancel_futures)))
                 except OSError:
                     pass  # already gone: the listener fails the handles
-        if wait and threading.current_thread() is not self._listener:
-            self._listener.join()
+        if wait and self._join(None):
             self._backend.join()
 
-    def _abort(self) -> None:
+    def _abort(self, quiet: bool = False) -> None:
         """Stop at once: cancel what is pending, kill what runs, end every process."""
         with self._lock:
-            if self._closed and not self._listener.is_alive():
+            if self._stream_closed or not self._listener.is_alive():
                 return
             pending = len(self._handles)
             self._closed = True
-        if pending:
+        if pending and not quiet:
             logger.warning(
-                "procsched: a Scheduler was not shut down before exit; stopping its %d unfinished task(s). "
+                "a Scheduler was not shut down before exit; stopping its %d unfinished task(s). "
                 "Use `with Scheduler() as s:` or call shutdown().", pending
             )
         self._backend.abort()
@@ -253,9 +314,11 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             )
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
+            if self._pid != os.getpid():
+                raise SchedulerError(_FORKED)
             if self._broken:
                 raise SchedulerBrokenError(self._broken)
-            if not self._listener.is_alive() and self._backend.finished():
+            if self._stream_closed:  # the listener answers no request any more
                 raise SchedulerClosedError("this Scheduler has shut down")
             request = next(self._request_ids)
             self._requests[request] = future
@@ -263,42 +326,70 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 self._backend.send((message[0], request, *message[1:]))
             except OSError:
                 del self._requests[request]
+                if self._closed:  # shut down: it exited before the listener saw it close
+                    raise SchedulerClosedError("this Scheduler has shut down") from None
                 raise SchedulerBrokenError("the dispatcher is gone") from None
-        return future.result(REQUEST_TIMEOUT)
+        try:
+            return future.result(REQUEST_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise SchedulerBrokenError(f"the dispatcher did not answer a {message[0]} request in {REQUEST_TIMEOUT:g} s") from None
 
     # -- the listener thread ----------------------------------------------------
 
-    def _listen(self) -> None:
-        closed = False
+    def _apply_guarded(self, event: tuple[Any, ...]) -> None:
+        """Apply one event in isolation: whatever goes wrong with it (a result
+        that cannot be unpacked, an exception whose ``str()`` raises, a
+        listener raising SystemExit) costs that event's task alone, never the
+        listener thread and so never the other tasks."""
         try:
-            while not closed:
-                for event in self._backend.next_batch():
-                    if event[0] == EV_CLOSED:
-                        closed = True
-                    else:
-                        self._apply(event)
-        except EOFError:
-            pass
-        except BaseException:  # noqa: BLE001 - must not die silently
-            logger.exception("procsched listener failed")
-        finally:
-            if not closed:
-                self._fail_all(self._backend.death_reason())
+            self._apply(event)
+        except BaseException as exc:  # noqa: BLE001 - one event must not stop the stream
+            logger.error("could not handle a %s event: %s", event[0], _describe(exc), exc_info=_safe_exc(exc))
+            if event[0] == EV_RUN and TaskState(event[8]).terminal:
+                handle = self._handles.pop(event[1], None)
+                if handle is not None and not handle.done():
+                    handle._on_result(TaskState.FAILED, exc=SchedulerError(
+                        f"task {event[1]} ended, but its outcome could not be handled here: {_describe(exc)}"
+                    ))  # fmt: skip
+            elif event[0] == EV_REPLY:
+                future = self._requests.pop(event[1], None)
+                if future is not None and not future.done():
+                    future.set_exception(SchedulerError(f"the answer could not be handled: {_describe(exc)}"))
+
+    def _stream_ended(self, closed: bool) -> None:
+        """The event stream is over (closed by the dispatcher, or broken):
+        no request will be answered, so none may wait for one."""
+        with self._lock:
+            self._stream_closed = True
+            self._closed = True
+            requests, self._requests = self._requests, {}
+        if not closed:
+            self._fail_all(self._backend.death_reason())
+        for future in requests.values():
+            if not future.done():
+                future.set_exception(SchedulerClosedError("this Scheduler has shut down"))
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         tag = event[0]
         if tag == EV_RUN:
             (_, task_id, run, scheduled, started, finished, worker, outcome,
-             state_value, next_due, missed, ended, blob_kind, blob) = event  # fmt: skip
+             state_value, next_due, missed, ended, blob_kind, blob, output) = event  # fmt: skip
             state = TaskState(state_value)
             handle = self._handles.get(task_id)
-            info = RunInfo(task_id, run, scheduled / NS, started / NS, finished / NS, worker, outcome)
+            value: Any = None
+            exc: BaseException | None = None
+            if ended and handle is not None:
+                value, exc = unpack(blob_kind, blob, self._backend.pickled)
+                if exc is not None and outcome == "ok":
+                    # The value came back but cannot be unpickled here (a class
+                    # only the worker can import): the task failed, not "ok".
+                    outcome, state, blob_kind, blob = "error", TaskState.FAILED, BLOB_EXC, exc
+            info = RunInfo(task_id, run, scheduled / NS, started / NS, finished / NS, worker, outcome, output=output)
             if handle is not None:
                 handle._on_run(info, state, None if next_due is None else next_due / NS)
                 if state.terminal:
                     del self._handles[task_id]
                     if ended:
-                        value, exc = unpack(blob_kind, blob, self._backend.pickled)
                         if state is TaskState.DONE:
                             handle._on_result(state, value)
                         else:
@@ -333,6 +424,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             self._handles.setdefault(task_id, TaskHandle(self, task_id, name, due / NS))
         elif tag == EV_WORKER:
             _, what, slot, worker, exitcode = event
+            self._backend.worker_event(what, worker)
             if what == "started":
                 self._notify(WORKER_STARTED, task_id=None, name=None, worker=worker, slot=slot)
             else:  # "exited": retired or killed by us; "crashed": died on its own
@@ -367,7 +459,8 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         with self._lock:
             self._broken = reason
             self._closed = True
-        logger.error("procsched: %s; failing %d unfinished task(s)", reason, len(self._handles))
+        if not self._backend.aborted:  # an abort at exit has said so already
+            logger.error("%s; failing %d unfinished task(s)", reason, len(self._handles))
         for task_id in list(self._handles):
             handle = self._handles.pop(task_id, None)
             if handle is not None and not handle.done():
@@ -376,6 +469,71 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             future = self._requests.pop(request, None)
             if future is not None:
                 future.set_exception(SchedulerBrokenError(reason))
+
+
+_FORKED = (
+    "this Scheduler belongs to the process that made it; a forked child cannot use it "
+    "(make a new Scheduler in the child)"
+)
+
+
+def _listen(ref: weakref.ReferenceType[Scheduler], backend: Any) -> None:
+    """The listener thread: apply each event batch to the Scheduler, which it
+    holds only while applying a batch, so a dropped Scheduler is collected."""
+    closed = False
+    try:
+        while not closed:
+            batch = backend.next_batch()
+            scheduler = ref()
+            if scheduler is None:  # dropped: nobody can see the events; drain to the end
+                closed = any(event[0] == EV_CLOSED for event in batch)
+                continue
+            for event in batch:
+                if event[0] == EV_CLOSED:
+                    closed = True
+                else:
+                    scheduler._apply_guarded(event)
+            del scheduler
+    except EOFError:
+        pass
+    except BaseException:  # noqa: BLE001 - must not die silently
+        logger.exception("the listener failed")
+    scheduler = ref()
+    if scheduler is not None:
+        scheduler._stream_ended(closed)
+    else:
+        backend.join()
+
+
+def _dropped(backend: Any) -> None:
+    """A Scheduler was collected without shutdown(): nobody holds a handle of
+    it (a handle holds its scheduler), so nothing it would run can be seen:
+    cancel everything; running runs finish; its processes then exit."""
+    try:
+        backend.send(("shutdown", True))
+    except (OSError, ValueError):
+        pass
+
+
+def _names(handles: list[TaskHandle]) -> str:
+    names = [h.name or f"task {h.id}" for h in handles[:3]]
+    return ", ".join(names) + (", ..." if len(handles) > 3 else "")
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except BaseException:  # noqa: BLE001 - its __str__ raised
+        return type(exc).__name__
+
+
+def _safe_exc(exc: BaseException) -> BaseException | bool:
+    """``exc_info`` for logging: the exception, unless formatting it raises."""
+    try:
+        str(exc)
+        return exc
+    except BaseException:  # noqa: BLE001
+        return False
 
 
 def _positive_int(arg: str, value: object) -> int:
@@ -401,12 +559,38 @@ def _start_method(mp_context: Any) -> str:
 
 
 @atexit.register
-def _abort_at_exit() -> None:
-    """The interpreter is exiting (normally or on an unhandled exception)
-    with schedulers never shut down: nothing may outlive this process, and a
-    hung task must not hang the exit, so their work is stopped now."""
+def _at_exit() -> None:
+    """The interpreter is exiting (normally or on an unhandled exception).
+
+    A Scheduler that was shut down (``shutdown(wait=False)``) is waited for,
+    as ``ProcessPoolExecutor`` is: its one-shots still run. One never shut
+    down is stopped: nothing may outlive this process, and a hung task must
+    not hang the exit, so its work is stopped now (with a warning).
+    """
     for scheduler in list(_live):
         try:
-            scheduler._abort()
+            if scheduler._pid != os.getpid():
+                continue
+            if scheduler._closed:
+                scheduler.shutdown(wait=True)
+            else:
+                scheduler._abort()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits every Scheduler of its parent but none of its
+    threads. Close the child's copies of the pipe ends, so that the parent's
+    death is still seen by its dispatcher while the child lives (the
+    dispatcher reads EOF on the command pipe only once every write end is
+    closed); the Scheduler then refuses every call in the child."""
+    for scheduler in list(_live):
+        try:
+            scheduler._backend.forked()
+        except Exception:  # noqa: BLE001 - best effort in a fresh child
+            pass
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -4,15 +4,18 @@ process and carries commands to it and event batches back (see _dispatcher.py)."
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 import procsched
 
 from .._events import signal_name
-from ._wire import pack_call, recv, send
+from ._wire import pack_call, recv, send, send_command
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
 EXIT_GRACE = 10.0
@@ -23,6 +26,13 @@ class ProcessBackend:
     aborted = False
 
     def __init__(self, config: dict[str, Any]) -> None:
+        # The dispatcher's temporary directory (multiprocessing's, for the
+        # forkserver socket, and the runs' captured output) is made here, so
+        # that it is removed even when the dispatcher is SIGKILLed.
+        self.tempdir = config["tempdir"] = tempfile.mkdtemp(prefix="psch-")  # short: the forkserver socket path must fit AF_UNIX
+        #: Live workers (pid = process group id), from the event stream: if the
+        #: dispatcher dies, their process groups are killed from here.
+        self.workers: set[int] = set()
         cmd_r, cmd_w = os.pipe()
         evt_r, evt_w = os.pipe()
         env = dict(os.environ)
@@ -36,6 +46,9 @@ class ProcessBackend:
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
+        except BaseException:
+            shutil.rmtree(self.tempdir, ignore_errors=True)
+            raise
         finally:
             os.close(cmd_r)
             os.close(evt_w)
@@ -47,7 +60,7 @@ class ProcessBackend:
         return pack_call(fn, args, kwargs)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        send(self.cmd, message)
+        send_command(self.cmd, message)
 
     def next_batch(self) -> list[tuple[Any, ...]]:
         return recv(self.evt)  # type: ignore[no-any-return]
@@ -55,7 +68,14 @@ class ProcessBackend:
     def finished(self) -> bool:
         return self.proc.poll() is not None
 
+    def worker_event(self, what: str, pid: int) -> None:
+        if what == "started":
+            self.workers.add(pid)
+        else:
+            self.workers.discard(pid)
+
     def death_reason(self) -> str:
+        """The event stream broke: why (and clean up after the dispatcher)."""
         if self.aborted:
             return "the scheduler was stopped at interpreter exit"
         code = self.proc.poll()
@@ -64,18 +84,41 @@ class ProcessBackend:
                 code = self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 return "the dispatcher process stopped answering"
+        self._clean_up()
         how = f"signal {signal_name(code)}" if code < 0 else f"exit code {code}"
         return f"the dispatcher process (pid {self.proc.pid}) died ({how})"
+
+    def _clean_up(self) -> None:
+        """The dispatcher is gone. Its workers die with it (PR_SET_PDEATHSIG),
+        but what their tasks started would live on in their process groups:
+        end those groups (whatever the start method), and remove the
+        temporary directory."""
+        for pgid in self.workers:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.workers.clear()
+        shutil.rmtree(self.tempdir, ignore_errors=True)
+
+    def forked(self) -> None:
+        """In a forked child: let go of the parent's pipes (see the facade)."""
+        for conn in (self.cmd, self.evt):
+            if not conn.closed:
+                conn.close()
 
     def abort(self) -> None:
         """Close the command pipe: the dispatcher takes it as the user process
         dying, kills every worker and exits."""
         self.aborted = True
-        self.cmd.close()
+        if not self.cmd.closed:
+            self.cmd.close()
         try:
             self.proc.wait(EXIT_GRACE)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+            self._clean_up()
 
     def join(self) -> None:
         try:
@@ -83,6 +126,8 @@ class ProcessBackend:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            self._clean_up()
         for conn in (self.cmd, self.evt):
             if not conn.closed:
                 conn.close()
+        shutil.rmtree(self.tempdir, ignore_errors=True)

@@ -42,7 +42,7 @@ class _ThreadWorker:
 class ThreadCarrier:
     def __init__(self, inbox: queue.SimpleQueue[tuple[Any, ...]], scheduler: Any) -> None:
         self.inbox = inbox
-        self.scheduler = scheduler
+        self.scheduler = scheduler  # a weakref.ref: a dropped Scheduler must be collectable
         self.serial = 0
 
     def spawn(self, slot: int) -> _ThreadWorker:
@@ -81,7 +81,7 @@ class ThreadCarrier:
             started = clock()
             info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None)
             try:
-                with running(info, self.scheduler):
+                with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
                 put(("done", worker, run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, "")))
@@ -92,6 +92,7 @@ class ThreadCarrier:
 
 class ThreadBackend:
     pickled = False
+    aborted = False
 
     def __init__(self, config: dict[str, Any], scheduler: Any) -> None:
         self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -101,6 +102,7 @@ class ThreadBackend:
             workers=config["workers"],
             policy=Policy(config["policy"]),
             max_tasks_per_worker=config["max_tasks_per_worker"],
+            default_timeout_ns=config.get("default_timeout"),
         )
         self.thread = threading.Thread(target=self._dispatch, name="procsched-dispatcher", daemon=True)
         self.thread.start()
@@ -129,7 +131,14 @@ class ThreadBackend:
     def abort(self) -> None:
         # Threads cannot be killed: cancel what is pending; running runs are
         # daemon threads, which end with the interpreter.
+        self.aborted = True
         self.inbox.put(("shutdown", True))
+
+    def forked(self) -> None:
+        pass  # a forked child has none of the threads: the Scheduler refuses every call
+
+    def worker_event(self, what: str, ident: Any) -> None:
+        pass
 
     def _dispatch(self) -> None:
         engine, inbox, clock = self.engine, self.inbox, time.monotonic_ns
@@ -159,7 +168,7 @@ class ThreadBackend:
         except BaseException:
             import logging
 
-            logging.getLogger("procsched").exception("procsched dispatcher thread failed")
+            logging.getLogger("procsched").exception("the dispatcher thread failed")
             self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
             raise
 

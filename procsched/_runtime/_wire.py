@@ -22,6 +22,8 @@ from .._errors import SchedulerError
 from ._engine import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+#: Frames from this size on are not copied out of the read buffer (see FrameReader.read).
+BIG_FRAME = 1 << 20
 
 
 class FrameReader:
@@ -62,7 +64,15 @@ class FrameReader:
                 head = 12
             if end - pos - head < size:
                 break
-            frames.append(bytes(buf[pos + head : pos + head + size]))
+            if size >= BIG_FRAME and pos + head + size == end:
+                # A large frame that ends the buffer: hand over the buffer
+                # itself (pickle reads a bytearray) instead of copying it.
+                del buf[: pos + head]
+                frames.append(buf)  # type: ignore[arg-type]
+                self.buf = bytearray()
+                return frames
+            with memoryview(buf) as view:  # one copy, not two
+                frames.append(bytes(view[pos + head : pos + head + size]))
             pos += head + size
         if pos:
             del buf[:pos]
@@ -71,6 +81,76 @@ class FrameReader:
 
 def send(conn: Connection, message: Any) -> None:
     conn.send_bytes(pickle.dumps(message, PROTOCOL))
+
+
+#: Blobs (pickled arguments) from this size on cross the command pipe out of
+#: band: as raw frames after their message, so the dispatcher takes them as
+#: they were read, without copying them out of a pickle.
+OOB_MIN = 1 << 20
+
+
+def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
+    """Send a command; a message that carries large blobs goes as a 1-byte
+    frame (how many raw frames follow it), the pickled message, then each
+    blob as a frame of its own (see ``CommandReader``)."""
+    if not _has_big(message):
+        conn.send_bytes(pickle.dumps(message, PROTOCOL))
+        return
+    buffers: list[pickle.PickleBuffer] = []
+    body = pickle.dumps(_out_of_band(message), PROTOCOL, buffer_callback=buffers.append)
+    conn.send_bytes(bytes([len(buffers)]))
+    conn.send_bytes(body)
+    for buffer in buffers:
+        conn.send_bytes(buffer.raw())
+
+
+def _has_big(message: tuple[Any, ...]) -> bool:
+    """A large blob in the message or in a tuple in it? (On every command: kept flat and cheap.)"""
+    for item in message:
+        kind = type(item)
+        if kind is tuple:
+            for inner in item:
+                if type(inner) is bytes and len(inner) >= OOB_MIN:
+                    return True
+        elif kind is bytes and len(item) >= OOB_MIN:
+            return True
+    return False
+
+
+def _out_of_band(obj: Any) -> Any:
+    if type(obj) is tuple:  # (as deep as _has_big looks, and deeper: harmless)
+        return tuple(_out_of_band(x) for x in obj)
+    if type(obj) is bytes and len(obj) >= OOB_MIN:
+        return pickle.PickleBuffer(obj)
+    return obj
+
+
+class CommandReader:
+    """The dispatcher's side of :func:`send_command`: whole messages from
+    the frames of a ``FrameReader``; a large blob arrives as a read-only
+    view of the frame it came in (never copied)."""
+
+    __slots__ = ("frames", "expect")
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []  # the frames of a message still coming in
+        self.expect = 0  # how many more
+
+    def messages(self, frames: list[Any]) -> list[Any]:
+        out = []
+        for frame in frames:
+            if self.expect:
+                self.frames.append(frame)
+                self.expect -= 1
+                if not self.expect:
+                    body, *buffers = self.frames
+                    self.frames = []
+                    out.append(pickle.loads(body, buffers=buffers))
+            elif len(frame) == 1:  # never a pickle: n raw frames follow the message
+                self.expect = frame[0] + 1
+            else:
+                out.append(pickle.loads(frame))
+        return out
 
 
 def recv(conn: Connection) -> Any:
@@ -143,7 +223,7 @@ class CallLoader:
 
     def load(self, payload: tuple[bytes, bytes]) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         fn_blob, arg_blob = payload
-        fn = self._fns.get(fn_blob)
+        fn = self._fns.get(fn_blob) if len(fn_blob) < 512 else None  # (a big frame may be a bytearray)
         if fn is None:
             fn = pickle.loads(fn_blob)
             if len(fn_blob) < 512 and isinstance(fn, types.FunctionType) and "<" not in fn.__qualname__:
@@ -189,9 +269,23 @@ def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseExcepti
     if kind == BLOB_VALUE:
         return blob, None
     if kind == BLOB_ERROR:
-        error, tb = blob
-        if pickled:
+        try:
+            error, tb = blob
+        except (TypeError, ValueError):
+            error, tb = blob, ""
+        if not isinstance(error, BaseException):
+            # An exception whose __reduce__ rebuilds something else.
+            error = SchedulerError(f"the task raised an exception that unpickled as {type(error).__name__}, "
+                                   f"not an exception: {_safe_repr(error)}")  # fmt: skip
+        if pickled and tb:
             error.__cause__ = RemoteTraceback(tb)
         return None, error
     assert kind == BLOB_EXC
     return None, blob
+
+
+def _safe_repr(obj: object) -> str:
+    try:
+        return repr(obj)[:200]
+    except BaseException:  # noqa: BLE001
+        return f"<{type(obj).__name__}>"

@@ -1,26 +1,41 @@
 """The worker process: runs one run at a time for the dispatcher.
 
-    dispatcher ──("run", task, run, scheduled, payload)──▶ worker
+    dispatcher ──("run", task, run, scheduled, report_start, fn, args) ──▶ worker
+                 or, for a large payload, ("run+", task, run, scheduled,
+                 report_start) + 2 raw frames (the pickled function, arguments)
+               ◀─("started", task, run, at)      only when report_start (a timeout counts from here)
                ◀─("done", task, run, outcome, started, finished, blob)──
-               ◀─("add" | "cancel", ...) ─▶ ("reply", value)   current_scheduler()
+               ◀─("add" | "cancel", ...) ─▶ ("reply" | "error", value)   current_scheduler()
                ──("stop",) ─▶ exits
 
 Each worker has its own duplex pipe, so a worker that dies mid-message
-corrupts nothing but that pipe, which dies with it. The worker leads its own
-process group, so the dispatcher can kill a run's whole tree (including the
-task's own children, even orphaned ones) with one ``killpg``. It ignores
-SIGINT (Ctrl-C is the user process's business), has faulthandler on, and
-dies with its parent (PR_SET_PDEATHSIG on Linux; an idle worker also exits
-on EOF from its pipe).
+corrupts nothing but that pipe, which dies with it. The pipe is shared by
+the main loop and any thread of a running task that uses
+``current_scheduler()``: ``_Channel`` routes what arrives (replies to the
+one request in flight, everything else to the main loop) and sends one
+frame at a time; requests are serialised, so a reply always belongs to the
+request in flight. A ``current_scheduler()`` kept past its run fails with
+SchedulerError.
+
+The worker leads its own process group, so the dispatcher can kill a run's
+whole tree (including the task's own children, even orphaned ones) with one
+``killpg``. It ignores SIGINT (Ctrl-C is the user process's business), has
+faulthandler on, and dies with its parent (PR_SET_PDEATHSIG on Linux; an
+idle worker also exits on EOF from its pipe). With output capture, file
+descriptors 1 and 2 point at a file the dispatcher reads when a run ends
+(even by a crash: the faulthandler trace is in it); it is emptied as each
+run starts.
 """
 
 from __future__ import annotations
 
+import collections
 import faulthandler
 import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable, NoReturn
@@ -36,28 +51,42 @@ from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pac
 NS = 1_000_000_000
 
 
-def main(conn: Connection) -> None:
+def main(conn: Connection, capture: str | None = None) -> None:
     """Entry point of a worker process (the target of its multiprocessing.Process)."""
     _become_worker()
-    reader = FrameReader(conn.fileno())
-    proxy = _WorkerScheduler(conn, reader)
+    if capture is not None:
+        out = os.open(capture, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+    channel = _Channel(conn)
     load = CallLoader().load
-    recv, send, loads, dumps = reader.next, conn.send_bytes, pickle.loads, pickle.dumps
+    send, dumps = channel.send, pickle.dumps
     pid = os.getpid()
     clock = time.monotonic_ns
     while True:
         try:
-            message = loads(recv())
+            message = channel.order()
         except (EOFError, OSError):
             return  # the dispatcher is gone
         if message[0] == "stop":
             return
-        _, task_id, run_no, scheduled, payload = message
-        started = clock()
-        info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
+        if message[0] == "run":
+            _, task_id, run_no, scheduled, report_start, fn_blob, arg_blob = message
+        else:  # "run+": a large payload follows as two raw frames
+            _, task_id, run_no, scheduled, report_start = message
+            fn_blob, arg_blob = channel.order(), channel.order()
+        if capture is not None:
+            os.ftruncate(out, 0)  # O_APPEND: the next write lands at 0
+        proxy = _WorkerScheduler(channel, task_id, run_no)
         unfit = False
+        started = 0
         try:
-            fn, args, kwargs = load(payload)
+            fn, args, kwargs = load((fn_blob, arg_blob))
+            del fn_blob, arg_blob
+            started = clock()
+            if report_start:
+                send(dumps(("started", task_id, run_no, started), PROTOCOL))
+            info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
             with running(info, proxy):
                 value = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
@@ -65,16 +94,29 @@ def main(conn: Connection) -> None:
             # lowered its rlimit, or wrecked the heap): ask to be replaced.
             unfit = isinstance(exc, MemoryError)
             outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
+            started = started or clock()  # 0: loading the function or its arguments failed
         else:
             kind, blob = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
+        finally:
+            value = args = kwargs = None  # type: ignore[assignment]
+        if capture is not None:
+            _flush()
         done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob)
         if unfit:
             done += ("replaced after a MemoryError",)
         try:
-            send(dumps(done, PROTOCOL))
+            proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a task replaced or closed it
+            pass
 
 
 def _become_worker() -> None:
@@ -115,20 +157,112 @@ def _let_go_of_forkserver() -> None:
         server._forkserver_address = None  # type: ignore[attr-defined]
 
 
-class _WorkerScheduler(SchedulingAPI):
-    """``current_scheduler()`` inside a worker: asks the dispatcher over the
-    worker's own pipe and waits for its answer."""
+class _Channel:
+    """The worker's end of its pipe, shared by the main loop and the threads
+    of a running task (see the module docstring). Whichever thread needs a
+    frame and finds none waiting reads the pipe (one reader at a time) and
+    routes every frame it brings: replies to ``replies``, the rest (runs,
+    their two raw frames, "stop") to ``orders``."""
 
-    def __init__(self, conn: Connection, reader: FrameReader) -> None:
-        self._conn = conn
-        self._reader = reader
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.reader = FrameReader(conn.fileno())
+        self.cond = threading.Condition(threading.Lock())  # guards the fields below
+        self.orders: collections.deque[Any] = collections.deque()
+        self.replies: collections.deque[Any] = collections.deque()
+        self.reading = False
+        self.waiters = 0  # threads waiting for the reader
+        self.eof = False
+        self.raw = 0  # raw frames (a run's function and arguments) still to come
+        self.send_lock = threading.Lock()  # one frame at a time on the pipe
+        self.request_lock = threading.Lock()  # one request in flight: the next reply is its
+
+    def send(self, frame: bytes) -> None:
+        with self.send_lock:
+            self.conn.send_bytes(frame)
+
+    def order(self) -> Any:
+        return self._take(self.orders)
+
+    def reply(self) -> Any:
+        return self._take(self.replies)
+
+    def _take(self, queue: collections.deque[Any]) -> Any:
+        if queue:  # one consumer per queue, and deque.popleft is atomic: no lock needed
+            return queue.popleft()
+        cond = self.cond
+        with cond:
+            while not queue:
+                if self.eof:
+                    raise EOFError
+                if self.reading:
+                    self.waiters += 1
+                    cond.wait()
+                    self.waiters -= 1
+                    continue
+                self.reading = True
+                cond.release()
+                try:
+                    frames = self.reader.read()
+                except BaseException:
+                    cond.acquire()
+                    self.reading, self.eof = False, True
+                    cond.notify_all()
+                    raise
+                cond.acquire()
+                self.reading = False
+                self._route(frames)
+                if self.waiters:  # (the main loop alone, the usual case: no one to wake)
+                    cond.notify_all()
+            return queue.popleft()
+
+    def _route(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            if self.raw:
+                self.raw -= 1
+                self.orders.append(frame)
+                continue
+            message = pickle.loads(frame)
+            if message[0] in ("reply", "error"):
+                self.replies.append(message)
+            else:
+                self.orders.append(message)
+                if message[0] == "run+":
+                    self.raw = 2
+
+
+class _WorkerScheduler(SchedulingAPI):
+    """``current_scheduler()`` inside a worker, for one run: asks the
+    dispatcher over the worker's pipe and waits for its answer. Safe to use
+    from several threads of the task; fails once its run has ended."""
+
+    def __init__(self, channel: _Channel, task_id: int, run_no: int) -> None:
+        self._channel = channel
+        self._run = (task_id, run_no)
+        self._open = True
 
     def _check_open(self) -> None:
-        pass  # the dispatcher answers for itself
+        if not self._open:
+            raise SchedulerError(
+                f"current_scheduler() of task {self._run[0]} run {self._run[1]} was used after that run ended"
+            )
+
+    def _end(self, done: bytes) -> None:
+        """The run is over: report it and refuse later calls. Waits for a
+        request in flight, so its reply cannot reach the main loop."""
+        with self._channel.request_lock:
+            self._open = False
+            self._channel.send(done)
 
     def _ask(self, message: tuple[Any, ...]) -> Any:
-        self._conn.send_bytes(pickle.dumps(message, PROTOCOL))
-        reply = pickle.loads(self._reader.next())
+        channel = self._channel
+        with channel.request_lock:
+            self._check_open()
+            channel.send(pickle.dumps(message, PROTOCOL))
+            try:
+                reply = channel.reply()
+            except (EOFError, OSError):
+                raise SchedulerError("the dispatcher is gone") from None
         if reply[0] == "error":
             raise reply[1]
         return reply[1]
