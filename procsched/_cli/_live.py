@@ -166,9 +166,16 @@ def _output_pane(outputs: list[Any], room: int, width: int) -> Any:
     for shown, take in sorted(chosen, key=lambda pair: position[id(pair[0])]):
         out.append("\n")
         out.append(shorten(shown.title, width - 4), style="bold red" if shown.bad else "bold")
+        # A crash trace reads top down (faulthandler prints the most recent
+        # call first): show its head; of anything else, the newest lines.
+        start = next((i for i, line in enumerate(shown.lines) if line.startswith("Fatal Python error")), None)
+        if start is None or not shown.bad:
+            start = len(shown.lines) - take
         if take < len(shown.lines):
-            out.append(f"  (last {take} of {len(shown.lines)} lines)", style="dim")
-        for line in shown.lines[-take:]:
+            which = "last" if start + take == len(shown.lines) else f"lines {start + 1}-{start + take}"
+            out.append(f"  ({which} {take} of {len(shown.lines)} lines)" if which == "last"
+                       else f"  ({which} of {len(shown.lines)})", style="dim")  # fmt: skip
+        for line in shown.lines[start : start + take]:
             out.append("\n│ " + line.expandtabs()[: width - 3])
     return out
 

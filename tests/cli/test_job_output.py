@@ -2,10 +2,8 @@
 output is shown with its run (JSON field, framed plain lines, the live view's
 output pane), a crash's faulthandler trace with the crash.
 
-Run against the real ``procsched`` command. The tests marked xfail need
-``Scheduler(capture_output=True)`` from the runtime branch (the per-run
-``output`` field); without it the CLI still keeps stray output off its own
-stream, which the other tests check."""
+Run against the real ``procsched`` command, which schedules with
+``Scheduler(capture_output=True)``."""
 
 from __future__ import annotations
 
@@ -15,8 +13,6 @@ import pytest
 from cli_helpers import cli, run_in_pty
 
 pytestmark = pytest.mark.timeout(60)
-
-NEEDS_CAPTURE = pytest.mark.xfail(reason="needs capture_output from the runtime branch", strict=False)
 
 NOISY = """
     import ctypes, faulthandler, sys
@@ -43,7 +39,6 @@ def test_json_lines_stay_json_whatever_jobs_print(jobs_file) -> None:
     assert "hello from a job" not in done.stdout.replace('"hello from a job', "")
 
 
-@NEEDS_CAPTURE
 def test_json_carries_each_runs_output_and_the_crash_trace(jobs_file) -> None:
     done = cli("run", str(jobs_file(NOISY)), "--duration", "1.2", "--json", "--workers", "2")
     records = [json.loads(line) for line in done.stdout.splitlines()]
@@ -54,7 +49,6 @@ def test_json_carries_each_runs_output_and_the_crash_trace(jobs_file) -> None:
     assert "hello from a job" not in done.stderr  # captured, not leaked
 
 
-@NEEDS_CAPTURE
 def test_plain_lines_frame_each_runs_output(jobs_file) -> None:
     done = cli("run", str(jobs_file(NOISY)), "--duration", "1.2", "--plain", "--workers", "2")
     assert done.returncode == 0, done.stderr
@@ -83,7 +77,6 @@ def test_the_live_view_at_80_columns_is_not_torn(jobs_file) -> None:
     assert "│ hello from a job" in screen or "│ to stderr too" in screen
 
 
-@NEEDS_CAPTURE
 def test_the_live_view_shows_a_crash_trace_with_its_crash(jobs_file) -> None:
     pytest.importorskip("rich")
     code, screen = run_in_pty("run", str(jobs_file(NOISY)), "--duration", "1.5", columns=100, lines=40)
