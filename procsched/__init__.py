@@ -4,6 +4,7 @@ See DESIGN.md (the contract) and README.md. Everything public is re-exported
 here; modules starting with an underscore are private.
 """
 
+from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
 from ._clock import ManualClock as ManualClock
 from ._context import current_run as current_run, current_scheduler as current_scheduler
 from ._core import Priority as Priority, TaskState as TaskState
@@ -15,6 +16,7 @@ from ._errors import (
 )
 from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
 from ._inline import InlineScheduler as InlineScheduler
+from ._retry import Retry as Retry
 from ._jobs import every as every, once as once
 from ._runtime._facade import Scheduler as Scheduler
 
@@ -24,6 +26,7 @@ __all__ = [
     "InlineScheduler",
     "ManualClock",
     "Priority",
+    "Retry",
     "RunInfo",
     "Scheduler",
     "SchedulerClosedError",

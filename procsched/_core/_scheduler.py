@@ -281,6 +281,11 @@ class SchedulerCore:
             self._dead -= 1
         return timers[0][0] if timers else None
 
+    def due(self, task_id: int) -> int | None:
+        """A PENDING task's due time (ns), or None."""
+        task = self._tasks.get(task_id)
+        return None if task is None or task.state is not PENDING else task.due
+
     def next_wall(self, task_id: int) -> int | None:
         """A PENDING task's next run on the wall clock (ns since the epoch)."""
         task = self._tasks.get(task_id)
