@@ -76,7 +76,7 @@ class InlineScheduler(SchedulingAPI):
     def _sync_wall(self) -> None:
         """Tell the core where the wall clock stands (calendar tasks follow it)."""
         now = self._clock.now_ns()
-        self._core.set_wall_offset(wall_ns_of(self._clock) - now)
+        self._core.set_wall_offset(wall_ns_of(self._clock) - now, now)
 
     def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         now = self._clock.now_ns()

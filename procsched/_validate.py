@@ -220,3 +220,33 @@ class TaskSpec(NamedTuple):
     @property
     def has_extra(self) -> bool:
         return not (self.trigger is None and self.until_ns is None and self.max_runs is None and self.retry is None)
+
+
+def wire_extra(spec: TaskSpec, now: int, pickled: bool) -> tuple[Any, ...] | None:
+    """A spec's calendar, retry and limits as plain values for ``Engine.add``
+    (None for a plain task). With ``pickled`` (the dispatcher is another
+    process) the zone travels as an IANA key and ``Retry.on``'s exception
+    classes as cloudpickled bytes that only a worker unpickles; otherwise as
+    objects. Raises ValueError for a zone that cannot travel."""
+    if not spec.has_extra:
+        return None
+    from ._tz import to_wire
+
+    cron = None
+    if spec.trigger is not None:
+        tz = spec.tz
+        if not isinstance(tz, str) and tz is not None:
+            tz = to_wire(tz) if pickled else tz
+        cron = (spec.trigger.expr, tz)
+    retry = retry_on = None
+    if spec.retry is not None:
+        retry = spec.retry.to_wire()
+        classes = spec.retry.classes
+        if classes:
+            if pickled:
+                import cloudpickle
+
+                retry_on = cloudpickle.dumps(classes)
+            else:
+                retry_on = classes
+    return (cron, spec.after_wall_ns, spec.until_ns, spec.max_runs, retry, retry_on, now)

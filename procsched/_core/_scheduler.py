@@ -243,6 +243,7 @@ class SchedulerCore:
         self._stopping = 0  # CANCELLED tasks whose last run is still in flight
         self._seq = itertools.count(1)
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
+        self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
         self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
 
     # -- questions -------------------------------------------------------
@@ -348,6 +349,7 @@ class SchedulerCore:
                     raise ValueError("the calendar task has no slot before its until")
                 extra.slot = slot
                 task.due = slot - self.wall_offset
+                self.calendars += 1
             elif extra.until_ns is not None:
                 extra.until_ns += now
         self._tasks[tid] = task
@@ -402,7 +404,7 @@ class SchedulerCore:
         task.active = False
         if task.state is CANCELLED:  # cancelled while this run was in flight
             self._stopping -= 1
-            del self._tasks[task_id]
+            self._drop(task)
             return Completion(task_id, run, outcome, CANCELLED, None, 0, False)
         if task.extra is not None:
             return self._complete_extra(task, task.extra, outcome, now, matched)
@@ -462,11 +464,14 @@ class SchedulerCore:
         self._repush(task)  # the entry it had when it paused is dead
         return True
 
-    def set_wall_offset(self, offset_ns: int) -> bool:
-        """The runner's wall clock minus its monotonic clock, now. If it moved
-        by WALL_STEP_NS or more since last time (the wall clock was stepped,
-        or the machine slept), every calendar task's due time is recomputed
-        from its slot. Returns True if it recomputed."""
+    def set_wall_offset(self, offset_ns: int, now: int | None = None) -> bool:
+        """The runner's wall clock minus its monotonic clock, at ``now``. If it
+        moved by WALL_STEP_NS or more since last time (the wall clock was
+        stepped, or the machine slept), every calendar task's due time is
+        recomputed from its slot; a slot that the step left in the past
+        follows the task's misfire policy (coalesce: the last slot up to now
+        runs once, for all; skip: the next slot after now). Returns True if
+        it recomputed."""
         if abs(offset_ns - self.wall_offset) < WALL_STEP_NS:
             return False
         self.wall_offset = offset_ns
@@ -474,6 +479,8 @@ class SchedulerCore:
         for task in self._tasks.values():
             extra = task.extra
             if extra is not None and extra.trigger is not None and task.state is PENDING and not extra.retrying:
+                if now is not None and extra.slot < now + offset_ns and task.misfire is not Misfire.CATCH_UP:
+                    extra.slot = self._late_slot(task, extra, now)
                 due = extra.slot - offset_ns
                 if due != task.due:
                     task.due = due
@@ -484,6 +491,17 @@ class SchedulerCore:
             self._maybe_compact()
         return True
 
+    def _late_slot(self, task: _Task, extra: TaskExtra, now: int) -> int:
+        """A calendar slot left behind by a wall-clock step, by the misfire policy."""
+        trigger = extra.trigger
+        assert trigger is not None
+        now_wall = now + self.wall_offset
+        if task.misfire is Misfire.SKIP:
+            following = trigger.next_ns(now_wall - 1)
+            return extra.slot if following is None else following
+        last = self._last_slot_by_window(trigger, now_wall)
+        return extra.slot if last is None or last < extra.slot else last
+
     def cancel(self, task_id: int, interrupt: bool = False) -> CancelResult:
         """Decide a cancel. See :class:`CancelResult` for what each answer asks."""
         task = self._tasks.get(task_id)
@@ -492,12 +510,12 @@ class SchedulerCore:
         state = task.state
         if state is PENDING:
             task.state = transition(state, "cancel")
-            del self._tasks[task_id]
+            self._drop(task)
             self._bury()  # its heap entry stays behind until popped or compacted
             return CancelResult.CANCELLED
         if state is PAUSED:  # its heap entry was counted dead when it paused
             task.state = transition(state, "cancel")
-            del self._tasks[task_id]
+            self._drop(task)
             return CancelResult.CANCELLED
         if state is RUNNING:
             if not interrupt and task.kind is Kind.ONCE:
@@ -538,6 +556,12 @@ class SchedulerCore:
         task then ties as if submitted now.)"""
         task.seq = next(self._seq)
         self._push(task)
+
+    def _drop(self, task: _Task) -> None:
+        """Forget a task that reached a terminal state."""
+        del self._tasks[task.id]
+        if task.extra is not None and task.extra.trigger is not None:
+            self.calendars -= 1
 
     def _bury(self) -> None:
         """A heap entry just died (its task left PENDING)."""
@@ -606,7 +630,7 @@ class SchedulerCore:
                 return self._requeue(task, extra, outcome, 0, True)
         if not periodic or (not ok and task.stop_on_error):
             task.state = transition(task.state, "finish" if ok and not periodic else "fail")
-            del self._tasks[tid]
+            self._drop(task)
             return Completion(tid, run, outcome, task.state, None, 0, True, None, False, periodic)
         limit = extra.until_ns
         if (
@@ -615,7 +639,7 @@ class SchedulerCore:
             or (limit is not None and (next_slot if next_slot is not None else next_due) > limit)
         ):  # fmt: skip
             task.state = transition(task.state, "finish")  # a limit reached: DONE
-            del self._tasks[tid]
+            self._drop(task)
             return Completion(tid, run, outcome, DONE, None, missed, True, None, False, True)
         task.due = next_due
         if next_slot is not None:

@@ -39,6 +39,7 @@ import signal
 import sys
 import time
 import traceback
+from datetime import timezone
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -47,7 +48,7 @@ import psutil
 from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, Engine
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, WALL_CHECK_S, Engine
 from ._wire import PROTOCOL, FrameReader, recv
 
 NS = 1_000_000_000
@@ -105,7 +106,11 @@ class ProcessCarrier:
         return worker
 
     def send_run(self, worker: _Worker, run: Run) -> None:
-        self._send(worker, ("run", run.task_id, run.run, run.scheduled_ns, run.payload))
+        if run.attempt == 1 and run.wall_ns is None and run.retry_on is None:
+            self._send(worker, ("run", run.task_id, run.run, run.scheduled_ns, run.payload))
+        else:
+            self._send(worker, ("run", run.task_id, run.run, run.scheduled_ns, run.payload,
+                                run.attempt, run.wall_ns, run.retry_on))  # fmt: skip
 
     def retire(self, worker: _Worker) -> None:
         self._send(worker, ("stop",))
@@ -218,6 +223,7 @@ class Dispatcher:
             max_worker_memory=config["max_worker_memory"],
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
+        self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
         self.wakeup_r, wakeup_w = os.pipe()
@@ -232,6 +238,7 @@ class Dispatcher:
         engine, select, clock = self.engine, self.selector.select, time.monotonic_ns
         engine.start(clock())
         while not engine.closed:
+            engine.set_wall_offset(*self.wall_offset())
             wake = engine.tick(clock())
             self.flush()
             if engine.closed:
@@ -239,6 +246,8 @@ class Dispatcher:
             if self.partial:
                 wake = self.check_partial(wake, clock())
             timeout = MAX_WAIT_S if wake is None else min(max(0, wake - clock()) / NS, MAX_WAIT_S)
+            if engine.core.calendars and timeout > WALL_CHECK_S:
+                timeout = WALL_CHECK_S
             for key, _ in select(timeout):
                 what, worker = key.data
                 if what == ON_WORKER:
@@ -261,6 +270,11 @@ class Dispatcher:
             self.emit([(EV_CLOSED,)])
         self.finish_output()
 
+    def wall_offset(self) -> tuple[int, int]:
+        """(the wall clock minus the monotonic clock, the monotonic clock), now (ns)."""
+        now = time.monotonic_ns()
+        return time.time_ns() + self.wall_skew - now, now
+
     def on_commands(self) -> None:
         engine = self.engine
         try:
@@ -272,7 +286,20 @@ class Dispatcher:
             message: Any = pickle.loads(frame)
             tag = message[0]
             if tag == "add":
-                engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
+                if len(message) == 12:  # with a calendar, retry or limits
+                    engine.set_wall_offset(*self.wall_offset())
+                    engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
+                else:
+                    engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
+            elif tag in ("pause", "resume"):
+                _, request, task_id = message
+                if tag == "pause":
+                    done = engine.pause(task_id)
+                else:
+                    done = engine.resume(task_id, time.monotonic_ns())
+                engine.events.append((EV_REPLY, request, done))
+            elif tag == "wall_step":  # tests: step this process's wall clock
+                self.wall_skew += message[1]
             elif tag == "cancel":
                 _, request, task_id, interrupt = message
                 engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
@@ -316,17 +343,26 @@ class Dispatcher:
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
                 return
             if tag == "done":
-                engine.finished(worker, *message[1:8])
-                if len(message) > 8:  # the worker is no longer fit to run tasks
-                    engine.replace_worker(worker, time.monotonic_ns(), message[8])
+                engine.finished(worker, *message[1:9])
+                if len(message) > 9:  # the worker is no longer fit to run tasks
+                    engine.replace_worker(worker, time.monotonic_ns(), message[9])
             elif tag == "add":
                 if engine.closing:
                     reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
                 else:
                     task_id = next(self.inner_ids)
-                    engine.add(task_id, *message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-                    engine.events.append((EV_ADDED, task_id, message[8], message[1]))
-                    reply = ("reply", task_id)
+                    extra, key = (message[10], message[11]) if len(message) == 12 else (None, None)
+                    try:
+                        if extra is not None:
+                            engine.set_wall_offset(*self.wall_offset())
+                        engine.add(task_id, *message[1:9], payload=self.intern(message[9]), extra=extra)  # type: ignore[misc]
+                    except Exception as exc:  # noqa: BLE001 - a bad calendar from a task: its error, not ours
+                        reply = ("error", ValueError(f"{type(exc).__name__}: {exc}"[:300]))
+                    else:
+                        due = engine.core.due(task_id)
+                        engine.events.append((EV_ADDED, task_id, message[8], message[1] if due is None else due,
+                                              key, engine.core.next_wall(task_id)))  # fmt: skip
+                        reply = ("reply", task_id, due)
                 self.carrier._send(worker, reply)
             elif tag == "cancel":
                 accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
@@ -420,19 +456,24 @@ def _check_message(message: Any) -> str:
     tag = message[0]
     if tag == "done":
         if not (
-            len(message) in (8, 9)
+            len(message) in (9, 10)
             and all(type(x) is int for x in (*message[1:3], *message[4:7]))
             and message[3] in ("ok", "error")
             and message[6] in (BLOB_VALUE, BLOB_ERROR)
             and isinstance(message[7], bytes)
-            and (len(message) == 8 or isinstance(message[8], str))
+            and type(message[8]) is bool
+            and (len(message) == 9 or isinstance(message[9], str))
         ):
             raise TypeError("malformed done")
     elif tag == "add":
-        payload = message[-1] if len(message) == 10 else None
+        payload = message[9] if len(message) in (10, 12) else None
         if not (isinstance(payload, tuple) and len(payload) == 2 and all(type(b) is bytes for b in payload)):
             raise TypeError("malformed add")
-        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message
+        if len(message) == 12:
+            _check_extra(message[10])
+            if message[11] is not None and not isinstance(message[11], str):
+                raise TypeError("malformed add: key")
+        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message[:10]
         Kind(kind), Misfire(misfire)
         if not (type(due) is int and type(priority) is int and type(period) is int and type(stop_on_error) is bool
                 and (timeout is None or type(timeout) is int) and (name is None or isinstance(name, str))):  # fmt: skip
@@ -443,6 +484,29 @@ def _check_message(message: Any) -> str:
     else:
         raise TypeError(f"unknown tag {tag[:20]!r}")
     return tag
+
+
+def _check_extra(extra: Any) -> None:
+    """The shape of ``wire_extra``'s tuple (from a worker: not trusted)."""
+    if extra is None:
+        return
+    ints = (int, type(None))
+    if not (isinstance(extra, tuple) and len(extra) == 7):
+        raise TypeError("malformed add: extra")
+    cron, after_wall, until, max_runs, retry, retry_on, now = extra
+    if cron is not None and not (isinstance(cron, tuple) and len(cron) == 2 and isinstance(cron[0], str)
+                                 and (cron[1] is None or isinstance(cron[1], (str, timezone)))):  # fmt: skip
+        raise TypeError("malformed add: cron")
+    if not (type(after_wall) is int and type(now) is int and isinstance(until, ints) and isinstance(max_runs, ints)):
+        raise TypeError("malformed add: limits")
+    if retry is not None and not (
+        isinstance(retry, tuple) and len(retry) == 6 and type(retry[0]) is int and type(retry[1]) is int
+        and isinstance(retry[2], float) and type(retry[3]) is int and isinstance(retry[4], float)
+        and isinstance(retry[5], tuple) and all(o in ("error", "crashed", "timeout") for o in retry[5])
+    ):  # fmt: skip
+        raise TypeError("malformed add: retry")
+    if retry_on is not None and type(retry_on) is not bytes:
+        raise TypeError("malformed add: retry_on")
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The worker process: runs one run at a time for the dispatcher.
 
-    dispatcher ──("run", task, run, scheduled, payload)──▶ worker
-               ◀─("done", task, run, outcome, started, finished, blob)──
+    dispatcher ──("run", task, run, scheduled, payload[, attempt, wall, retry_on])──▶ worker
+               ◀─("done", task, run, outcome, started, finished, blob, matched)──
                ◀─("add" | "cancel", ...) ─▶ ("reply", value)   current_scheduler()
                ──("stop",) ─▶ exits
 
@@ -28,8 +28,8 @@ from typing import Any, Callable, NoReturn
 from .._api import SchedulingAPI
 from .._context import running
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle
-from .._validate import TaskSpec, flag, task_id as task_id_
+from .._handle import RunInfo, TaskHandle, wall_datetime
+from .._validate import TaskSpec, flag, task_id as task_id_, wire_extra
 from ._engine import BLOB_ERROR
 from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value
 
@@ -52,10 +52,14 @@ def main(conn: Connection) -> None:
             return  # the dispatcher is gone
         if message[0] == "stop":
             return
-        _, task_id, run_no, scheduled, payload = message
+        task_id, run_no, scheduled, payload = message[1:5]
+        attempt, wall, retry_on = message[5:8] if len(message) == 8 else (1, None, None)
         started = clock()
-        info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
+        if wall is None:
+            wall = scheduled + time.time_ns() - started
+        info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
         unfit = False
+        matched = False
         try:
             fn, args, kwargs = load(payload)
             with running(info, proxy):
@@ -65,16 +69,35 @@ def main(conn: Connection) -> None:
             # lowered its rlimit, or wrecked the heap): ask to be replaced.
             unfit = isinstance(exc, MemoryError)
             outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
+            if retry_on is not None:
+                matched = _retry_matches(exc, retry_on)
         else:
             kind, blob = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
-        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob)
+        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob, matched)
         if unfit:
             done += ("replaced after a MemoryError",)
         try:
             send(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
+
+
+_retry_classes: dict[bytes, tuple[type[BaseException], ...]] = {}
+
+
+def _retry_matches(exc: BaseException, blob: bytes) -> bool:
+    """Is ``exc`` one of the classes ``Retry.on`` names? Decided here, where
+    the exception exists: the dispatcher never unpickles user classes."""
+    classes = _retry_classes.get(blob)
+    if classes is None:
+        try:
+            classes = pickle.loads(blob)
+        except Exception:  # noqa: BLE001 - a class that cannot be imported here matches nothing
+            classes = ()
+        if len(_retry_classes) < 256:
+            _retry_classes[blob] = classes
+    return isinstance(exc, classes)
 
 
 def _become_worker() -> None:
@@ -131,14 +154,22 @@ class _WorkerScheduler(SchedulingAPI):
         reply = pickle.loads(self._reader.next())
         if reply[0] == "error":
             raise reply[1]
-        return reply[1]
+        return reply[1] if len(reply) == 2 else reply[1:]
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        """Scheduled by the dispatcher. A ``key`` is registered with the
+        scheduler's process when it hears of the task; it is not checked
+        against live keys here (decision: the user process owns keys)."""
         payload = pack_call(fn, args, kwargs)
-        due = time.monotonic_ns() + spec.delay_ns
-        task_id = self._ask(("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
-                             spec.stop_on_error, spec.timeout_ns, spec.name, payload))  # fmt: skip
-        return _DetachedHandle(self, task_id, spec.name, due / NS)
+        now = time.monotonic_ns()
+        due = now + spec.delay_ns
+        message: tuple[Any, ...] = ("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
+                                    spec.stop_on_error, spec.timeout_ns, spec.name, payload)  # fmt: skip
+        if spec.has_extra or spec.key is not None:
+            message += (wire_extra(spec, now, True), spec.key)
+        reply = self._ask(message)
+        task_id, due = (reply, due) if isinstance(reply, int) else reply
+        return _DetachedHandle(self, task_id, spec.name, None if due is None else due / NS, spec.key)
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         flag("interrupt", interrupt)
