@@ -89,7 +89,7 @@ class InlineScheduler(SchedulingAPI):
                 due, spec.priority, spec.kind, spec.period_ns, spec.misfire,
                 spec.stop_on_error, spec.timeout_ns, (fn, args, kwargs), spec.name,
             )  # fmt: skip
-            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key)
+            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, wall_ns_of(self._clock) + spec.delay_ns)
         else:
             self._sync_wall()
             classes = spec.retry.classes if spec.retry is not None else ()

@@ -169,7 +169,7 @@ class TaskExtra:
     """
 
     __slots__ = ("trigger", "after_wall_ns", "until_ns", "max_runs", "retry", "retry_on",
-                 "slot", "attempt", "retrying", "pause_asked")  # fmt: skip
+                 "slot", "base", "attempt", "retrying", "pause_asked")  # fmt: skip
 
     def __init__(
         self, trigger: CronTrigger | None = None, after_wall_ns: int = 0, until_ns: int | None = None,
@@ -182,6 +182,7 @@ class TaskExtra:
         self.retry = retry
         self.retry_on = retry_on
         self.slot = 0  # calendar: the wall-clock instant of the current (or next) slot
+        self.base = 0  # the current run's regular due time (its retries move task.due)
         self.attempt = 0  # attempts of the current run so far
         self.retrying = False  # the pending entry is a retry of the current run
         self.pause_asked = False  # pause once the current run ends
@@ -585,14 +586,17 @@ class SchedulerCore:
         else:
             task.runs += 1
             extra.attempt = 1
-        wall = extra.slot if extra.trigger is not None else None
+            extra.base = task.due
+        wall = extra.slot if extra.trigger is not None and extra.attempt == 1 else None
         return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name,
                    extra.attempt, wall, extra.retry_on)  # fmt: skip
 
     @staticmethod
     def _extra(task: _Task) -> TaskExtra:
-        if task.extra is None:
+        if task.extra is None:  # a plain task paused mid-run: its run is attempt 1 of a regular slot
             task.extra = TaskExtra()
+            task.extra.base = task.due
+            task.extra.attempt = 1
         return task.extra
 
     def _wall_of(self, task: _Task) -> int:
@@ -614,7 +618,7 @@ class SchedulerCore:
         if task.kind is Kind.FIXED_DELAY:
             next_due = now + task.period
         elif task.kind is Kind.FIXED_RATE:
-            next_due, missed = self._next_slot(task, outcome, now)
+            next_due, missed = self._next_slot(task, outcome, now, extra.base)
         elif task.kind is Kind.CALENDAR:
             next_slot, missed = self._next_calendar(task, extra, outcome, now)
             next_due = None if next_slot is None else next_slot - self.wall_offset
@@ -701,9 +705,12 @@ class SchedulerCore:
         return None
 
     @staticmethod
-    def _next_slot(task: _Task, outcome: str, now: int) -> tuple[int, int]:
-        """Fixed rate: the next grid point after the run scheduled at ``task.due``."""
-        scheduled, period = task.due, task.period
+    def _next_slot(task: _Task, outcome: str, now: int, scheduled: int | None = None) -> tuple[int, int]:
+        """Fixed rate: the next grid point after the run scheduled at
+        ``scheduled`` (default ``task.due``)."""
+        if scheduled is None:
+            scheduled = task.due
+        period = task.period
         following = scheduled + period
         if following >= now:
             return following, 0

@@ -158,7 +158,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             self._check_open()
             task_id = next(self._ids)
             due = now + spec.delay_ns
-            next_wall = None
+            next_wall = time.time_ns() + spec.delay_ns
             if spec.trigger is not None:  # due at its first slot (the dispatcher computes the same)
                 next_wall = spec.trigger.next_ns(spec.after_wall_ns)
                 due = next_wall - (time.time_ns() - time.monotonic_ns())  # type: ignore[operator]
