@@ -17,7 +17,7 @@ from ._errors import (
 from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
 from ._inline import InlineScheduler as InlineScheduler
 from ._retry import Retry as Retry
-from ._jobs import every as every, once as once
+from ._jobs import cron as cron, every as every, once as once
 from ._runtime._facade import Scheduler as Scheduler
 
 __version__ = "0.1.0"
@@ -35,6 +35,7 @@ __all__ = [
     "TaskState",
     "TaskTimeoutError",
     "WorkerCrashedError",
+    "cron",
     "current_run",
     "current_scheduler",
     "every",

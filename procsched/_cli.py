@@ -41,6 +41,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from . import _cli_next
 from ._core import Priority
 from ._errors import SchedulerBrokenError, SchedulerError
 from ._events import RUN_END, RUN_MISSED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED
@@ -60,6 +61,8 @@ OUTCOME_COLUMNS = ("ok", "error", "crashed", "timeout")
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``procsched`` console script and ``python -m procsched``."""
     args = _parser().parse_args(argv)
+    if args.command == "next":
+        return int(args.handler(args))
     if args.command == "run":
         try:
             _, jobs = load_jobs_file(args.file)
@@ -117,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     common(run, None, "the CPU count")
     demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones")
     common(demo, DEMO_SECONDS, "the CPU count, at least 2")
+    _cli_next.add_parser(commands)
     return parser
 
 
@@ -172,6 +176,8 @@ class JobRow:
             return int((until - self.first_due) // self.job.period) + 1, True  # type: ignore[operator]
         if self.job.kind == "once":
             return 1, True
+        if self.job.kind == "cron":
+            return None  # a calendar: no simple count
         mean = self.durations / self.runs if self.runs else 0.0  # fixed delay: an estimate
         return int((until - self.first_due) // (self.job.period + mean)) + 1, False  # type: ignore[operator]
 
