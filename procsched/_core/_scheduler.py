@@ -511,8 +511,12 @@ class SchedulerCore:
         state = task.state
         if state is PENDING:
             task.state = transition(state, "cancel")
-            self._drop(task)
-            self._bury()  # its heap entry stays behind until popped or compacted
+            del self._tasks[task_id]
+            if task.extra is not None and task.extra.trigger is not None:
+                self.calendars -= 1
+            self._dead += 1  # its heap entry stays behind until popped or compacted
+            if self._dead > COMPACT_MIN_DEAD and self._dead * 2 > len(self._timers) + len(self._ready):
+                self._compact()
             return CancelResult.CANCELLED
         if state is PAUSED:  # its heap entry was counted dead when it paused
             task.state = transition(state, "cancel")
