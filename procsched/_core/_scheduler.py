@@ -531,7 +531,8 @@ class SchedulerCore:
         return CancelResult.UNKNOWN  # cancelled already, its last run still in flight
 
     def cancel_all(self, *, periodic_only: bool = False) -> list[tuple[int, CancelResult]]:
-        """Cancel every task (or every periodic one), in submission order.
+        """Cancel every task (or every periodic one, and every paused one:
+        nothing would resume it), in submission order.
 
         Running one-shot tasks are left to finish (REFUSED); this is what
         shutdown uses.
@@ -539,7 +540,7 @@ class SchedulerCore:
         return [
             (tid, self.cancel(tid))
             for tid in self.task_ids()
-            if not periodic_only or self._tasks[tid].kind is not Kind.ONCE
+            if not periodic_only or self._tasks[tid].kind is not Kind.ONCE or self._tasks[tid].state is PAUSED
         ]
 
     # -- internals -------------------------------------------------------

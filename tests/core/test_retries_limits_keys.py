@@ -322,3 +322,11 @@ def test_bad_options(sched: InlineScheduler, clock: ManualClock) -> None:
     with pytest.raises(ValueError, match="misfire"):
         sched.schedule_cron(lambda: None, "0 0 1 1 *", misfire="later")
     assert sched.pending() == 0 and sched.jobs() == []
+
+
+def test_shutdown_cancels_a_paused_one_shot(sched: InlineScheduler) -> None:
+    handle = sched.schedule(lambda: 1, 5)
+    other = sched.schedule(lambda: 2, 5)
+    assert handle.pause()
+    sched.shutdown(wait=True)
+    assert handle.cancelled() and other.result() == 2 and sched.pending() == 0

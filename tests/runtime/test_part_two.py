@@ -130,3 +130,11 @@ def test_dispatcher_recomputes_calendar_tasks_after_a_wall_clock_step(make_sched
         assert handle.result(15) is None
     assert [r.scheduled_at for r in handle.runs] == [slot]
     assert any("calendar tasks rescheduled" in r.getMessage() for r in caplog.records)
+
+
+def test_shutdown_with_a_paused_one_shot_does_not_hang(make_scheduler, runner) -> None:
+    s = make_scheduler(1, runner=runner)
+    handle = s.schedule(rt_tasks.square, 3600, args=(2,))
+    assert handle.pause()
+    s.shutdown(wait=True)
+    assert handle.cancelled()
