@@ -8,7 +8,8 @@
     run_started      a run was handed to a worker           run, worker, scheduled_for
     run_finished     the run returned                       run, worker, outcome, scheduled_for,
     run_failed       the run raised                           started_at, finished_at, duration,
-    run_crashed      its worker process died mid-run          lateness, state, next_run, error
+    run_crashed      its worker process died mid-run          lateness, state, next_run, error,
+                                                            attempt, scheduled_at
     run_timeout      it overran its timeout (worker killed)
     run_cancelled    it was stopped by cancel(interrupt=True)
     run_missed       fixed-rate slots were dropped by the   run, missed, next_run
@@ -22,7 +23,9 @@ scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
 ``lateness`` is started - scheduled. ``state`` is the task's state after the
 run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
 is ``"ExcType: message"`` when the run did not end "ok" and the error is
-known, else None. Every value is a plain str, int, float, bool or None, so an
+known, else None. ``attempt`` counts tries of the run (see ``Retry``) and
+``scheduled_at`` is ``scheduled_for`` on the wall clock, as an ISO 8601 UTC
+string (``"2026-03-08T07:00:00+00:00"``). Every value is a plain str, int, float, bool or None, so an
 event can go straight to ``json.dumps``.
 
 Order: for one task, ``run_started`` comes before that run's end event, which
@@ -159,6 +162,8 @@ def run_ended(
         "state": state,
         "next_run": next_run,
         "error": None if error is None or info.outcome == "ok" else describe(error),
+        "attempt": info.attempt,
+        "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),
     }
 
 
