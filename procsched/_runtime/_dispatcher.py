@@ -359,6 +359,9 @@ class Dispatcher:
                     except Exception as exc:  # noqa: BLE001 - a bad calendar from a task: its error, not ours
                         reply = ("error", ValueError(f"{type(exc).__name__}: {exc}"[:300]))
                     else:
+                        if engine.core.state(task_id) is None:  # Engine.add refused it (and said why)
+                            self.carrier._send(worker, ("error", ValueError(f"task {task_id} cannot be scheduled")))
+                            continue
                         due = engine.core.due(task_id)
                         engine.events.append((EV_ADDED, task_id, message[8], message[1] if due is None else due,
                                               key, engine.core.next_wall(task_id)))  # fmt: skip

@@ -153,16 +153,20 @@ class Engine:
             )
             return
         cron, after_wall, until, max_runs, retry, retry_on, now = extra
-        trigger = None
-        if cron is not None:
-            from .._tz import from_wire
+        try:
+            trigger = None
+            if cron is not None:
+                from .._tz import from_wire
 
-            trigger = CronTrigger(cron[0], from_wire(cron[1]))
-        policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
-        self.core.add(
-            due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id,
-            TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
-        )  # fmt: skip
+                trigger = CronTrigger(cron[0], from_wire(cron[1]))
+            policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
+            self.core.add(
+                due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id,
+                TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
+            self._log(WARNING, f"task {task_id} ({name}) cannot be scheduled here: {type(exc).__name__}: {exc}")
+            self.events.append((EV_CANCELLED, task_id))
 
     def set_wall_offset(self, offset: int, now: int) -> None:
         """The carrier's wall clock minus its monotonic clock, at ``now``;
