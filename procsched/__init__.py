@@ -4,6 +4,7 @@ See README.md and docs/DESIGN.md (the contract). Everything public is re-exporte
 here; modules starting with an underscore are private.
 """
 
+from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
 from ._clock import ManualClock as ManualClock
 from ._context import current_run as current_run, current_scheduler as current_scheduler
 from ._core import Priority as Priority, TaskState as TaskState
@@ -15,7 +16,8 @@ from ._errors import (
 )
 from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
 from ._inline import InlineScheduler as InlineScheduler
-from ._jobs import every as every, once as once
+from ._retry import Retry as Retry
+from ._jobs import cron as cron, every as every, once as once
 from ._runtime._facade import Scheduler as Scheduler
 
 __version__ = "0.1.0"
@@ -24,6 +26,7 @@ __all__ = [
     "InlineScheduler",
     "ManualClock",
     "Priority",
+    "Retry",
     "RunInfo",
     "Scheduler",
     "SchedulerClosedError",
@@ -32,6 +35,7 @@ __all__ = [
     "TaskState",
     "TaskTimeoutError",
     "WorkerCrashedError",
+    "cron",
     "current_run",
     "current_scheduler",
     "every",

@@ -8,12 +8,17 @@ A runner implements ``_add``, ``cancel`` and ``_check_open`` only.
 from __future__ import annotations
 
 import abc
-from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping, Sequence
+import time
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from . import _validate as v
 from ._core import Kind, Misfire, Priority
+from ._errors import SchedulerError
 from ._handle import TaskHandle
+
+if TYPE_CHECKING:
+    from ._retry import Retry
 
 Seconds = float | int | timedelta
 
@@ -30,6 +35,18 @@ class SchedulingAPI(abc.ABC):
         self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> TaskHandle:
         """Schedule a validated task; return its handle."""
+
+    def _wall_now_ns(self) -> int:
+        """The scheduler clock's wall time, ns since the epoch."""
+        return time.time_ns()
+
+    def pause(self, task_id: int) -> bool:
+        """Pause a task (see ``TaskHandle.pause``)."""
+        raise SchedulerError(f"pause is not available on {type(self).__name__}")
+
+    def resume(self, task_id: int) -> bool:
+        """Resume a paused task (see ``TaskHandle.resume``)."""
+        raise SchedulerError(f"resume is not available on {type(self).__name__}")
 
     @abc.abstractmethod
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
@@ -55,12 +72,20 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        retry: Retry | None = None,
+        key: str | None = None,
+        replace_existing: bool = False,
     ) -> TaskHandle:
-        """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now."""
+        """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
+
+        ``retry``: a ``procsched.Retry`` for failed attempts. ``key``: a
+        stable name; scheduling a key a live task holds raises ValueError
+        unless ``replace_existing=True`` (which cancels that task).
+        """
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout)
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing)
 
     def schedule_at(
         self,
@@ -72,16 +97,19 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        retry: Retry | None = None,
+        key: str | None = None,
+        replace_existing: bool = False,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
-        ``when`` is turned into a delay from the current wall-clock time, once,
-        here; a time in the past means now.
+        ``when`` is turned into a delay from the scheduler clock's wall time,
+        once, here; a time in the past means now.
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
-        delay_ns = v.delay_until_ns(when)
-        return self._once(call, delay_ns, priority, name, timeout)
+        delay_ns = v.delay_until_ns(when, self._wall_now_ns())
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing)
 
     def schedule_at_fixed_rate(
         self,
@@ -96,12 +124,19 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        retry: Retry | None = None,
+        until: datetime | Seconds | None = None,
+        max_runs: int | None = None,
+        key: str | None = None,
+        replace_existing: bool = False,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
         Next due = previous *scheduled* start + period. ``misfire`` says what
         happens to grid slots missed during an overrun: "catch_up" runs them
         back to back, "skip" drops them, "coalesce" runs once for all of them.
+        ``until`` (an aware datetime, or seconds from now) and ``max_runs``
+        end the task (DONE) when no run is left within them.
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
@@ -115,7 +150,7 @@ class SchedulingAPI(abc.ABC):
             v.optional_timeout_ns(timeout),
             v.name(name),
         )
-        return self._add(spec, *call)
+        return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
 
     def schedule_with_fixed_delay(
         self,
@@ -129,6 +164,11 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        retry: Retry | None = None,
+        until: datetime | Seconds | None = None,
+        max_runs: int | None = None,
+        key: str | None = None,
+        replace_existing: bool = False,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
         self._check_open()
@@ -143,14 +183,97 @@ class SchedulingAPI(abc.ABC):
             v.optional_timeout_ns(timeout),
             v.name(name),
         )
-        return self._add(spec, *call)
+        return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
+
+    def schedule_cron(
+        self,
+        fn: Callable[..., Any],
+        expr: str,
+        *,
+        tz: str | tzinfo | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        priority: int = Priority.NORMAL,
+        name: str | None = None,
+        timeout: Seconds | None = None,
+        misfire: str = "coalesce",
+        stop_on_error: bool = False,
+        retry: Retry | None = None,
+        until: datetime | Seconds | None = None,
+        max_runs: int | None = None,
+        key: str | None = None,
+        replace_existing: bool = False,
+    ) -> TaskHandle:
+        """Run ``fn`` at every time the cron expression ``expr`` names, on the
+        wall clock of ``tz`` (an IANA name or a tzinfo; None: this machine's
+        zone, with its DST rules).
+
+        ``expr``: ``minute hour day-of-month month day-of-week``, or six
+        fields with seconds first, or an alias (``@daily`` ...). The first
+        run is at the first match strictly after now. DST as cron does it
+        (see README); the task follows wall-clock steps. Runs missed while
+        overrunning or asleep follow ``misfire`` ("coalesce": one run for
+        all of them; "skip"; "catch_up").
+
+        Raises:
+            ValueError: a malformed expression, an out-of-range field, an
+                unknown zone (naming it), or any other bad option.
+        """
+        self._check_open()
+        call = v.call(fn, args, kwargs)
+        wall = self._wall_now_ns()
+        trigger, first = v.cron(expr, tz, wall)
+        spec = v.TaskSpec(
+            Kind.CALENDAR, 0, 0, v.priority(priority), v.choice("misfire", misfire, Misfire),
+            v.flag("stop_on_error", stop_on_error), v.optional_timeout_ns(timeout), v.name(name),
+            trigger=trigger, tz=tz, after_wall_ns=wall,
+        )  # fmt: skip
+        return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing, wall, first), *call)
 
     def _once(
         self, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]], delay_ns: int,
-        priority: object, name: object, timeout: object,
+        priority: object, name: object, timeout: object, retry: object = None, key: object = None,
+        replace_existing: object = False,
     ) -> TaskHandle:  # fmt: skip
         spec = v.TaskSpec(
             Kind.ONCE, delay_ns, 0, v.priority(priority), Misfire.CATCH_UP, False,
             v.optional_timeout_ns(timeout), v.name(name),
         )  # fmt: skip
+        if retry is not None or key is not None or replace_existing is not False:
+            spec = self._with_options(spec, retry, None, None, key, replace_existing)
         return self._add(spec, *call)
+
+    def _with_options(
+        self, spec: v.TaskSpec, retry: object, until: object, max_runs: object, key: object,
+        replace_existing: object, wall: int | None = None, first_slot: int | None = None,
+    ) -> v.TaskSpec:  # fmt: skip
+        """Validate the options of part two (retries, limits, keys) into ``spec``."""
+        if retry is None and until is None and max_runs is None and key is None and replace_existing is False:
+            return spec
+        until_rel = None
+        if until is not None:
+            if wall is None:
+                wall = self._wall_now_ns()
+            until_rel = v.until_ns(until, wall)
+            first = spec.delay_ns if first_slot is None else first_slot - wall
+            if first > until_rel:
+                raise ValueError(f"until is before the task's first run: {until!r}")
+        return spec._replace(
+            retry=v.retry(retry), until_ns=until_rel, max_runs=v.max_runs(max_runs), key=v.key(key),
+            replace_existing=v.flag("replace_existing", replace_existing),
+        )  # fmt: skip
+
+    def _claim_key(self, keys: dict[str, TaskHandle], spec: v.TaskSpec) -> None:
+        """Before adding ``spec``: its key must be free, or replaced (the holder cancelled)."""
+        key = spec.key
+        if key is None:
+            return
+        holder = keys.get(key)
+        if holder is None or holder.done():
+            return
+        if not spec.replace_existing:
+            raise ValueError(
+                f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it"
+            )
+        if not self.cancel(holder.id):
+            raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")

@@ -8,9 +8,29 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol, final, runtime_checkable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Protocol, final, runtime_checkable
 
 NS = 1_000_000_000
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def wall_ns_of(clock: Any) -> int:
+    """The clock's wall time (ns since the epoch): its ``wall_ns()``, or the real one."""
+    wall = getattr(clock, "wall_ns", None)
+    return wall() if wall is not None else time.time_ns()
+
+
+def to_datetime(wall_ns: int | None) -> datetime | None:
+    """Wall-clock ns since the epoch -> an aware UTC datetime (None stays None)."""
+    if wall_ns is None:
+        return None
+    return EPOCH + timedelta(microseconds=wall_ns // 1000)
+
+
+def from_datetime(when: datetime) -> int:
+    """An aware datetime -> ns since the epoch."""
+    return (when - EPOCH) // timedelta(microseconds=1) * 1000
 
 
 @runtime_checkable
@@ -39,6 +59,12 @@ class MonotonicClock:
     def now(self) -> float:
         return time.monotonic_ns() / NS
 
+    def wall_ns(self) -> int:
+        return time.time_ns()
+
+    def wall_now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
     def sleep_until_ns(self, deadline_ns: int) -> None:
         while True:  # a blocking sleep, repeated only if it woke early
             left = deadline_ns - time.monotonic_ns()
@@ -54,17 +80,38 @@ class MonotonicClock:
 class ManualClock:
     """A clock that moves only when told to: for deterministic tests.
 
-    ``ManualClock(start=0.0)``; ``now()`` in seconds; ``advance(seconds)``.
-    ``InlineScheduler.run_until`` moves it from one due time to the next.
+    ``ManualClock(start=0.0, *, wall=None)``; ``now()`` in seconds;
+    ``advance(seconds)`` moves the monotonic and the wall clock together;
+    ``set_wall(when)`` steps the wall clock alone (an NTP step, a suspend).
+    ``wall`` is the aware datetime that ``start`` corresponds to (None: the
+    real wall time when the clock is made). ``InlineScheduler.run_until``
+    moves it from one due time to the next.
     """
 
-    __slots__ = ("_ns", "_lock")
+    __slots__ = ("_ns", "_lock", "_offset")
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, *, wall: datetime | None = None) -> None:
         from ._validate import duration_ns
 
         self._ns = duration_ns("start", start)
         self._lock = threading.Lock()
+        wall_ns = time.time_ns() if wall is None else from_datetime(_aware("wall", wall))
+        self._offset = wall_ns - self._ns  # wall = monotonic + offset
+
+    def wall_ns(self) -> int:
+        """The wall-clock time, in ns since the epoch."""
+        return self._ns + self._offset
+
+    def wall_now(self) -> datetime:
+        """The wall-clock time, an aware UTC datetime."""
+        return to_datetime(self._ns + self._offset)  # type: ignore[return-value]
+
+    def set_wall(self, when: datetime) -> None:
+        """Step the wall clock alone to ``when`` (an aware datetime), as an
+        NTP step or a resume from suspend does; ``now()`` does not move."""
+        target = from_datetime(_aware("when", when))
+        with self._lock:
+            self._offset = target - self._ns
 
     def now(self) -> float:
         """The current time in seconds."""
@@ -87,4 +134,12 @@ class ManualClock:
                 self._ns = deadline_ns
 
     def __repr__(self) -> str:
-        return f"ManualClock(now={self.now()!r})"
+        return f"ManualClock(now={self.now()!r}, wall={self.wall_now().isoformat()!r})"
+
+
+def _aware(arg: str, value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{arg} must be an aware datetime, not {type(value).__name__} {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{arg} must be an aware datetime (with tzinfo), not naive {value!r}")
+    return value

@@ -1,6 +1,7 @@
 """The jobs file behind ``procsched demo``: an ordinary jobs file, like yours.
 
-Two CPU-heavy periodic jobs, a quick high-priority heartbeat, and two
+Two CPU-heavy periodic jobs, a quick high-priority heartbeat, a calendar
+job on the wall clock, a flaky job that succeeds on its retry, and two
 misbehaving jobs: one crashes its worker process (a segfault) every third
 run, one hangs and is killed by its timeout. The point of the demo: the
 misbehaving jobs lose their own runs - one each - and nothing else; the
@@ -14,7 +15,7 @@ import faulthandler
 import hashlib
 import time
 
-from procsched import Priority, current_run, every
+from procsched import Priority, Retry, cron, current_run, every
 
 
 @every(1.0)
@@ -43,6 +44,21 @@ def hash_chain() -> str:
 def heartbeat() -> float:
     """Quick and high priority: when workers are busy it goes first."""
     return time.time()
+
+
+@cron("*/2 * * * * *")  # six fields, seconds first: every even second of the wall clock
+def on_the_clock() -> str:
+    """A calendar job: runs at hh:mm:00, :02, :04 ... on the wall clock, whatever DST does."""
+    return current_run().scheduled_at.isoformat()  # type: ignore[union-attr]
+
+
+@every(2.0, initial_delay=0.7, retry=Retry(attempts=3, delay=0.1))
+def flaky_fetch() -> int:
+    """Its first attempt at every run fails (an upstream that is not ready);
+    the retry 0.1 s later succeeds: each run shows one error, then ok."""
+    if current_run().attempt == 1:
+        raise ConnectionError("upstream not ready yet (the retry will succeed)")
+    return current_run().attempt
 
 
 @every(1.0, initial_delay=0.5)

@@ -9,7 +9,8 @@
     run_finished     the run returned                       run, worker, outcome, scheduled_for,
     run_failed       the run raised                           started_at, finished_at, duration,
     run_crashed      its worker process died mid-run          lateness, state, next_run, error,
-                                                              traceback, output
+                                                              traceback, output, attempt,
+                                                              scheduled_at
     run_timeout      it overran its timeout (worker killed)
     run_cancelled    it was stopped by cancel(interrupt=True)
     run_missed       fixed-rate slots were dropped by the   run, missed, next_run
@@ -26,8 +27,11 @@ is ``"ExcType: message"`` when the run did not end "ok" and the error is
 known, else None; ``traceback`` is then its formatted traceback (the
 worker's, for the processes runner). ``output`` is the run's captured stdout
 and stderr (the last 64 KiB, a crash's faulthandler trace included) with
-``Scheduler(capture_output=True)``, else None. Every value is a plain str,
-int, float, bool or None, so an event can go straight to ``json.dumps``.
+``Scheduler(capture_output=True)``, else None. ``attempt`` counts tries of
+the run (see ``Retry``) and ``scheduled_at`` is ``scheduled_for`` on the wall
+clock, as an ISO 8601 UTC string (``"2026-03-08T07:00:00+00:00"``). Every
+value is a plain str, int, float, bool or None, so an event can go straight
+to ``json.dumps``.
 
 Order: for one task, ``run_started`` comes before that run's end event, which
 comes before its ``run_missed``; runs of one task never overlap. A cancel
@@ -169,6 +173,8 @@ def run_ended(
         "error": None if error is None or info.outcome == "ok" else describe(error),
         "traceback": None if error is None or info.outcome == "ok" else format_traceback(error),
         "output": info.output,
+        "attempt": info.attempt,
+        "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._core import TaskState
@@ -23,7 +24,10 @@ RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled"]
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """One run of a task. Times are seconds on the scheduler's clock.
+    """One run (one attempt of a run) of a task. Times are seconds on the
+    scheduler's clock; ``scheduled_at`` is ``scheduled_for`` on the wall
+    clock (an aware UTC datetime); ``attempt`` counts tries of this run
+    (see ``Retry``), from 1.
 
     Inside a running task (``current_run()``), ``finished_at`` and
     ``outcome`` are ``None``.
@@ -36,6 +40,8 @@ class RunInfo:
     finished_at: float | None
     worker: int | str
     outcome: RunOutcome | None
+    attempt: int = 1
+    scheduled_at: datetime | None = None
     #: The run's captured stdout and stderr (the last 64 KiB), with
     #: ``Scheduler(capture_output=True)``; None otherwise.
     output: str | None = None
@@ -49,24 +55,46 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     ends (``CancelledError`` if it was cancelled).
     """
 
-    def __init__(self, owner: SchedulingAPI, task_id: int, name: str | None, next_run: float | None) -> None:
+    def __init__(
+        self, owner: SchedulingAPI, task_id: int, name: str | None, next_run: float | None,
+        key: str | None = None, next_wall: int | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self._owner = owner
         self.id = task_id
         self.name = name
+        self.key = key
         self._task_state = TaskState.PENDING
         self.runs: list[RunInfo] = []
         self.next_run = next_run
+        self._next_wall = next_wall  # ns since the epoch
 
     @property
     def state(self) -> TaskState:
         return self._task_state
 
+    @property
+    def next_run_at(self) -> datetime | None:
+        """The next run on the wall clock (an aware UTC datetime), or None."""
+        if self._next_wall is None or self.next_run is None:
+            return None
+        return wall_datetime(self._next_wall)
+
+    def pause(self) -> bool:
+        """Pause the task: it runs no slot until resumed (a running periodic
+        task pauses when its current run ends). True if it is (or will be)
+        paused; False for a finished task or a running one-shot task."""
+        return self._owner.pause(self.id)
+
+    def resume(self) -> bool:
+        """Resume a paused task at its next slot from now; True if it was paused."""
+        return self._owner.resume(self.id)
+
     def cancel(self, interrupt: bool = False) -> bool:  # type: ignore[override]
         """Cancel the task (see ``Scheduler.cancel``); True if it was cancelled."""
         return self._owner.cancel(self.id, interrupt=interrupt)
 
-    def running(self) -> bool:
+    def running(self) -> bool:  # noqa: D102
         return self._task_state is TaskState.RUNNING
 
     def __repr__(self) -> str:
@@ -79,12 +107,26 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         if self._task_state is TaskState.PENDING:
             self._task_state = TaskState.RUNNING
 
-    def _on_run(self, info: RunInfo, state: TaskState, next_run: float | None) -> None:
+    def _on_run(self, info: RunInfo, state: TaskState, next_run: float | None, next_wall: int | None = None) -> None:
         """A run finished; the task is now in ``state``."""
         self.runs.append(info)
         if not self._task_state.terminal:
             self._task_state = state
             self.next_run = next_run
+            self._next_wall = next_wall
+
+    def _on_paused(self, paused: bool) -> None:
+        if paused and self._task_state is TaskState.PENDING:
+            self._task_state = TaskState.PAUSED
+            self.next_run = None
+        elif not paused and self._task_state is TaskState.PAUSED:
+            self._task_state = TaskState.PENDING
+
+    def _on_resumed(self, next_run: float | None, next_wall: int | None) -> None:
+        if self._task_state is TaskState.PAUSED:
+            self._task_state = TaskState.PENDING
+            self.next_run = next_run
+            self._next_wall = next_wall
 
     def _on_result(self, state: TaskState, value: Any = None, exc: BaseException | None = None) -> None:
         """The task ended in ``state`` (DONE/FAILED) with a value or exception."""
@@ -100,3 +142,11 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.next_run = None
         concurrent.futures.Future.cancel(self)
         self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def wall_datetime(wall_ns: int) -> datetime:
+    """ns since the epoch -> an aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=wall_ns // 1000)

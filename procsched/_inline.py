@@ -15,12 +15,12 @@ from typing import Any, Callable, final
 
 from . import _validate as v
 from ._api import SchedulingAPI
-from ._clock import NS, Clock, MonotonicClock
+from ._clock import NS, Clock, MonotonicClock, wall_ns_of
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
 from ._errors import SchedulerClosedError, TaskTimeoutError
 from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
-from ._handle import RunInfo, TaskHandle
+from ._handle import RunInfo, TaskHandle, wall_datetime
 
 
 def check_clock(clock: object) -> Clock:
@@ -46,6 +46,7 @@ class InlineScheduler(SchedulingAPI):
         self._clock = check_clock(clock)
         self._core = SchedulerCore(v.policy(policy))
         self._handles: dict[int, TaskHandle] = {}
+        self._keys: dict[str, TaskHandle] = {}
         self._interrupted: set[int] = set()
         self._closed = False
         self._listeners = Listeners()
@@ -69,15 +70,70 @@ class InlineScheduler(SchedulingAPI):
         if self._closed:
             raise SchedulerClosedError("this InlineScheduler was shut down")
 
+    def _wall_now_ns(self) -> int:
+        return wall_ns_of(self._clock)
+
+    def _sync_wall(self) -> None:
+        """Tell the core where the wall clock stands (calendar tasks follow it)."""
+        now = self._clock.now_ns()
+        self._core.set_wall_offset(wall_ns_of(self._clock) - now, now)
+
     def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
-        due = self._clock.now_ns() + spec.delay_ns
-        task_id = self._core.add(
-            due, spec.priority, spec.kind, spec.period_ns, spec.misfire,
-            spec.stop_on_error, spec.timeout_ns, (fn, args, kwargs), spec.name,
-        )  # fmt: skip
-        handle = TaskHandle(self, task_id, spec.name, due / NS)
+        now = self._clock.now_ns()
+        due = now + spec.delay_ns
+        core = self._core
+        if spec.key is not None:
+            self._claim_key(self._keys, spec)
+        if not spec.has_extra:
+            task_id = core.add(
+                due, spec.priority, spec.kind, spec.period_ns, spec.misfire,
+                spec.stop_on_error, spec.timeout_ns, (fn, args, kwargs), spec.name,
+            )  # fmt: skip
+            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, wall_ns_of(self._clock) + spec.delay_ns)
+        else:
+            self._sync_wall()
+            classes = spec.retry.classes if spec.retry is not None else ()
+            task_id = core.add(
+                due, spec.priority, spec.kind, spec.period_ns, spec.misfire, spec.stop_on_error,
+                spec.timeout_ns, (fn, args, kwargs), spec.name, extra=spec.extra(classes or None), now=now,
+            )  # fmt: skip
+            due = core.due(task_id)  # type: ignore[assignment]
+            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, core.next_wall(task_id))
         self._handles[task_id] = handle
+        if spec.key is not None:
+            self._keys[spec.key] = handle
         return handle
+
+    def get(self, key_or_id: str | int) -> TaskHandle | None:
+        """The live task with this key (str) or id (int), or None."""
+        if isinstance(key_or_id, str):
+            handle = self._keys.get(key_or_id)
+            return handle if handle is not None and not handle.done() else None
+        return self._handles.get(v.task_id(key_or_id))
+
+    def jobs(self) -> list[TaskHandle]:
+        """The live tasks (not finished or cancelled), in submission order."""
+        return list(self._handles.values())
+
+    def pause(self, task_id: int) -> bool:
+        """Pause a task (see ``TaskHandle.pause``)."""
+        task_id = v.task_id(task_id)
+        paused = self._core.pause(task_id)
+        handle = self._handles.get(task_id)
+        if paused and handle is not None:
+            handle._on_paused(True)
+        return paused
+
+    def resume(self, task_id: int) -> bool:
+        """Resume a paused task at its next slot from now (see ``TaskHandle.resume``)."""
+        task_id = v.task_id(task_id)
+        self._sync_wall()
+        resumed = self._core.resume(task_id, self._clock.now_ns())
+        handle = self._handles.get(task_id)
+        if resumed and handle is not None:
+            due = self._core.due(task_id)
+            handle._on_resumed(None if due is None else due / NS, self._core.next_wall(task_id))
+        return resumed
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         v.flag("interrupt", interrupt)
@@ -141,6 +197,7 @@ class InlineScheduler(SchedulingAPI):
     def run_due(self) -> int:
         """Run every task due now, including runs that come due meanwhile."""
         count = 0
+        self._sync_wall()
         while (run := self._core.claim(self._clock.now_ns())) is not None:
             self._execute(run)
             count += 1
@@ -157,6 +214,7 @@ class InlineScheduler(SchedulingAPI):
             self._clock.sleep_until_ns(deadline)
             count += self.run_due()
         self._clock.sleep_until_ns(t_ns)
+        self._sync_wall()
         return count
 
     def _execute(self, run: Run) -> None:
@@ -168,7 +226,9 @@ class InlineScheduler(SchedulingAPI):
                 run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS
             ))  # fmt: skip
         started = self._clock.now_ns()
-        info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name, None)
+        wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self._core.wall_offset
+        info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name,
+                       None, run.attempt, wall_datetime(wall))  # fmt: skip
         value: Any = None
         error: BaseException | None = None
         try:
@@ -187,16 +247,23 @@ class InlineScheduler(SchedulingAPI):
         if run.task_id in self._interrupted:
             self._interrupted.discard(run.task_id)
             outcome = "cancelled"
-        completion = self._core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
+        matched = outcome == "error" and run.retry_on is not None and isinstance(error, run.retry_on)
+        completion = self._core.complete(run.task_id, run.run, outcome, finished, matched)  # type: ignore[arg-type]
         assert completion is not None, "an inline run is always the task's current run"
         next_run = None if completion.next_due_ns is None else completion.next_due_ns / NS
+        next_wall = completion.next_wall_ns
+        if next_wall is None and completion.next_due_ns is not None:
+            next_wall = completion.next_due_ns + self._core.wall_offset
         ended = RunInfo(
-            info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome  # type: ignore[arg-type]
+            info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome,  # type: ignore[arg-type]
+            info.attempt, info.scheduled_at,
         )
-        handle._on_run(ended, completion.state, next_run)
+        handle._on_run(ended, completion.state, next_run, next_wall)
         if completion.state.terminal:
             del self._handles[run.task_id]
             if completion.ended:
+                if completion.periodic and completion.state is TaskState.DONE:
+                    value = None  # a periodic task that reached its limit: result() is None
                 handle._on_result(completion.state, value, None if completion.state is TaskState.DONE else error)
         if self._listeners:
             fields = run_ended(ended, handle.name, completion.state.value, next_run, error)

@@ -1,12 +1,15 @@
-"""Declaring jobs: the ``every`` and ``once`` decorators, and jobs files.
+"""Declaring jobs: the ``every``, ``cron`` and ``once`` decorators, and jobs files.
 
 A *jobs file* is a Python file whose module-level functions are declared
 as jobs; ``procsched run FILE.py`` imports it and starts them::
 
-    from procsched import every, once
+    from procsched import Retry, cron, every, once
 
     @every(5)                                   # fixed rate: at 0, 5, 10, ... s
     def poll_inbox(): ...
+
+    @cron("0 3 * * *", tz="Europe/Berlin", retry=Retry(attempts=3))
+    def nightly_report(): ...                   # 03:00 Berlin time, whatever DST does
 
     @every(60, fixed_delay=True, initial_delay=10, timeout=30)
     def compact(): ...                          # 60 s after each run finishes
@@ -44,9 +47,10 @@ import keyword
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -54,6 +58,7 @@ from . import _validate as v
 from ._api import SchedulingAPI, Seconds
 from ._core import Misfire, Priority
 from ._handle import TaskHandle
+from ._retry import Retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,9 +70,10 @@ _declared: dict[str, list[Job]] = {}
 class Job:
     """One declared job: a function and how to schedule it.
 
-    ``kind`` is ``"rate"`` (fixed rate), ``"delay"`` (fixed delay) or
-    ``"once"``; ``period`` is the period or delay in seconds (None for
-    ``once``); ``options`` are the keyword arguments of the scheduling method.
+    ``kind`` is ``"rate"`` (fixed rate), ``"delay"`` (fixed delay),
+    ``"cron"`` (calendar) or ``"once"``; ``period`` is the period or delay in
+    seconds (None for ``once`` and ``cron``); ``options`` are the keyword
+    arguments of the scheduling method (for ``cron``, ``expr`` among them).
     """
 
     fn: Callable[..., Any]
@@ -84,21 +90,45 @@ class Job:
         """Seconds from now (if started now) to the first run."""
         if "when" in self.options:
             return v.delay_until_ns(self.options["when"]) / v.NS
+        if self.kind == "cron":
+            now = time.time_ns()
+            trigger, first = v.cron(self.options["expr"], self.options.get("tz"), now)
+            return (first - now) / v.NS
         delay = self.options.get("initial_delay", self.options.get("delay", 0))
         return v.duration_ns("delay", delay) / v.NS
 
     def describe(self) -> str:
-        """``"every 5s"``, ``"every 5s after each run"``, ``"once in 2s"``, ..."""
+        """``"every 5s"``, ``"every 5s after each run"``, ``"cron 0 3 * * * Europe/Berlin"``,
+        ``"once in 2s"``, ... with ``", retry 3x"`` and the limits when there are any."""
         if self.kind == "rate":
-            return f"every {_seconds(self.period)}"
-        if self.kind == "delay":
-            return f"every {_seconds(self.period)} after each run"
-        if "when" in self.options:
-            return f"once at {self.options['when'].isoformat(timespec='seconds')}"
-        return f"once in {_seconds(self.initial_delay)}"
+            text = f"every {_seconds(self.period)}"
+        elif self.kind == "delay":
+            text = f"every {_seconds(self.period)} after each run"
+        elif self.kind == "cron":
+            tz = self.options.get("tz")
+            zone = "" if tz is None else " " + (tz if isinstance(tz, str) else str(getattr(tz, "key", None) or tz))
+            text = f"cron {self.options['expr']}{zone}"
+        elif "when" in self.options:
+            text = f"once at {self.options['when'].isoformat(timespec='seconds')}"
+        else:
+            text = f"once in {_seconds(self.initial_delay)}"
+        parts = [text]
+        retry = self.options.get("retry")
+        if retry is not None:
+            parts.append(retry.describe())
+        if self.options.get("max_runs") is not None:
+            parts.append(f"max {self.options['max_runs']} runs")
+        until = self.options.get("until")
+        if until is not None:
+            parts.append(f"until {until.isoformat(timespec='seconds')}" if isinstance(until, datetime)
+                         else f"for {_seconds(v.duration_ns('until', until) / v.NS)}")  # fmt: skip
+        return ", ".join(parts)
 
     def start(self, scheduler: SchedulingAPI) -> TaskHandle:
         """Schedule this job on ``scheduler``; return its handle."""
+        if self.kind == "cron":
+            options = dict(self.options)
+            return scheduler.schedule_cron(self.fn, options.pop("expr"), **options)
         if self.kind == "rate":
             return scheduler.schedule_at_fixed_rate(self.fn, self.period, **self.options)  # type: ignore[arg-type]
         if self.kind == "delay":
@@ -121,6 +151,9 @@ def every(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     scheduler: SchedulingAPI | None = None,
+    retry: Retry | None = None,
+    until: datetime | Seconds | None = None,
+    max_runs: int | None = None,
 ) -> Callable[[F], F]:
     """Declare the decorated function as a periodic job.
 
@@ -155,7 +188,59 @@ def every(
         v.choice("misfire", misfire, Misfire)
         options["misfire"] = misfire
     kind = "delay" if fixed_delay else "rate"
+    options.update(_limits(retry, until, max_runs))
     return _declare(kind, period, options, priority, timeout, name, args, kwargs, scheduler)
+
+
+def cron(
+    expr: str,
+    *,
+    tz: str | tzinfo | None = None,
+    misfire: str = "coalesce",
+    stop_on_error: bool = False,
+    retry: Retry | None = None,
+    until: datetime | Seconds | None = None,
+    max_runs: int | None = None,
+    priority: int = Priority.NORMAL,
+    timeout: Seconds | None = None,
+    name: str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scheduler: SchedulingAPI | None = None,
+) -> Callable[[F], F]:
+    """Declare the decorated function as a calendar job (``schedule_cron``):
+    at every time the cron expression ``expr`` names, on the wall clock of
+    ``tz`` (an IANA name or a tzinfo; None: this machine's zone).
+    ``name`` defaults to the function's name.
+
+    Returns:
+        A decorator that returns the function unchanged.
+
+    Raises:
+        TypeError, ValueError: a bad expression, zone or option (at decoration time).
+    """
+    if callable(expr):
+        raise TypeError('cron() needs an expression: write @cron("0 3 * * *"), not @cron')
+    v.cron(expr, tz, time.time_ns())
+    options: dict[str, Any] = {
+        "expr": expr, "tz": tz, "misfire": v.choice("misfire", misfire, Misfire).value,
+        "stop_on_error": v.flag("stop_on_error", stop_on_error),
+    }  # fmt: skip
+    options.update(_limits(retry, until, max_runs))
+    return _declare("cron", None, options, priority, timeout, name, args, kwargs, scheduler)
+
+
+def _limits(retry: object, until: object, max_runs: object) -> dict[str, Any]:
+    """Check ``retry``, ``until`` and ``max_runs``; the options that are set."""
+    options: dict[str, Any] = {}
+    if v.retry(retry) is not None:
+        options["retry"] = retry
+    if until is not None:
+        v.until_ns(until, time.time_ns())
+        options["until"] = until
+    if v.max_runs(max_runs) is not None:
+        options["max_runs"] = max_runs
+    return options
 
 
 def once(
@@ -168,10 +253,13 @@ def once(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     scheduler: SchedulingAPI | None = None,
+    retry: Retry | None = None,
 ) -> Callable[[F], F]:
     """Declare the decorated function as a one-shot job: ``delay`` seconds
     after the start (``schedule``), or at ``at``, an aware datetime
-    (``schedule_at``). ``name`` defaults to the function's name.
+    (``schedule_at``). ``name`` defaults to the function's name. ``retry``:
+    a ``procsched.Retry`` for failed attempts (``until`` and ``max_runs``
+    are for periodic jobs).
 
     Returns:
         A decorator that returns the function unchanged.
@@ -189,6 +277,7 @@ def once(
         options = {"when": at}
     else:
         options = {"delay": _checked(v.duration_ns, "delay", delay)}
+    options.update(_limits(retry, None, None))
     return _declare("once", None, options, priority, timeout, name, args, kwargs, scheduler)
 
 
@@ -271,7 +360,10 @@ def load_jobs_file(path: str | os.PathLike[str]) -> tuple[ModuleType, list[Job]]
         module = _load_by_value(stem, path)
     jobs = declared_jobs(module)
     if not jobs:
-        raise JobsFileError("it declares no jobs: decorate functions with @procsched.every(...) or @procsched.once()")
+        raise JobsFileError(
+            "it declares no jobs: decorate functions with @procsched.every(...), @procsched.cron(...) "
+            "or @procsched.once()"
+        )
     return module, jobs
 
 

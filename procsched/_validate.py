@@ -14,6 +14,8 @@ from typing import Any, Callable, NamedTuple
 
 from ._async import as_sync
 from ._core import Kind, Misfire, Policy
+from ._core._calendar import CronTrigger, zone
+from ._core._scheduler import TaskExtra
 
 NS = 1_000_000_000
 #: The longest delay or period accepted: about 146 years.
@@ -115,19 +117,78 @@ def call(fn: object, args: object, kwargs: object) -> tuple[Callable[..., Any], 
     return fn, tuple(args), dict(kwargs)
 
 
-def delay_until_ns(when: object) -> int:
-    """An aware datetime -> a delay in ns from the current wall-clock time (>= 0)."""
+def delay_until_ns(when: object, wall_now_ns: int | None = None, arg: str = "when") -> int:
+    """An aware datetime -> a delay in ns from the wall-clock time ``wall_now_ns``
+    (default: the real one), >= 0."""
     if not isinstance(when, datetime):
-        raise TypeError(f"when must be an aware datetime, not {_describe(when)}")
+        raise TypeError(f"{arg} must be an aware datetime, not {_describe(when)}")
     if when.tzinfo is None or when.tzinfo.utcoffset(when) is None:
-        raise ValueError(f"when must be an aware datetime (with tzinfo), not naive {when!r}")
+        raise ValueError(f"{arg} must be an aware datetime (with tzinfo), not naive {when!r}")
+    now = datetime.now(timezone.utc) if wall_now_ns is None else _EPOCH + timedelta(microseconds=wall_now_ns // 1000)
     try:
-        delta = when - datetime.now(timezone.utc)
+        delta = when - now
     except OverflowError:
-        raise ValueError(f"when is out of range: {when!r}") from None
+        raise ValueError(f"{arg} is out of range: {when!r}") from None
     if delta <= timedelta(0):
         return 0  # in the past: due now
-    return duration_ns("when", delta)
+    return duration_ns(arg, delta)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def until_ns(value: object, wall_now_ns: int) -> int | None:
+    """``until=``: an aware datetime or seconds from now -> ns from now (> 0), or None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        delta = delay_until_ns(value, wall_now_ns, "until")
+    else:
+        delta = duration_ns("until", value)
+    if delta <= 0:
+        raise ValueError(f"until must lie in the future, not {value!r}")
+    return delta
+
+
+def max_runs(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_runs must be a positive int or None, not {_describe(value)}")
+    if value < 1:
+        raise ValueError(f"max_runs must be >= 1, not {value!r}")
+    return int(value)
+
+
+def key(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"key must be a non-empty str or None, not {_describe(value)}")
+    if not value:
+        raise ValueError("key must be a non-empty str, not ''")
+    return value
+
+
+def retry(value: object) -> Any:
+    from ._retry import Retry
+
+    if value is not None and not isinstance(value, Retry):
+        raise TypeError(f"retry must be a procsched.Retry or None, not {_describe(value)}")
+    return value
+
+
+def cron(expr: object, tz: object, wall_now_ns: int) -> tuple[CronTrigger, int]:
+    """A cron expression in a zone -> its trigger and its first slot (wall ns)."""
+    from . import _tz  # noqa: F401 - installs the local zone
+
+    if not isinstance(expr, str):
+        raise TypeError(f"expr must be a cron expression (str), not {_describe(expr)}")
+    trigger = CronTrigger(expr, zone(tz))  # type: ignore[arg-type]
+    first = trigger.next_ns(wall_now_ns)
+    if first is None:
+        raise ValueError(f"expr never fires after now: {expr!r}")
+    return trigger, first
 
 
 class TaskSpec(NamedTuple):
@@ -141,3 +202,53 @@ class TaskSpec(NamedTuple):
     stop_on_error: bool
     timeout_ns: int | None
     name: str | None
+    trigger: CronTrigger | None = None
+    tz: Any = None  # as given (str, tzinfo or None): what crosses to the dispatcher
+    after_wall_ns: int = 0  # the call's wall-clock time (calendar)
+    until_ns: int | None = None  # from the call
+    max_runs: int | None = None
+    retry: Any = None  # a procsched.Retry
+    key: str | None = None
+    replace_existing: bool = False
+
+    def extra(self, retry_on: Any = None) -> TaskExtra | None:
+        """The core's TaskExtra for this spec (None for a plain task).
+        ``retry_on``: how this runner carries ``Retry``'s exception classes."""
+        if self.trigger is None and self.until_ns is None and self.max_runs is None and self.retry is None:
+            return None
+        policy = None if self.retry is None else self.retry.policy()
+        return TaskExtra(self.trigger, self.after_wall_ns, self.until_ns, self.max_runs, policy, retry_on)
+
+    @property
+    def has_extra(self) -> bool:
+        return not (self.trigger is None and self.until_ns is None and self.max_runs is None and self.retry is None)
+
+
+def wire_extra(spec: TaskSpec, now: int, pickled: bool) -> tuple[Any, ...] | None:
+    """A spec's calendar, retry and limits as plain values for ``Engine.add``
+    (None for a plain task). With ``pickled`` (the dispatcher is another
+    process) the zone travels as an IANA key and ``Retry.on``'s exception
+    classes as cloudpickled bytes that only a worker unpickles; otherwise as
+    objects. Raises ValueError for a zone that cannot travel."""
+    if not spec.has_extra:
+        return None
+    from ._tz import to_wire
+
+    cron = None
+    if spec.trigger is not None:
+        tz = spec.tz
+        if not isinstance(tz, str) and tz is not None:
+            tz = to_wire(tz) if pickled else tz
+        cron = (spec.trigger.expr, tz)
+    retry = retry_on = None
+    if spec.retry is not None:
+        retry = spec.retry.to_wire()
+        classes = spec.retry.classes
+        if classes:
+            if pickled:
+                import cloudpickle
+
+                retry_on = cloudpickle.dumps(classes)
+            else:
+                retry_on = classes
+    return (cron, spec.after_wall_ns, spec.until_ns, spec.max_runs, retry, retry_on, now)

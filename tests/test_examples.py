@@ -25,6 +25,13 @@ EXPECTED = {
     "test_with_manual_clock.py": ["6 passed"],
     "follow_up_tasks.py": ["crawl /blog/flaky-post (retry 2)     ok", "watchdog                             "
                            "cancelled itself", "no task left"],
+    "calendar_and_dst.py": ["['Mar 08 03:00 EDT', 'Mar 09 02:30 EDT']", "['Nov 01 01:30 EDT', 'Nov 02 01:30 EST']",
+                            "'Nov 01 01:00 EDT', 'Nov 01 01:00 EST'", "23 runs", "state DONE"],
+    "retries_and_backoff.py": ["fetch -> fetched on attempt 3", "run 1 attempt 3: ok", "after 1 attempt",
+                               "crashy -> survived on attempt 2 ['crashed', 'ok']"],
+    "limits_keys_and_pause.py": ["duplicate key -> key 'poll' is held", "'poll' is PAUSED, still 3 runs",
+                                 "next run at 35.0 s", "runs at [0.0, 10.0, 20.0] -> DONE, result None",
+                                 "runs at [0.0, 15.0, 30.0] -> DONE"],
     "timeouts_and_cancel.py": ["TaskTimeoutError: task", "cancel()               -> False",
                                "cancel(interrupt=True) -> True", "result() raises CancelledError",
                                "hang -> TaskTimeoutError"],

@@ -5,6 +5,7 @@ first, then the real runners, synchronised on events and handles."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 import logging
 import os
 import threading
@@ -98,7 +99,9 @@ def test_inline_one_shot_events_and_fields(sched: InlineScheduler, clock: Manual
         "worker": threading.current_thread().name, "outcome": "ok", "scheduled_for": 2.0, "started_at": 2.0,
         "finished_at": 2.25, "duration": 0.25, "lateness": 0.0, "state": "done", "next_run": None, "error": None,
         "traceback": None, "output": None,
+        "attempt": 1, "scheduled_at": handle.runs[0].scheduled_at.isoformat(),
     }  # fmt: skip
+    assert handle.runs[0].scheduled_at == clock.wall_now() - timedelta(seconds=3)  # the clock is at 5.0
     json.dumps(rec.events)  # plain values only
 
 

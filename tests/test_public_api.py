@@ -15,6 +15,7 @@ CONTRACT = (
     "InlineScheduler",
     "ManualClock",
     "Priority",
+    "Retry",
     "RunInfo",
     "Scheduler",
     "SchedulerError",
@@ -110,8 +111,37 @@ def test_error_tree() -> None:
 def test_priority_and_state_enums() -> None:
     assert issubclass(procsched.Priority, enum.IntEnum)
     assert procsched.Priority.LOW < procsched.Priority.NORMAL < procsched.Priority.HIGH
-    assert {s.name for s in procsched.TaskState} == {"PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED"}
+    assert {s.name for s in procsched.TaskState} == {"PENDING", "RUNNING", "DONE", "FAILED", "CANCELLED", "PAUSED"}
 
 
 def test_package_is_typed() -> None:
     assert (INIT.parent / "py.typed").exists()
+
+
+def test_part_two_names() -> None:
+    """DESIGN.md "Public contract, part two": calendars, retries, limits, keys, pause, wall clock."""
+    import dataclasses
+    import inspect
+
+    retry = inspect.signature(procsched.Retry)
+    assert [(p.name, p.default) for p in retry.parameters.values()] == [
+        ("attempts", 3), ("delay", 1.0), ("backoff", 2.0), ("max_delay", 60.0), ("jitter", 0.0),
+        ("on", ("error", "crashed", "timeout")),
+    ]
+    for cls in (procsched.Scheduler, procsched.InlineScheduler):
+        cron = inspect.signature(cls.schedule_cron).parameters
+        assert list(cron)[:3] == ["self", "fn", "expr"]
+        assert {"tz", "misfire", "stop_on_error", "retry", "until", "max_runs", "key", "replace_existing"} <= set(cron)
+        assert cron["misfire"].default == "coalesce" and cron["tz"].default is None
+        for method in ("schedule", "schedule_at", "schedule_at_fixed_rate", "schedule_with_fixed_delay"):
+            params = inspect.signature(getattr(cls, method)).parameters
+            assert {"retry", "key", "replace_existing"} <= set(params), method
+        for method in ("schedule_at_fixed_rate", "schedule_with_fixed_delay"):
+            assert {"until", "max_runs"} <= set(inspect.signature(getattr(cls, method)).parameters)
+        assert callable(cls.get) and callable(cls.jobs)
+    for attr in ("pause", "resume", "next_run_at", "key"):
+        assert hasattr(procsched.TaskHandle, attr) or attr == "key", attr
+    fields = [f.name for f in dataclasses.fields(procsched.RunInfo)]
+    assert {"attempt", "scheduled_at"} <= set(fields)
+    clock = procsched.ManualClock(0.0, wall=None)
+    assert callable(clock.wall_now) and callable(clock.set_wall)

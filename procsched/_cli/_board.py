@@ -69,6 +69,8 @@ class JobRow:
             return int((until - self.first_due) // self.job.period) + 1, True  # type: ignore[operator]
         if self.job.kind == "once":
             return 1, True
+        if self.job.kind == "cron":
+            return None  # a calendar: no simple count
         mean = self.durations / self.runs if self.runs else 0.0  # fixed delay: an estimate
         return int((until - self.first_due) // (self.job.period + mean)) + 1, False  # type: ignore[operator]
 

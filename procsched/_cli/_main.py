@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 
 from .._jobs import Job, JobsFileError, load_jobs_file
+from . import _next
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 from ._session import EXIT_LOAD, Session
 
@@ -136,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
                       f"at least {MIN_WORKERS})")  # fmt: skip
     _common(demo, DEMO_SECONDS)
 
+    _next.add_parser(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top
 

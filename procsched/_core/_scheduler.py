@@ -10,6 +10,7 @@ A runner drives the core with four calls and one question:
                              -> Completion | None   a run ended; what changed
     cancel(id, interrupt)    -> CancelResult        what to do about a cancel
     next_deadline()          -> int | None          the earliest due time
+    pause(id) / resume(id, now) / set_wall_offset(offset)
 
 ``claim`` returns ``None`` when nothing is due. ``complete`` returns ``None``
 for a stale report (a run that is not the task's current one), so a late
@@ -30,31 +31,57 @@ much. Cancel is O(1): it marks the task CANCELLED, drops it from the table
 deletion"). A popped entry whose task is no longer PENDING is dropped.
 Once dead entries outnumber live ones, both heaps are rebuilt without them,
 so any number of schedule/cancel pairs keeps memory flat. Each task has at
-most one heap entry: a periodic task is re-queued only when its run
-completes, which is also why it never runs concurrently with itself.
+most one live heap entry: a periodic task is re-queued only when its run
+completes, which is also why it never runs concurrently with itself. An
+entry is live only while its ``seq`` is the task's: a task whose due time
+moved while queued (resumed after a pause, a calendar task after a
+wall-clock step) gets a fresh ``seq`` and leaves its old entry behind, dead.
+
+Calendars, retries, limits, pause. A task with any of these carries a
+:class:`TaskExtra` (``task.extra``; None for plain tasks, so the hot path
+pays one slot). Calendar tasks are kept on the monotonic heap like every
+other task: their due time is their slot's wall-clock instant minus the
+wall-minus-monotonic offset the runner last reported
+(``set_wall_offset``); when that offset moves (an NTP step, a suspend),
+their due times are recomputed from the slots, so they follow the wall
+clock and a step back never repeats a slot. Fire times come from
+``_calendar.CronTrigger``. A failed attempt that ``Retry`` covers re-queues
+the same run (same run number, next attempt) after its backoff, unless that
+would reach the task's next regular slot.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
+import random
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
+from ._calendar import CronTrigger
 from ._state import OUTCOMES, Outcome, TaskState, transition
 
 PENDING = TaskState.PENDING
 RUNNING = TaskState.RUNNING
 CANCELLED = TaskState.CANCELLED
+PAUSED = TaskState.PAUSED
+DONE = TaskState.DONE
 
 #: Rebuild the heaps only past this many dead entries (and once they outnumber live ones).
 COMPACT_MIN_DEAD = 64
+#: A change of the wall-minus-monotonic offset smaller than this is read
+#: jitter (or NTP slewing), not a step: calendar due times stay put.
+WALL_STEP_NS = 100_000_000
+#: Counting missed calendar slots stops here (a suspended machine and a
+#: per-second expression must not cost a million steps).
+MISSED_CAP = 10_000
 
 
 class Kind(enum.Enum):
     ONCE = "once"
     FIXED_RATE = "fixed_rate"
     FIXED_DELAY = "fixed_delay"
+    CALENDAR = "calendar"
 
 
 class Misfire(enum.Enum):
@@ -108,6 +135,57 @@ class Run(NamedTuple):
     timeout_ns: int | None
     payload: Any
     name: str | None
+    attempt: int = 1
+    wall_ns: int | None = None
+    """The slot's wall-clock time (calendar tasks); else scheduled_ns + the offset."""
+    retry_on: Any = None
+    """Exception classes ``Retry.on`` names (opaque here: the worker checks them)."""
+
+
+class RetryPolicy(NamedTuple):
+    """``procsched.Retry`` in core units (validated by the public class)."""
+
+    attempts: int
+    delay_ns: int
+    backoff: float
+    max_delay_ns: int
+    jitter: float
+    outcomes: frozenset[str]
+    """Outcomes retried whatever the error ("error", "crashed", "timeout")."""
+
+    def delay_after(self, attempt: int, rng: random.Random) -> int:
+        """Backoff after failed attempt ``attempt`` (1-based), in ns."""
+        delay = min(self.delay_ns * self.backoff ** (attempt - 1), self.max_delay_ns)
+        if self.jitter:
+            delay *= 1 + self.jitter * rng.uniform(-1.0, 1.0)
+        return max(0, int(delay))
+
+
+class TaskExtra:
+    """What a calendar, retried, limited or pausable task needs beyond a plain one.
+
+    Given to :meth:`SchedulerCore.add`; ``until_ns`` is a delay from the
+    call (``now``), ``after_wall_ns`` the call's wall-clock time (calendar).
+    """
+
+    __slots__ = ("trigger", "after_wall_ns", "until_ns", "max_runs", "retry", "retry_on",
+                 "slot", "base", "attempt", "retrying", "pause_asked")  # fmt: skip
+
+    def __init__(
+        self, trigger: CronTrigger | None = None, after_wall_ns: int = 0, until_ns: int | None = None,
+        max_runs: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None,
+    ) -> None:  # fmt: skip
+        self.trigger = trigger
+        self.after_wall_ns = after_wall_ns
+        self.until_ns = until_ns  # absolute once added: wall (calendar) or monotonic
+        self.max_runs = max_runs
+        self.retry = retry
+        self.retry_on = retry_on
+        self.slot = 0  # calendar: the wall-clock instant of the current (or next) slot
+        self.base = 0  # the current run's regular due time (its retries move task.due)
+        self.attempt = 0  # attempts of the current run so far
+        self.retrying = False  # the pending entry is a retry of the current run
+        self.pause_asked = False  # pause once the current run ends
 
 
 class Completion(NamedTuple):
@@ -122,15 +200,20 @@ class Completion(NamedTuple):
     """Grid slots dropped by the misfire policy (0 unless some were)."""
     ended: bool
     """The task reached a terminal state in this step (it was not already)."""
+    next_wall_ns: int | None = None
+    """The next slot's wall-clock time (calendar tasks), else None."""
+    retrying: bool = False
+    """The next run is a retry of this one (same run number, next attempt)."""
+    periodic: bool = False
 
 
 class _Task:
     __slots__ = (
         "id", "seq", "kind", "priority", "due", "period", "misfire",
-        "stop_on_error", "state", "runs", "active", "timeout", "payload", "name",
+        "stop_on_error", "state", "runs", "active", "timeout", "payload", "name", "extra",
     )  # fmt: skip
     id: int
-    seq: int
+    seq: int  # submission order; re-stamped when the task is re-queued out of turn
     kind: Kind
     priority: int
     due: int  # the scheduled time of the current (or next) run
@@ -143,6 +226,7 @@ class _Task:
     timeout: int | None
     payload: Any
     name: str | None
+    extra: TaskExtra | None
 
     def __repr__(self) -> str:
         return f"<task {self.id} {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
@@ -159,6 +243,9 @@ class SchedulerCore:
         self._dead = 0  # heap entries whose task is no longer PENDING
         self._stopping = 0  # CANCELLED tasks whose last run is still in flight
         self._seq = itertools.count(1)
+        self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
+        self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
+        self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
 
     # -- questions -------------------------------------------------------
 
@@ -177,7 +264,7 @@ class SchedulerCore:
 
     def task_ids(self) -> list[int]:
         """Ids of every task not yet finished, in submission order."""
-        return sorted(self._tasks, key=lambda i: self._tasks[i].seq)
+        return list(self._tasks)  # a dict keeps insertion (submission) order
 
     def next_deadline(self) -> int | None:
         """The earliest due time among PENDING tasks (ns), or ``None`` if none.
@@ -185,16 +272,28 @@ class SchedulerCore:
         It may lie in the past: then something is due now.
         """
         ready = self._ready
-        while ready and self._live(ready[0][-1]) is None:
+        while ready and self._live(ready[0][-1], ready[0][-2]) is None:
             heappop(ready)
             self._dead -= 1
         if ready:
             return ready[0][1]  # (-prio, due, seq, id): already due
         timers = self._timers
-        while timers and self._live(timers[0][-1]) is None:
+        while timers and self._live(timers[0][-1], timers[0][-2]) is None:
             heappop(timers)
             self._dead -= 1
         return timers[0][0] if timers else None
+
+    def due(self, task_id: int) -> int | None:
+        """A PENDING task's due time (ns), or None."""
+        task = self._tasks.get(task_id)
+        return None if task is None or task.state is not PENDING else task.due
+
+    def next_wall(self, task_id: int) -> int | None:
+        """A PENDING task's next run on the wall clock (ns since the epoch)."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state is not PENDING:
+            return None
+        return self._wall_of(task)
 
     # -- events ----------------------------------------------------------
 
@@ -210,12 +309,17 @@ class SchedulerCore:
         payload: Any = None,
         name: str | None = None,
         task_id: int | None = None,
+        extra: TaskExtra | None = None,
+        now: int = 0,
     ) -> int:
         """Add a PENDING task first due at ``due_ns``; return its id.
 
         ``task_id`` lets a runner choose ids (they must be unique); by
         default the core numbers tasks 1, 2, 3, ... Arguments are assumed
-        valid: the public API validates them.
+        valid: the public API validates them. A calendar task (``extra``
+        with a trigger) is due at its first slot strictly after
+        ``extra.after_wall_ns``, whatever ``due_ns`` says; ``now`` is the
+        time of the call, from which ``extra.until_ns`` counts.
         """
         seq = next(self._seq)
         tid = seq if task_id is None else task_id
@@ -236,6 +340,19 @@ class SchedulerCore:
         task.timeout = timeout_ns
         task.payload = payload
         task.name = name
+        task.extra = extra
+        if extra is not None:
+            if extra.trigger is not None:
+                if extra.until_ns is not None:
+                    extra.until_ns += extra.after_wall_ns
+                slot = extra.trigger.next_ns(extra.after_wall_ns)
+                if slot is None or (extra.until_ns is not None and slot > extra.until_ns):
+                    raise ValueError("the calendar task has no slot before its until")
+                extra.slot = slot
+                task.due = slot - self.wall_offset
+                self.calendars += 1
+            elif extra.until_ns is not None:
+                extra.until_ns += now
         self._tasks[tid] = task
         self._push(task)
         return tid
@@ -250,29 +367,35 @@ class SchedulerCore:
             ready = self._ready
             while timers and timers[0][0] <= now:
                 due, seq, tid = heappop(timers)
-                task = live(tid)
+                task = live(tid, seq)
                 if task is not None:
                     heappush(ready, (-task.priority, due, seq, tid))
                 else:
                     self._dead -= 1
             while ready:
-                task = live(heappop(ready)[-1])
+                entry = heappop(ready)
+                task = live(entry[-1], entry[-2])
                 if task is not None:
                     return self._start(task)
                 self._dead -= 1
             return None
         while timers and timers[0][0] <= now:
-            task = live(heappop(timers)[-1])
+            entry = heappop(timers)
+            task = live(entry[-1], entry[-2])
             if task is not None:
                 return self._start(task)
             self._dead -= 1
         return None
 
-    def complete(self, task_id: int, run: int, outcome: Outcome, now: int) -> Completion | None:
+    def complete(
+        self, task_id: int, run: int, outcome: Outcome, now: int, matched: bool = False
+    ) -> Completion | None:
         """The run ``run`` of ``task_id`` ended with ``outcome`` at ``now``.
 
-        Returns what changed, or ``None`` if that run is not in flight (a
-        stale or duplicate report, which changes nothing).
+        ``matched``: for an "error", whether the exception is one of the
+        classes its ``Retry.on`` names (the runner that holds the exception
+        decides). Returns what changed, or ``None`` if that run is not in
+        flight (a stale or duplicate report, which changes nothing).
         """
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
@@ -282,8 +405,10 @@ class SchedulerCore:
         task.active = False
         if task.state is CANCELLED:  # cancelled while this run was in flight
             self._stopping -= 1
-            del self._tasks[task_id]
+            self._drop(task)
             return Completion(task_id, run, outcome, CANCELLED, None, 0, False)
+        if task.extra is not None:
+            return self._complete_extra(task, task.extra, outcome, now, matched)
         ok = outcome == "ok"
         if task.kind is Kind.ONCE or (not ok and task.stop_on_error):
             task.state = transition(task.state, "finish" if ok and task.kind is Kind.ONCE else "fail")
@@ -298,6 +423,86 @@ class SchedulerCore:
         self._push(task)
         return Completion(task_id, run, outcome, PENDING, task.due, missed, False)
 
+    def pause(self, task_id: int) -> bool:
+        """Pause a task: a PENDING one at once, a RUNNING periodic one when
+        its run ends. True if it is (or will be) paused."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state is CANCELLED:
+            return False
+        if task.state is PAUSED:
+            return True
+        if task.state is RUNNING:
+            if task.kind is Kind.ONCE:
+                return False  # its only run is under way
+            self._extra(task).pause_asked = True
+            return True
+        task.state = transition(task.state, "pause")
+        self._bury()
+        return True
+
+    def resume(self, task_id: int, now: int) -> bool:
+        """Resume a paused task at its next slot from ``now``; True if it was paused."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        if task.state is RUNNING and task.extra is not None and task.extra.pause_asked:
+            task.extra.pause_asked = False
+            return True
+        if task.state is not PAUSED:
+            return False
+        task.state = transition(task.state, "resume")
+        extra = task.extra
+        if extra is not None and extra.trigger is not None and not extra.retrying:
+            slot = extra.trigger.next_ns(now + self.wall_offset - 1)
+            if slot is None or (extra.until_ns is not None and slot > extra.until_ns):
+                slot = extra.slot  # nothing left: run out the pending slot, then end
+            extra.slot = slot
+            task.due = slot - self.wall_offset
+        elif task.kind is Kind.FIXED_RATE and task.due < now and not (extra and extra.retrying):
+            task.due += -(-(now - task.due) // task.period) * task.period  # first grid point >= now
+        elif task.due < now:
+            task.due = now
+        self._repush(task)  # the entry it had when it paused is dead
+        return True
+
+    def set_wall_offset(self, offset_ns: int, now: int | None = None) -> bool:
+        """The runner's wall clock minus its monotonic clock, at ``now``. If it
+        moved by WALL_STEP_NS or more since last time (the wall clock was
+        stepped, or the machine slept), every calendar task's due time is
+        recomputed from its slot; a slot that the step left in the past
+        follows the task's misfire policy (coalesce: the last slot up to now
+        runs once, for all; skip: the next slot after now). Returns True if
+        it recomputed."""
+        if abs(offset_ns - self.wall_offset) < WALL_STEP_NS:
+            return False
+        self.wall_offset = offset_ns
+        moved = 0
+        for task in self._tasks.values():
+            extra = task.extra
+            if extra is not None and extra.trigger is not None and task.state is PENDING and not extra.retrying:
+                if now is not None and extra.slot < now + offset_ns and task.misfire is not Misfire.CATCH_UP:
+                    extra.slot = self._late_slot(task, extra, now)
+                due = extra.slot - offset_ns
+                if due != task.due:
+                    task.due = due
+                    self._repush(task)  # its old entry is dead now
+                    moved += 1
+        self._dead += moved
+        if moved:
+            self._maybe_compact()
+        return True
+
+    def _late_slot(self, task: _Task, extra: TaskExtra, now: int) -> int:
+        """A calendar slot left behind by a wall-clock step, by the misfire policy."""
+        trigger = extra.trigger
+        assert trigger is not None
+        now_wall = now + self.wall_offset
+        if task.misfire is Misfire.SKIP:
+            following = trigger.next_ns(now_wall - 1)
+            return extra.slot if following is None else following
+        last = self._last_slot_by_window(trigger, now_wall)
+        return extra.slot if last is None or last < extra.slot else last
+
     def cancel(self, task_id: int, interrupt: bool = False) -> CancelResult:
         """Decide a cancel. See :class:`CancelResult` for what each answer asks."""
         task = self._tasks.get(task_id)
@@ -307,9 +512,15 @@ class SchedulerCore:
         if state is PENDING:
             task.state = transition(state, "cancel")
             del self._tasks[task_id]
+            if task.extra is not None and task.extra.trigger is not None:
+                self.calendars -= 1
             self._dead += 1  # its heap entry stays behind until popped or compacted
             if self._dead > COMPACT_MIN_DEAD and self._dead * 2 > len(self._timers) + len(self._ready):
                 self._compact()
+            return CancelResult.CANCELLED
+        if state is PAUSED:  # its heap entry was counted dead when it paused
+            task.state = transition(state, "cancel")
+            self._drop(task)
             return CancelResult.CANCELLED
         if state is RUNNING:
             if not interrupt and task.kind is Kind.ONCE:
@@ -320,7 +531,8 @@ class SchedulerCore:
         return CancelResult.UNKNOWN  # cancelled already, its last run still in flight
 
     def cancel_all(self, *, periodic_only: bool = False) -> list[tuple[int, CancelResult]]:
-        """Cancel every task (or every periodic one), in submission order.
+        """Cancel every task (or every periodic one, and every paused one:
+        nothing would resume it), in submission order.
 
         Running one-shot tasks are left to finish (REFUSED); this is what
         shutdown uses.
@@ -328,7 +540,7 @@ class SchedulerCore:
         return [
             (tid, self.cancel(tid))
             for tid in self.task_ids()
-            if not periodic_only or self._tasks[tid].kind is not Kind.ONCE
+            if not periodic_only or self._tasks[tid].kind is not Kind.ONCE or self._tasks[tid].state is PAUSED
         ]
 
     # -- internals -------------------------------------------------------
@@ -339,21 +551,171 @@ class SchedulerCore:
         else:
             heappush(self._timers, (task.due, task.seq, task.id))
 
-    def _live(self, task_id: int) -> _Task | None:
+    def _live(self, task_id: int, seq: int) -> _Task | None:
         """The task behind a heap entry, or None if the entry is dead."""
         task = self._tasks.get(task_id)
-        return task if task is not None and task.state is PENDING else None
+        return task if task is not None and task.state is PENDING and task.seq == seq else None
+
+    def _repush(self, task: _Task) -> None:
+        """Queue a task whose old heap entry may still be in a heap: a fresh
+        ``seq`` stamps the new entry, so the old one is dead for good. (The
+        task then ties as if submitted now.)"""
+        task.seq = next(self._seq)
+        self._push(task)
+
+    def _drop(self, task: _Task) -> None:
+        """Forget a task that reached a terminal state."""
+        del self._tasks[task.id]
+        if task.extra is not None and task.extra.trigger is not None:
+            self.calendars -= 1
+
+    def _bury(self) -> None:
+        """A heap entry just died (its task left PENDING)."""
+        self._dead += 1
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        if self._dead > COMPACT_MIN_DEAD and self._dead * 2 > len(self._timers) + len(self._ready):
+            self._compact()
 
     def _start(self, task: _Task) -> Run:
         task.state = transition(task.state, "claim")
-        task.runs += 1
         task.active = True
-        return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name)
+        extra = task.extra
+        if extra is None:
+            task.runs += 1
+            return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name)
+        if extra.retrying:
+            extra.retrying = False
+            extra.attempt += 1
+        else:
+            task.runs += 1
+            extra.attempt = 1
+            extra.base = task.due
+        wall = extra.slot if extra.trigger is not None and extra.attempt == 1 else None
+        return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name,
+                   extra.attempt, wall, extra.retry_on)  # fmt: skip
 
     @staticmethod
-    def _next_slot(task: _Task, outcome: str, now: int) -> tuple[int, int]:
-        """Fixed rate: the next grid point after the run scheduled at ``task.due``."""
-        scheduled, period = task.due, task.period
+    def _extra(task: _Task) -> TaskExtra:
+        if task.extra is None:  # a plain task paused mid-run: its run is attempt 1 of a regular slot
+            task.extra = TaskExtra()
+            task.extra.base = task.due
+            task.extra.attempt = 1
+        return task.extra
+
+    def _wall_of(self, task: _Task) -> int:
+        extra = task.extra
+        if extra is not None and extra.trigger is not None and not extra.retrying:
+            return extra.slot
+        return task.due + self.wall_offset
+
+    def _complete_extra(self, task: _Task, extra: TaskExtra, outcome: str, now: int, matched: bool) -> Completion:
+        """``complete`` for a task with retries, limits, a calendar or a pause asked."""
+        tid, run = task.id, task.runs
+        ok = outcome == "ok"
+        periodic = task.kind is not Kind.ONCE
+        # The next regular slot (periodic tasks), before deciding on a retry:
+        # a retry that would reach it is not made.
+        next_due: int | None = None
+        next_slot: int | None = None
+        missed = 0
+        if task.kind is Kind.FIXED_DELAY:
+            next_due = now + task.period
+        elif task.kind is Kind.FIXED_RATE:
+            next_due, missed = self._next_slot(task, outcome, now, extra.base)
+        elif task.kind is Kind.CALENDAR:
+            next_slot, missed = self._next_calendar(task, extra, outcome, now)
+            next_due = None if next_slot is None else next_slot - self.wall_offset
+        retry = extra.retry
+        if (
+            not ok and retry is not None and extra.attempt < retry.attempts
+            and (outcome in retry.outcomes or (outcome == "error" and matched))
+        ):  # fmt: skip
+            due = now + retry.delay_after(extra.attempt, self._rng)
+            if next_due is None or due < next_due:
+                extra.retrying = True
+                task.due = due
+                return self._requeue(task, extra, outcome, 0, True)
+        if not periodic or (not ok and task.stop_on_error):
+            task.state = transition(task.state, "finish" if ok and not periodic else "fail")
+            self._drop(task)
+            return Completion(tid, run, outcome, task.state, None, 0, True, None, False, periodic)
+        limit = extra.until_ns
+        if (
+            next_due is None
+            or (extra.max_runs is not None and run >= extra.max_runs)
+            or (limit is not None and (next_slot if next_slot is not None else next_due) > limit)
+        ):  # fmt: skip
+            task.state = transition(task.state, "finish")  # a limit reached: DONE
+            self._drop(task)
+            return Completion(tid, run, outcome, DONE, None, missed, True, None, False, True)
+        task.due = next_due
+        if next_slot is not None:
+            extra.slot = next_slot
+        return self._requeue(task, extra, outcome, missed, False)
+
+    def _requeue(self, task: _Task, extra: TaskExtra, outcome: str, missed: int, retrying: bool) -> Completion:
+        if extra.pause_asked:
+            extra.pause_asked = False
+            task.state = transition(task.state, "pause")
+            return Completion(task.id, task.runs, outcome, PAUSED, None, missed, False, None, retrying,
+                              task.kind is not Kind.ONCE)  # fmt: skip
+        task.state = transition(task.state, "requeue")
+        self._push(task)
+        wall = extra.slot if extra.trigger is not None and not retrying else None
+        return Completion(task.id, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying,
+                          task.kind is not Kind.ONCE)  # fmt: skip
+
+    def _next_calendar(self, task: _Task, extra: TaskExtra, outcome: str, now: int) -> tuple[int | None, int]:
+        """The slot after ``extra.slot`` by the misfire policy, and how many were missed."""
+        trigger = extra.trigger
+        assert trigger is not None
+        following = trigger.next_ns(extra.slot)
+        now_wall = now + self.wall_offset
+        if following is None or following >= now_wall:
+            return following, 0
+        mode = task.misfire
+        if mode is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
+            mode = Misfire.SKIP
+        if mode is Misfire.CATCH_UP:
+            return following, 0
+        # Slots up to now: count them (up to a cap) and keep the last one.
+        count, last = 0, following
+        for slot in trigger.iter_ns(extra.slot):
+            if slot > now_wall:
+                break
+            count += 1
+            last = slot
+            if count >= MISSED_CAP:
+                last = self._last_slot_by_window(trigger, now_wall) or last
+                break
+        if mode is Misfire.SKIP:
+            return trigger.next_ns(now_wall - 1), count
+        return last, count - 1  # COALESCE: the last slot up to now runs once, late
+
+    @staticmethod
+    def _last_slot_by_window(trigger: CronTrigger, now_wall: int) -> int | None:
+        """The last slot at or before ``now_wall``, found by looking back over
+        growing windows (the forward walk from an old slot would be too long)."""
+        for window_s in (60, 3600, 86_400, 32 * 86_400, 367 * 86_400, 10 * 367 * 86_400):
+            first = trigger.next_ns(now_wall - window_s * 1_000_000_000)
+            if first is not None and first <= now_wall:
+                last = first
+                for slot in trigger.iter_ns(first):
+                    if slot > now_wall:
+                        break
+                    last = slot
+                return last
+        return None
+
+    @staticmethod
+    def _next_slot(task: _Task, outcome: str, now: int, scheduled: int | None = None) -> tuple[int, int]:
+        """Fixed rate: the next grid point after the run scheduled at
+        ``scheduled`` (default ``task.due``)."""
+        if scheduled is None:
+            scheduled = task.due
+        period = task.period
         following = scheduled + period
         if following >= now:
             return following, 0
@@ -371,8 +733,8 @@ class SchedulerCore:
         return scheduled + k * period, k - 1
 
     def _compact(self) -> None:
-        self._timers = [e for e in self._timers if self._live(e[-1]) is not None]
-        self._ready = [e for e in self._ready if self._live(e[-1]) is not None]
+        self._timers = [e for e in self._timers if self._live(e[-1], e[-2]) is not None]
+        self._ready = [e for e in self._ready if self._live(e[-1], e[-2]) is not None]
         heapify(self._timers)
         heapify(self._ready)
         self._dead = 0

@@ -4,13 +4,17 @@ Theory of operation
 -------------------
 A task is in exactly one state at a time::
 
-    PENDING ──claim──▶ RUNNING ──finish──▶ DONE        (one-shot, ran ok)
-       │  ▲               │   └──fail────▶ FAILED      (one-shot failed, or stop_on_error)
-       │  └──requeue──────┘   └──cancel──▶ CANCELLED   (periodic, or interrupt=True)
-       └──cancel────────────────────────▶ CANCELLED
+    PENDING ──claim──▶ RUNNING ──finish──▶ DONE        (one-shot ran ok; a limit reached)
+     │ │  ▲               │ │ └──fail────▶ FAILED      (one-shot failed, or stop_on_error)
+     │ │  └──requeue──────┘ │ └──cancel──▶ CANCELLED   (periodic, or interrupt=True)
+     │ └──cancel────────────┼────────────▶ CANCELLED
+     │    ┌──────pause──────┘ (its run ended while a pause was asked)
+     └─pause─▶ PAUSED ──cancel──────────▶ CANCELLED
+         ◀─resume─┘  (back to PENDING, at its next slot from now)
 
-A periodic task goes back to PENDING after each run. DONE, FAILED and
-CANCELLED are terminal: nothing leaves them. How a single *run* ended
+A periodic task goes back to PENDING after each run (and so does a task
+whose failed attempt will be retried). A PAUSED task runs nothing until it
+is resumed. DONE, FAILED and CANCELLED are terminal: nothing leaves them. How a single *run* ended
 ("ok", "error", "crashed", "timeout", "cancelled") is the run's outcome, not a
 task state. Every change goes through :func:`transition`, the only place that
 knows the table; an illegal change raises :class:`InvalidTransition` and
@@ -50,6 +54,8 @@ class TaskState(enum.Enum):
     periodic task with ``stop_on_error=True`` whose run did."""
     CANCELLED = "cancelled"
     """Terminal: cancelled before it could finish; no further runs."""
+    PAUSED = "paused"
+    """Paused by ``TaskHandle.pause()``: runs no slot until resumed."""
 
     # Members are singletons: identity hashing is correct, and much cheaper
     # than Enum.__hash__ on the transition table's hot path.
@@ -65,7 +71,7 @@ class TaskState(enum.Enum):
 
 _TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED})
 
-Event = Literal["claim", "requeue", "finish", "fail", "cancel"]
+Event = Literal["claim", "requeue", "finish", "fail", "cancel", "pause", "resume"]
 
 _TABLE: dict[tuple[TaskState, str], TaskState] = {
     (TaskState.PENDING, "claim"): TaskState.RUNNING,
@@ -74,6 +80,10 @@ _TABLE: dict[tuple[TaskState, str], TaskState] = {
     (TaskState.RUNNING, "finish"): TaskState.DONE,
     (TaskState.RUNNING, "fail"): TaskState.FAILED,
     (TaskState.RUNNING, "cancel"): TaskState.CANCELLED,
+    (TaskState.PENDING, "pause"): TaskState.PAUSED,
+    (TaskState.RUNNING, "pause"): TaskState.PAUSED,
+    (TaskState.PAUSED, "resume"): TaskState.PENDING,
+    (TaskState.PAUSED, "cancel"): TaskState.CANCELLED,
 }
 
 

@@ -45,6 +45,7 @@ import signal
 import sys
 import time
 import traceback
+from datetime import timezone
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -53,7 +54,7 @@ import psutil
 from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, Engine
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
 NS = 1_000_000_000
@@ -151,12 +152,16 @@ class ProcessCarrier:
             return
         fn_blob, arg_blob = run.payload
         report_start = run.timeout_ns is not None
+        # attempt, wall time and Retry.on classes travel only when not the defaults
+        more = () if run.attempt == 1 and run.wall_ns is None and run.retry_on is None else (
+            run.attempt, run.wall_ns, run.retry_on)
         out = worker.out
         if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
-            body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob), PROTOCOL)
+            body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob, *more),
+                                PROTOCOL)
             out.append(memoryview(_frame_head(len(body)) + body))
         else:  # a header, then the blobs as raw frames, written from their own bytes
-            header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start), PROTOCOL)
+            header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start, *more), PROTOCOL)
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(_frame_head(len(blob))))
                 out.append(memoryview(blob))
@@ -351,6 +356,7 @@ class Dispatcher:
             load_grace_ns=int(float(os.environ.get("PROCSCHED_LOAD_GRACE", LOAD_GRACE_NS / NS)) * NS),
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
+        self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
         self.wakeup_r, wakeup_w = os.pipe()
@@ -365,6 +371,7 @@ class Dispatcher:
         engine, select, clock = self.engine, self.selector.select, time.monotonic_ns
         engine.start(clock())
         while not engine.closed:
+            engine.set_wall_offset(*self.wall_offset())
             wake = engine.tick(clock())
             self.flush()
             if engine.closed:
@@ -374,6 +381,8 @@ class Dispatcher:
             if self.carrier.writing:
                 wake = self.check_writing(wake, clock())
             timeout = MAX_WAIT_S if wake is None else min(max(0, wake - clock()) / NS, MAX_WAIT_S)
+            if engine.core.calendars and timeout > WALL_CHECK_S:
+                timeout = WALL_CHECK_S
             for key, mask in select(timeout):
                 what, worker = key.data
                 if what == ON_WORKER:
@@ -399,6 +408,11 @@ class Dispatcher:
             self.emit([(EV_CLOSED,)])
         self.finish_output()
 
+    def wall_offset(self) -> tuple[int, int]:
+        """(the wall clock minus the monotonic clock, the monotonic clock), now (ns)."""
+        now = time.monotonic_ns()
+        return time.time_ns() + self.wall_skew - now, now
+
     def on_commands(self) -> None:
         engine = self.engine
         try:
@@ -409,7 +423,20 @@ class Dispatcher:
         for message in self.commands.messages(frames):
             tag = message[0]
             if tag == "add":
-                engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
+                if len(message) == 12:  # with a calendar, retry or limits
+                    engine.set_wall_offset(*self.wall_offset())
+                    engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
+                else:
+                    engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
+            elif tag in ("pause", "resume"):
+                _, request, task_id = message
+                if tag == "pause":
+                    done = engine.pause(task_id)
+                else:
+                    done = engine.resume(task_id, time.monotonic_ns())
+                engine.events.append((EV_REPLY, request, done))
+            elif tag == "wall_step":  # tests: step this process's wall clock
+                self.wall_skew += message[1]
             elif tag == "cancel":
                 _, request, task_id, interrupt = message
                 engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
@@ -455,17 +482,29 @@ class Dispatcher:
             if tag == "started":
                 engine.started(worker, message[1], message[2], message[3])
             elif tag == "done":
-                engine.finished(worker, *message[1:8])
-                if len(message) > 8:  # the worker is no longer fit to run tasks
-                    engine.replace_worker(worker, time.monotonic_ns(), message[8])
+                engine.finished(worker, *message[1:9])
+                if len(message) > 9:  # the worker is no longer fit to run tasks
+                    engine.replace_worker(worker, time.monotonic_ns(), message[9])
             elif tag == "add":
                 if engine.closing:
                     reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
                 else:
                     task_id = next(self.inner_ids)
-                    engine.add(task_id, *message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-                    engine.events.append((EV_ADDED, task_id, message[8], message[1]))
-                    reply = ("reply", task_id)
+                    extra, key = (message[10], message[11]) if len(message) == 12 else (None, None)
+                    try:
+                        if extra is not None:
+                            engine.set_wall_offset(*self.wall_offset())
+                        engine.add(task_id, *message[1:9], payload=self.intern(message[9]), extra=extra)  # type: ignore[misc]
+                    except Exception as exc:  # noqa: BLE001 - a bad calendar from a task: its error, not ours
+                        reply = ("error", ValueError(f"{type(exc).__name__}: {exc}"[:300]))
+                    else:
+                        if engine.core.state(task_id) is None:  # Engine.add refused it (and said why)
+                            self.carrier._send(worker, ("error", ValueError(f"task {task_id} cannot be scheduled")))
+                            continue
+                        due = engine.core.due(task_id)
+                        engine.events.append((EV_ADDED, task_id, message[8], message[1] if due is None else due,
+                                              key, engine.core.next_wall(task_id)))  # fmt: skip
+                        reply = ("reply", task_id, due)
                 self.carrier._send(worker, reply)
             elif tag == "cancel":
                 accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
@@ -575,19 +614,24 @@ def _check_message(message: Any) -> str:
             raise TypeError("malformed started")
     elif tag == "done":
         if not (
-            len(message) in (8, 9)
+            len(message) in (9, 10)
             and all(type(x) is int for x in (*message[1:3], *message[4:7]))
             and message[3] in ("ok", "error")
             and message[6] in (BLOB_VALUE, BLOB_ERROR)
             and isinstance(message[7], bytes)
-            and (len(message) == 8 or isinstance(message[8], str))
+            and type(message[8]) is bool
+            and (len(message) == 9 or isinstance(message[9], str))
         ):
             raise TypeError("malformed done")
     elif tag == "add":
-        payload = message[-1] if len(message) == 10 else None
+        payload = message[9] if len(message) in (10, 12) else None
         if not (isinstance(payload, tuple) and len(payload) == 2 and all(type(b) is bytes for b in payload)):
             raise TypeError("malformed add")
-        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message
+        if len(message) == 12:
+            _check_extra(message[10])
+            if message[11] is not None and not isinstance(message[11], str):
+                raise TypeError("malformed add: key")
+        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message[:10]
         Kind(kind), Misfire(misfire)
         if not (type(due) is int and type(priority) is int and type(period) is int and type(stop_on_error) is bool
                 and (timeout is None or type(timeout) is int) and (name is None or isinstance(name, str))):  # fmt: skip
@@ -598,6 +642,29 @@ def _check_message(message: Any) -> str:
     else:
         raise TypeError(f"unknown tag {tag[:20]!r}")
     return tag
+
+
+def _check_extra(extra: Any) -> None:
+    """The shape of ``wire_extra``'s tuple (from a worker: not trusted)."""
+    if extra is None:
+        return
+    ints = (int, type(None))
+    if not (isinstance(extra, tuple) and len(extra) == 7):
+        raise TypeError("malformed add: extra")
+    cron, after_wall, until, max_runs, retry, retry_on, now = extra
+    if cron is not None and not (isinstance(cron, tuple) and len(cron) == 2 and isinstance(cron[0], str)
+                                 and (cron[1] is None or isinstance(cron[1], (str, timezone)))):  # fmt: skip
+        raise TypeError("malformed add: cron")
+    if not (type(after_wall) is int and type(now) is int and isinstance(until, ints) and isinstance(max_runs, ints)):
+        raise TypeError("malformed add: limits")
+    if retry is not None and not (
+        isinstance(retry, tuple) and len(retry) == 6 and type(retry[0]) is int and type(retry[1]) is int
+        and isinstance(retry[2], float) and type(retry[3]) is int and isinstance(retry[4], float)
+        and isinstance(retry[5], tuple) and all(o in ("error", "crashed", "timeout") for o in retry[5])
+    ):  # fmt: skip
+        raise TypeError("malformed add: retry")
+    if retry_on is not None and type(retry_on) is not bytes:
+        raise TypeError("malformed add: retry_on")
 
 
 def main() -> None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore, TaskState
+from .._core._calendar import CronTrigger
+from .._core._scheduler import RetryPolicy, TaskExtra
 from .._core._state import OUTCOMES
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
@@ -43,13 +45,19 @@ HEALTH_EVERY_NS = NS
 #: long on top of it; one that has not started by then is a timeout too, so a
 #: worker stuck importing cannot hang a run forever.
 LOAD_GRACE_NS = 30 * NS
+#: While a calendar task is pending, a carrier's loop wakes at least this
+#: often to compare the wall clock with the monotonic one (a step, a
+#: suspend): a bounded wait, not a poll. Every other wake-up compares them too.
+WALL_CHECK_S = 2.0
 
 # Event tags (engine -> user process). Each event is a tuple starting with its tag.
 EV_STARTED = "started"  # (tag, task_id, run, worker)
 EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
-#                 state, next_due, missed, ended, blob_kind, blob, output)
+#                 state, next_due, missed, ended, blob_kind, blob, output, attempt, scheduled_wall,
+#                 next_wall)
 EV_CANCELLED = "cancelled"  # (tag, task_id)
-EV_ADDED = "added"  # (tag, task_id, name, due)      a task added from inside a task
+EV_ADDED = "added"  # (tag, task_id, name, due, key, next_wall)  a task added from inside a task
+EV_STATE = "state"  # (tag, task_id, state, next_due, next_wall)  paused / resumed
 EV_REPLY = "reply"  # (tag, request_id, value)
 EV_WORKER = "worker"  # (tag, what, slot, worker_id, detail)
 EV_LOG = "log"  # (tag, levelno, message)
@@ -155,13 +163,51 @@ class Engine:
 
     def add(
         self, task_id: int, due: int, priority: int, kind: str, period: int, misfire: str,
-        stop_on_error: bool, timeout: int | None, name: str | None, payload: Any,
+        stop_on_error: bool, timeout: int | None, name: str | None, payload: Any, extra: Any = None,
     ) -> None:  # fmt: skip
+        """Add a task; ``extra`` is ``wire_extra``'s tuple (calendar, retry, limits) or None."""
         if timeout is None:
             timeout = self.default_timeout_ns
-        self.core.add(
-            due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id
-        )
+        if extra is None:
+            self.core.add(
+                due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id
+            )
+            return
+        cron, after_wall, until, max_runs, retry, retry_on, now = extra
+        try:
+            trigger = None
+            if cron is not None:
+                from .._tz import from_wire
+
+                trigger = CronTrigger(cron[0], from_wire(cron[1]))
+            policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
+            self.core.add(
+                due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id,
+                TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
+            self._log(WARNING, f"task {task_id} ({name}) cannot be scheduled here: {type(exc).__name__}: {exc}")
+            self.events.append((EV_CANCELLED, task_id))
+
+    def set_wall_offset(self, offset: int, now: int) -> None:
+        """The carrier's wall clock minus its monotonic clock, at ``now``;
+        calendar tasks follow a step (see SchedulerCore.set_wall_offset)."""
+        before = self.core.wall_offset
+        if self.core.set_wall_offset(offset, now) and self.core.calendars:
+            self._log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
+
+    def pause(self, task_id: int) -> bool:
+        accepted = self.core.pause(task_id)
+        if accepted and self.core.state(task_id) is TaskState.PAUSED:
+            self.events.append((EV_STATE, task_id, TaskState.PAUSED.value, None, None))
+        return accepted
+
+    def resume(self, task_id: int, now: int) -> bool:
+        accepted = self.core.resume(task_id, now)
+        if accepted and self.core.state(task_id) is TaskState.PENDING:
+            self.events.append((EV_STATE, task_id, TaskState.PENDING.value, self.core.due(task_id),
+                                self.core.next_wall(task_id)))  # fmt: skip
+        return accepted
 
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         decision = self.core.cancel(task_id, interrupt)
@@ -189,9 +235,10 @@ class Engine:
 
     def finished(
         self, worker: Any, task_id: int, run_no: int, outcome: str,
-        started: int, finished: int, blob_kind: int, blob: Any,
+        started: int, finished: int, blob_kind: int, blob: Any, matched: bool = False,
     ) -> None:  # fmt: skip
-        """A worker reports the end of a run."""
+        """A worker reports the end of a run; ``matched``: its error is one
+        of the exception classes its ``Retry.on`` names (the worker checked)."""
         slot = self._slot_of(worker)
         if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
             return  # stale: that run was already ended (timed out, interrupted)
@@ -201,7 +248,7 @@ class Engine:
         slot.runs += 1
         slot.streak = 0
         output = None if self._output is None else self._output(worker)
-        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output)
+        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output, matched)
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")
         elif self.max_worker_memory is not None:
@@ -494,9 +541,10 @@ class Engine:
     def _record(
         self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any,
         output: str | None = None,
+        matched: bool = False,
     ) -> None:  # fmt: skip
         self.counts[outcome] += 1
-        done = self.core.complete(run.task_id, run.run, outcome, finished)  # type: ignore[arg-type]
+        done = self.core.complete(run.task_id, run.run, outcome, finished, matched)  # type: ignore[arg-type]
         if done is None:
             return
         self._track_crash_loop(run, outcome, finished, done.state.terminal)
@@ -506,13 +554,19 @@ class Engine:
             self.behind.discard(run.task_id)
         if done.missed:
             self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
-        if not done.ended and outcome == "ok":
-            # A periodic run's value goes nowhere; its error is kept for the
-            # listeners' run_failed / run_crashed / run_timeout events.
+        if outcome == "ok" and (not done.ended or done.periodic):
+            # A periodic run's value goes nowhere (a periodic task that reaches
+            # its limit ends with None); its error is kept for the listeners'
+            # run_failed / run_crashed / run_timeout events.
             blob_kind, blob = BLOB_NONE, None
+        offset = self.core.wall_offset
+        next_wall = done.next_wall_ns
+        if next_wall is None and done.next_due_ns is not None:
+            next_wall = done.next_due_ns + offset
         self.events.append((
             EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
             done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob, output,
+            run.attempt, run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall,
         ))  # fmt: skip
 
     def _stop_all(self, now: int) -> None:

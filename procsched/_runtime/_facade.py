@@ -35,9 +35,9 @@ from .._events import (
     RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED, Listeners, run_ended, run_started,
     signal_name,
 )  # fmt: skip
-from .._handle import RunInfo, TaskHandle
+from .._handle import RunInfo, TaskHandle, wall_datetime
 from ._engine import (
-    BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_WORKER,
+    BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_STATE, EV_WORKER,
 )  # fmt: skip
 from ._wire import unpack
 
@@ -122,6 +122,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         self.runner = runner
         self.workers = workers
         self._handles: dict[int, TaskHandle] = {}
+        self._keys: dict[str, TaskHandle] = {}
         self._requests: dict[int, concurrent.futures.Future[Any]] = {}
         self._ids = itertools.count(1)
         self._request_ids = itertools.count(1)
@@ -209,17 +210,53 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
     def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         payload = self._backend.pack(fn, args, kwargs)
         timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
+        now = time.monotonic_ns()
+        extra = v.wire_extra(spec, now, self._backend.pickled)
+        if spec.key is not None:
+            self._claim_key(self._keys, spec)
         with self._lock:
             self._check_open()
             task_id = next(self._ids)
-            due = time.monotonic_ns() + spec.delay_ns
-            handle = TaskHandle(self, task_id, spec.name, due / NS)
+            due = now + spec.delay_ns
+            next_wall = time.time_ns() + spec.delay_ns
+            if spec.trigger is not None:  # due at its first slot (the dispatcher computes the same)
+                next_wall = spec.trigger.next_ns(spec.after_wall_ns)
+                due = next_wall - (time.time_ns() - time.monotonic_ns())  # type: ignore[operator]
+            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, next_wall)
             self._handles[task_id] = handle  # before the command: its events may come at once
-            self._backend.send((
+            if spec.key is not None:
+                self._keys[spec.key] = handle
+            message: tuple[Any, ...] = (
                 "add", task_id, due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
                 spec.stop_on_error, timeout, spec.name, payload,
-            ))  # fmt: skip
+            )  # fmt: skip
+            self._backend.send(message if extra is None else (*message, extra))
         return handle
+
+    def get(self, key_or_id: str | int) -> TaskHandle | None:
+        """The live task with this key (str) or id (int), or None."""
+        if isinstance(key_or_id, str):
+            handle = self._keys.get(key_or_id)
+            return handle if handle is not None and not handle.done() else None
+        return self._handles.get(v.task_id(key_or_id))
+
+    def jobs(self) -> list[TaskHandle]:
+        """The live tasks (not finished or cancelled), in submission order."""
+        return list(self._handles.values())
+
+    def pause(self, task_id: int) -> bool:
+        """Pause a task (see ``TaskHandle.pause``)."""
+        task_id = v.task_id(task_id)
+        if task_id not in self._handles:
+            return False
+        return bool(self._request("pause", task_id))
+
+    def resume(self, task_id: int) -> bool:
+        """Resume a paused task at its next slot from now (see ``TaskHandle.resume``)."""
+        task_id = v.task_id(task_id)
+        if task_id not in self._handles:
+            return False
+        return bool(self._request("resume", task_id))
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         v.flag("interrupt", interrupt)
@@ -304,6 +341,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         """Stop calling ``callback``; True if it was a listener."""
         return self._listeners.remove(callback)
 
+    def _step_wall(self, seconds: float) -> None:
+        """Tests only: step the dispatcher's wall clock (as an NTP step would)."""
+        self._backend.send(("wall_step", round(seconds * NS)))
+
     # -- requests ----------------------------------------------------------------
 
     def _request(self, *message: Any) -> Any:
@@ -373,7 +414,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         tag = event[0]
         if tag == EV_RUN:
             (_, task_id, run, scheduled, started, finished, worker, outcome,
-             state_value, next_due, missed, ended, blob_kind, blob, output) = event  # fmt: skip
+             state_value, next_due, missed, ended, blob_kind, blob, output, attempt, wall, next_wall) = event  # fmt: skip
             state = TaskState(state_value)
             handle = self._handles.get(task_id)
             value: Any = None
@@ -384,9 +425,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                     # The value came back but cannot be unpickled here (a class
                     # only the worker can import): the task failed, not "ok".
                     outcome, state, blob_kind, blob = "error", TaskState.FAILED, BLOB_EXC, exc
-            info = RunInfo(task_id, run, scheduled / NS, started / NS, finished / NS, worker, outcome, output=output)
+            info = RunInfo(task_id, run, scheduled / NS, started / NS, finished / NS, worker, outcome, attempt,
+                           wall_datetime(wall), output)  # fmt: skip
             if handle is not None:
-                handle._on_run(info, state, None if next_due is None else next_due / NS)
+                handle._on_run(info, state, None if next_due is None else next_due / NS, next_wall)
                 if state.terminal:
                     del self._handles[task_id]
                     if ended:
@@ -420,8 +462,22 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             if future is not None:
                 future.set_result(event[2])
         elif tag == EV_ADDED:
-            _, task_id, name, due = event
-            self._handles.setdefault(task_id, TaskHandle(self, task_id, name, due / NS))
+            _, task_id, name, due, key, next_wall = event
+            handle = self._handles.setdefault(task_id, TaskHandle(self, task_id, name, due / NS, key, next_wall))
+            if key is not None:  # added from inside a task: the key is taken as it comes
+                holder = self._keys.get(key)
+                if holder is not None and not holder.done() and holder is not handle:
+                    logger.warning("task %d took key %r from live task %d (added from inside a task)",
+                                   task_id, key, holder.id)  # fmt: skip
+                self._keys[key] = handle
+        elif tag == EV_STATE:
+            _, task_id, state_value, due, next_wall = event
+            handle = self._handles.get(task_id)
+            if handle is not None:
+                if state_value == TaskState.PAUSED.value:
+                    handle._on_paused(True)
+                else:
+                    handle._on_resumed(None if due is None else due / NS, next_wall)
         elif tag == EV_WORKER:
             _, what, slot, worker, exitcode = event
             self._backend.worker_event(what, worker)

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from .._context import running
 from .._core import Policy, Run
-from .._handle import RunInfo
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_CLOSED, Engine
+from .._handle import RunInfo, wall_datetime
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_CLOSED, EV_REPLY, WALL_CHECK_S, Engine
 
 NS = 1_000_000_000
 _STOP = ("stop",)
@@ -79,12 +79,15 @@ class ThreadCarrier:
             run: Run = message[1]
             fn, args, kwargs = run.payload
             started = clock()
-            info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None)
+            wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + time.time_ns() - started
+            info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None,
+                           run.attempt, wall_datetime(wall))  # fmt: skip
             try:
                 with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
-                put(("done", worker, run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, "")))
+                matched = run.retry_on is not None and isinstance(exc, run.retry_on)
+                put(("done", worker, run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, ""), matched))
             else:
                 put(("done", worker, run.task_id, run.run, "ok", started, clock(), BLOB_VALUE, value))
         put(("exited", worker, 0))
@@ -145,6 +148,8 @@ class ThreadBackend:
         try:
             engine.start(clock())
             while not engine.closed:
+                now = clock()
+                engine.set_wall_offset(time.time_ns() - now, now)
                 wake = engine.tick(clock())
                 if engine.events:
                     self.events.put(engine.events)
@@ -152,6 +157,8 @@ class ThreadBackend:
                 if engine.closed:
                     break
                 timeout = None if wake is None else max(0, wake - clock()) / NS
+                if engine.core.calendars and (timeout is None or timeout > WALL_CHECK_S):
+                    timeout = WALL_CHECK_S  # watch the wall clock (see _dispatcher.WALL_CHECK_S)
                 try:
                     message = inbox.get(timeout=timeout)
                 except queue.Empty:
@@ -179,7 +186,15 @@ class ThreadBackend:
         elif tag == "exited":
             engine.worker_exited(message[1], message[2], now)
         elif tag == "add":
+            if len(message) == 12:
+                engine.set_wall_offset(time.time_ns() - now, now)
             engine.add(*message[1:])
+        elif tag == "pause":
+            engine.events.append((EV_REPLY, message[1], engine.pause(message[2])))
+        elif tag == "resume":
+            engine.events.append((EV_REPLY, message[1], engine.resume(message[2], now)))
+        elif tag == "wall_step":
+            pass  # the threads runner reads the real wall clock
         elif tag == "cancel":
             engine.events.append(("reply", message[1], engine.cancel(message[2], message[3], now)))
         elif tag == "stats":

@@ -1,10 +1,11 @@
 """The worker process: runs one run at a time for the dispatcher.
 
-    dispatcher ──("run", task, run, scheduled, report_start, fn, args) ──▶ worker
+    dispatcher ──("run", task, run, scheduled, report_start, fn, args[, attempt, wall, retry_on]) ──▶ worker
                  or, for a large payload, ("run+", task, run, scheduled,
-                 report_start) + 2 raw frames (the pickled function, arguments)
+                 report_start[, attempt, wall, retry_on]) + 2 raw frames (the
+                 pickled function, arguments)
                ◀─("started", task, run, at)      only when report_start (a timeout counts from here)
-               ◀─("done", task, run, outcome, started, finished, blob)──
+               ◀─("done", task, run, outcome, started, finished, blob, matched)──
                ◀─("add" | "cancel", ...) ─▶ ("reply" | "error", value)   current_scheduler()
                ──("stop",) ─▶ exits
 
@@ -43,8 +44,8 @@ from typing import Any, Callable, NoReturn
 from .._api import SchedulingAPI
 from .._context import running
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle
-from .._validate import TaskSpec, flag, task_id as task_id_
+from .._handle import RunInfo, TaskHandle, wall_datetime
+from .._validate import TaskSpec, flag, task_id as task_id_, wire_extra
 from ._engine import BLOB_ERROR
 from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value
 
@@ -71,14 +72,19 @@ def main(conn: Connection, capture: str | None = None) -> None:
         if message[0] == "stop":
             return
         if message[0] == "run":
-            _, task_id, run_no, scheduled, report_start, fn_blob, arg_blob = message
+            task_id, run_no, scheduled, report_start, fn_blob, arg_blob = message[1:7]
+            more = message[7:]
         else:  # "run+": a large payload follows as two raw frames
-            _, task_id, run_no, scheduled, report_start = message
+            task_id, run_no, scheduled, report_start = message[1:5]
+            more = message[5:]
             fn_blob, arg_blob = channel.order(), channel.order()
+        # (attempt, wall, retry_on) travel only when they are not the defaults
+        attempt, wall, retry_on = more if more else (1, None, None)
         if capture is not None:
             os.ftruncate(out, 0)  # O_APPEND: the next write lands at 0
         proxy = _WorkerScheduler(channel, task_id, run_no)
         unfit = False
+        matched = False
         started = 0
         try:
             fn, args, kwargs = load((fn_blob, arg_blob))
@@ -86,7 +92,9 @@ def main(conn: Connection, capture: str | None = None) -> None:
             started = clock()
             if report_start:
                 send(dumps(("started", task_id, run_no, started), PROTOCOL))
-            info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None)
+            if wall is None:
+                wall = scheduled + time.time_ns() - started
+            info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
             with running(info, proxy):
                 value = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
@@ -95,6 +103,8 @@ def main(conn: Connection, capture: str | None = None) -> None:
             unfit = isinstance(exc, MemoryError)
             outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
             started = started or clock()  # 0: loading the function or its arguments failed
+            if retry_on is not None:
+                matched = _retry_matches(exc, retry_on)
         else:
             kind, blob = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
@@ -102,7 +112,7 @@ def main(conn: Connection, capture: str | None = None) -> None:
             value = args = kwargs = None  # type: ignore[assignment]
         if capture is not None:
             _flush()
-        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob)
+        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob, matched)
         if unfit:
             done += ("replaced after a MemoryError",)
         try:
@@ -117,6 +127,23 @@ def _flush() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 - a task replaced or closed it
             pass
+
+
+_retry_classes: dict[bytes, tuple[type[BaseException], ...]] = {}
+
+
+def _retry_matches(exc: BaseException, blob: bytes) -> bool:
+    """Is ``exc`` one of the classes ``Retry.on`` names? Decided here, where
+    the exception exists: the dispatcher never unpickles user classes."""
+    classes = _retry_classes.get(blob)
+    if classes is None:
+        try:
+            classes = pickle.loads(blob)
+        except Exception:  # noqa: BLE001 - a class that cannot be imported here matches nothing
+            classes = ()
+        if len(_retry_classes) < 256:
+            _retry_classes[blob] = classes
+    return isinstance(exc, classes)
 
 
 def _become_worker() -> None:
@@ -265,14 +292,22 @@ class _WorkerScheduler(SchedulingAPI):
                 raise SchedulerError("the dispatcher is gone") from None
         if reply[0] == "error":
             raise reply[1]
-        return reply[1]
+        return reply[1] if len(reply) == 2 else reply[1:]
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        """Scheduled by the dispatcher. A ``key`` is registered with the
+        scheduler's process when it hears of the task; it is not checked
+        against live keys here (decision: the user process owns keys)."""
         payload = pack_call(fn, args, kwargs)
-        due = time.monotonic_ns() + spec.delay_ns
-        task_id = self._ask(("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
-                             spec.stop_on_error, spec.timeout_ns, spec.name, payload))  # fmt: skip
-        return _DetachedHandle(self, task_id, spec.name, due / NS)
+        now = time.monotonic_ns()
+        due = now + spec.delay_ns
+        message: tuple[Any, ...] = ("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
+                                    spec.stop_on_error, spec.timeout_ns, spec.name, payload)  # fmt: skip
+        if spec.has_extra or spec.key is not None:
+            message += (wire_extra(spec, now, True), spec.key)
+        reply = self._ask(message)
+        task_id, due = (reply, due) if isinstance(reply, int) else reply
+        return _DetachedHandle(self, task_id, spec.name, None if due is None else due / NS, spec.key)
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         flag("interrupt", interrupt)

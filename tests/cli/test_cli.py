@@ -152,10 +152,13 @@ def test_demo_counts_crashes_and_timeouts_and_keeps_the_rest(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.splitlines()[-1])
     jobs = {j["name"]: j for j in summary["jobs"]}
-    assert set(jobs) == {"count_primes", "hash_chain", "heartbeat", "segfaulter", "hangs"}
+    assert set(jobs) == {"count_primes", "hash_chain", "heartbeat", "on_the_clock", "flaky_fetch", "segfaulter", "hangs"}
+    assert jobs["on_the_clock"]["schedule"] == "cron */2 * * * * *" and jobs["on_the_clock"]["runs"] >= 1
+    assert jobs["flaky_fetch"]["schedule"] == "every 2s, retry 3x"
+    assert jobs["flaky_fetch"]["error"] >= 1 and jobs["flaky_fetch"]["ok"] >= 1
     assert jobs["segfaulter"]["crashed"] >= 1 and jobs["segfaulter"]["ok"] >= 1
     assert jobs["hangs"]["timeout"] >= 1
-    for name in ("count_primes", "hash_chain", "heartbeat"):
+    for name in ("count_primes", "hash_chain", "heartbeat", "on_the_clock"):
         assert jobs[name]["crashed"] == jobs[name]["timeout"] == jobs[name]["error"] == 0
         assert jobs[name]["runs"] >= 1
 
@@ -213,3 +216,26 @@ def test_the_dispatcher_dying_is_reported(jobs_file) -> None:
     assert proc.returncode == 3, err
     assert "procsched: the scheduler broke: the dispatcher process" in err
     assert_all_gone(family)
+
+
+def test_next_prints_fire_times_with_dst() -> None:
+    done = cli("next", "30 2 * * *", "--tz", "America/New_York", "-n", "2", "--after", "2026-03-07T12:00:00+00:00")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z")
+    assert "DST gap" in lines[0]
+    assert lines[1].startswith("2026-03-09 02:30:00 EDT (-04:00)   2026-03-09T06:30:00Z")
+    done = cli("next", "0 * * * *", "--tz", "Europe/Berlin", "-n", "3", "--after", "2026-10-25T00:30:00+00:00", "--json")
+    assert [json.loads(line)["utc"] for line in done.stdout.splitlines()] == [
+        "2026-10-25T01:00:00Z", "2026-10-25T02:00:00Z", "2026-10-25T03:00:00Z",
+    ]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("next", "61 * * * *"), "61 * * * *"),
+    (("next", "@daily", "--tz", "Nowhere/Special"), "Nowhere/Special"),
+    (("next", "@daily", "--after", "2026-01-01T00:00:00"), "--after"),
+])  # fmt: skip
+def test_next_bad_input(argv: tuple[str, ...], message: str) -> None:
+    done = cli(*argv)
+    assert done.returncode == 2 and message in done.stderr and done.stdout == ""

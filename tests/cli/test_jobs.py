@@ -165,3 +165,44 @@ def test_load_errors(tmp_path: Path) -> None:
     broken.write_text("raise KeyError('inside the file')\n")
     with pytest.raises(KeyError, match="inside the file"):
         load_jobs_file(broken)
+
+
+def test_cron_decorator_and_part_two_options() -> None:
+    from procsched import Retry, cron
+
+    def g() -> int:
+        return 2
+
+    g.__module__ = "declared_cron_here"
+    retry = Retry(attempts=3, delay=0.5)
+    assert cron("0 3 * * *", tz="Europe/Berlin", retry=retry, max_runs=10)(g) is g
+    assert every(60, retry=retry, until=3600)(g) is g
+    assert once(delay=1, retry=Retry(attempts=2))(g) is g
+    jobs = declared_jobs("declared_cron_here")
+    assert [j.kind for j in jobs] == ["cron", "rate", "once"]
+    assert [j.describe() for j in jobs] == [
+        "cron 0 3 * * * Europe/Berlin, retry 3x, max 10 runs", "every 1min, retry 3x, for 1h", "once in 1s, retry 2x",
+    ]
+    assert 0 < jobs[0].initial_delay <= 86400
+    clock = ManualClock(wall=datetime(2026, 3, 28, 12, tzinfo=timezone.utc))
+    sched = InlineScheduler(clock)
+    handle = jobs[0].start(sched)
+    assert handle.name == "g" and handle.next_run_at == datetime(2026, 3, 29, 1, tzinfo=timezone.utc)  # 03:00 CEST
+    assert jobs[1].start(sched).next_run == 0.0
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: procsched.cron("61 * * * *"), ValueError, "61"),
+        (lambda: procsched.cron("0 3 * * *", tz="Moon/Base"), ValueError, "Moon/Base"),
+        (lambda: procsched.cron(print), TypeError, "expression"),
+        (lambda: procsched.cron("@daily", misfire="later"), ValueError, "misfire"),
+        (lambda: every(1, max_runs=0), ValueError, "max_runs"),
+        (lambda: every(1, until=datetime(2030, 1, 1)), ValueError, "until"),
+        (lambda: once(retry="twice"), TypeError, "retry"),
+    ],
+)
+def test_bad_part_two_options_fail_at_decoration_time(make, error, match) -> None:
+    with pytest.raises(error, match=match):
+        make()

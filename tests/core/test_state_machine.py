@@ -22,8 +22,12 @@ LEGAL = {
     (TaskState.RUNNING, "finish"): TaskState.DONE,
     (TaskState.RUNNING, "fail"): TaskState.FAILED,
     (TaskState.RUNNING, "cancel"): TaskState.CANCELLED,
+    (TaskState.PENDING, "pause"): TaskState.PAUSED,
+    (TaskState.RUNNING, "pause"): TaskState.PAUSED,
+    (TaskState.PAUSED, "resume"): TaskState.PENDING,
+    (TaskState.PAUSED, "cancel"): TaskState.CANCELLED,
 }
-EVENTS = ("claim", "requeue", "finish", "fail", "cancel")
+EVENTS = ("claim", "requeue", "finish", "fail", "cancel", "pause", "resume")
 ILLEGAL = [pair for pair in itertools.product(TaskState, EVENTS) if pair not in LEGAL]
 TERMINAL = (TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED)
 

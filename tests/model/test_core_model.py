@@ -34,8 +34,8 @@ NS = 1_000_000_000
 US = 1_000
 UNIT_US = 100_000  # one time unit: 100 ms
 POLICIES = ("priority", "due", "fifo")
-PENDING, RUNNING, DONE, FAILED, CANCELLED = (
-    TaskState.PENDING, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED,
+PENDING, RUNNING, DONE, FAILED, CANCELLED, PAUSED = (
+    TaskState.PENDING, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED, TaskState.PAUSED,
 )  # fmt: skip
 
 # A passing run takes a few seconds; a failing one spends minutes shrinking,
@@ -111,6 +111,7 @@ class MTask:
     runs: int = 0
     outcomes: list[str] = field(default_factory=list)
     runs_at_cancel: int | None = None
+    pause_asked: bool = False
 
     def __post_init__(self) -> None:
         self.first = self.due
@@ -401,7 +402,7 @@ class CoreMachine(RuleBasedStateMachine):
     def due_now(self) -> list[MTask]:
         return [t for t in self.model.values() if t.state is PENDING and t.due <= self.now]
 
-    @rule(kind=st.sampled_from(list(Kind)), delay=units, priority=priorities, period=st.integers(1, 6),
+    @rule(kind=st.sampled_from([Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY]), delay=units, priority=priorities, period=st.integers(1, 6),
           misfire=misfires, stop=st.booleans())  # fmt: skip
     def add(self, kind: Kind, delay: int, priority: int, period: int, misfire: Misfire, stop: bool) -> None:
         period_ns = 0 if kind is Kind.ONCE else period * UNIT_US * US + 1
@@ -451,7 +452,8 @@ class CoreMachine(RuleBasedStateMachine):
         elif outcome != "ok" and task.stop_on_error:
             task.state = FAILED
         else:
-            task.state = PENDING
+            task.state = PAUSED if task.pause_asked else PENDING
+            task.pause_asked = False
             if task.kind is Kind.FIXED_DELAY:
                 task.due = self.now + task.period
             else:
@@ -465,7 +467,7 @@ class CoreMachine(RuleBasedStateMachine):
         tid = data.draw(st.sampled_from(self.order))
         task = self.model[tid]
         result = self.core.cancel(tid, interrupt)
-        if task.state is PENDING:
+        if task.state in (PENDING, PAUSED):
             expected = CancelResult.CANCELLED
         elif task.state is RUNNING:
             if interrupt:
@@ -479,6 +481,46 @@ class CoreMachine(RuleBasedStateMachine):
             self.interrupted.add(tid)
         if result.accepted:
             task.state, task.runs_at_cancel = CANCELLED, task.runs
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def pause(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(self.order))
+        task = self.model[tid]
+        accepted = self.core.pause(tid)
+        if task.state is PENDING:
+            assert accepted
+            task.state = PAUSED
+        elif task.state is RUNNING:
+            assert accepted == (task.kind is not Kind.ONCE)
+            task.pause_asked = task.pause_asked or accepted
+        else:
+            assert accepted == (task.state is PAUSED)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(self.order))
+        task = self.model[tid]
+        accepted = self.core.resume(tid, self.now)
+        if task.state is PAUSED:
+            assert accepted
+            task.state = PENDING
+            self.order.remove(tid)  # a resumed task ties as if submitted now
+            self.order.append(tid)
+            if task.due < self.now:  # at its next slot from now
+                if task.kind is Kind.FIXED_RATE:
+                    k = 0
+                    while task.due + k * task.period < self.now:
+                        k += 1
+                    task.due += k * task.period
+                else:
+                    task.due = self.now
+        elif task.state is RUNNING and task.pause_asked:
+            assert accepted
+            task.pause_asked = False
+        else:
+            assert not accepted
 
     @rule(task_id=st.integers(-3, 200), run=st.integers(-1, 5), outcome=st.sampled_from(["ok", "error", "crashed"]))
     def stale_report(self, task_id: int, run: int, outcome: str) -> None:
@@ -511,7 +553,7 @@ class CoreMachine(RuleBasedStateMachine):
             elif task.state.terminal and task.state is not CANCELLED:
                 expected = None
             assert self.core.state(tid) is expected
-            live += task.state in (PENDING, RUNNING)
+            live += task.state in (PENDING, RUNNING, PAUSED)
             # RUNNING in the model exactly when a run is in flight (and not stopped)
             assert (task.state is RUNNING) == (in_flight and task.runs_at_cancel is None)
         assert len(self.core) == live

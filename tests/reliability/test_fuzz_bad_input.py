@@ -162,12 +162,14 @@ def flag(value):
     return EITHER if isinstance(value, int) and value in (0, 1) else INVALID
 
 
-def when(value):
+def when(value, wall_now=None):
+    """``wall_now``: the scheduler clock's wall time (schedule_at reads it; a
+    ManualClock's stands still), default the real one."""
     if not isinstance(value, datetime):
         return INVALID, None
     if value.tzinfo is None:
         return INVALID, None
-    delay = (value - datetime.now(timezone.utc)).total_seconds()
+    delay = (value - (wall_now or datetime.now(timezone.utc))).total_seconds()
     if delay > TEN_YEARS:
         return EITHER, None
     return VALID, max(0.0, delay)
@@ -294,7 +296,8 @@ def test_schedule(target, fn, delay, args, kwargs, prio, name_, timeout):
 @given(fn=fns, when_=whens, args=args_st, prio=priorities, name_=names)
 def test_schedule_at(target, fn, when_, args, prio, name_):
     verdicts = call_args(fn, args, None, target.pickled)
-    verdicts["when"], seconds = when(when_)
+    clock = getattr(target.s, "clock", None)
+    verdicts["when"], seconds = when(when_, clock.wall_now() if isinstance(clock, ManualClock) else None)
     verdicts["priority"] = priority(prio)
     verdicts["name"] = name(name_)
     check(target, "schedule_at", verdicts, seconds, lambda: target.s.schedule_at(

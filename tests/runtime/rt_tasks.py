@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import os
 import subprocess
@@ -107,3 +108,23 @@ def _write(path, text):
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+class Flaky(Exception):
+    """Raised by fail_until: a retried exception class."""
+
+
+def fail_until(path, attempts_before_ok, exc_name="Flaky"):
+    """Raise (Flaky, or a builtin by name) until attempt ``attempts_before_ok`` + 1."""
+    info = procsched.current_run()
+    _write(path, f"{info.run} {info.attempt}\n")
+    if info.attempt <= attempts_before_ok:
+        if exc_name == "crash":
+            os._exit(3)
+        raise Flaky(info.attempt) if exc_name == "Flaky" else getattr(builtins, exc_name)(info.attempt)
+    return info.attempt
+
+
+def schedule_cron_inside(expr):
+    handle = procsched.current_scheduler().schedule_cron(square, expr, args=(3,), max_runs=1, key="inner-cron")
+    return handle.id
