@@ -21,6 +21,9 @@ Seconds = float | int | timedelta
 class SchedulingAPI(abc.ABC):
     """``schedule``, ``schedule_at``, fixed rate, fixed delay, ``submit``, ``cancel``."""
 
+    #: Runs on Ray: the scheduling methods accept ``ray_options=``.
+    _ray_runner = False
+
     @abc.abstractmethod
     def _check_open(self) -> None:
         """Raise SchedulerClosedError if the scheduler accepts no more work."""
@@ -55,12 +58,13 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now."""
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout)
+        return self._once(call, delay_ns, priority, name, timeout, ray_options)
 
     def schedule_at(
         self,
@@ -72,6 +76,7 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
@@ -81,7 +86,7 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when)
-        return self._once(call, delay_ns, priority, name, timeout)
+        return self._once(call, delay_ns, priority, name, timeout, ray_options)
 
     def schedule_at_fixed_rate(
         self,
@@ -96,6 +101,7 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
@@ -114,6 +120,7 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
             v.optional_timeout_ns(timeout),
             v.name(name),
+            v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(spec, *call)
 
@@ -129,6 +136,7 @@ class SchedulingAPI(abc.ABC):
         priority: int = Priority.NORMAL,
         name: str | None = None,
         timeout: Seconds | None = None,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
         self._check_open()
@@ -142,15 +150,16 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
             v.optional_timeout_ns(timeout),
             v.name(name),
+            v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(spec, *call)
 
     def _once(
         self, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]], delay_ns: int,
-        priority: object, name: object, timeout: object,
+        priority: object, name: object, timeout: object, ray_options: object = None,
     ) -> TaskHandle:  # fmt: skip
         spec = v.TaskSpec(
             Kind.ONCE, delay_ns, 0, v.priority(priority), Misfire.CATCH_UP, False,
-            v.optional_timeout_ns(timeout), v.name(name),
+            v.optional_timeout_ns(timeout), v.name(name), v.ray_options(ray_options, self._ray_runner),
         )  # fmt: skip
         return self._add(spec, *call)
