@@ -1,6 +1,6 @@
 """The ``procsched`` command: run a jobs file with a live view, or the demo.
 
-    procsched run FILE.py [--workers N] [--runner processes|threads] [--duration S] [--json | --plain]
+    procsched run FILE.py [--workers N] [--runner processes|threads|ray] [--duration S] [--json | --plain]
     procsched demo [--duration S] [--workers N] [--json | --plain]
 
       main thread ─ loads the jobs file, starts its jobs, then every second
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         try:
-            _, jobs = load_jobs_file(args.file)
+            module, jobs = load_jobs_file(args.file)
+            if args.runner == "ray":  # Ray's nodes do not have the file: its functions travel by value
+                import cloudpickle
+
+                cloudpickle.register_pickle_by_value(module)
         except JobsFileError as exc:
             print(f"procsched: cannot load {args.file}: {exc}", file=sys.stderr)
             return EXIT_LOAD
@@ -112,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the jobs declared in a jobs file", description=(
         "Import FILE.py, start the jobs its @every / @once decorators declare, and show them live."))  # fmt: skip
     run.add_argument("file", metavar="FILE.py", help="the jobs file")
-    run.add_argument("--runner", choices=("processes", "threads"), default="processes",
+    run.add_argument("--runner", choices=("processes", "threads", "ray"), default="processes",
                      help="where runs happen (default: processes)")  # fmt: skip
     common(run, None, "the CPU count")
     demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones")
@@ -518,7 +522,8 @@ class Session:
         scheduler.submit(int).result(timeout=60)
         self.board.started = time.monotonic()
         what = f"{len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''} from {self.label}"
-        where = f"{scheduler.workers} {'process' if args.runner == 'processes' else 'thread'} workers"
+        kind = {"processes": "process", "threads": "thread"}.get(args.runner, args.runner.capitalize())
+        where = f"{scheduler.workers} {kind} workers"
         self.title = f"procsched - {what} on {where}"
         if out.mode == "json":
             out.json_line({"event": "procsched_started", "name": None, "jobs": [

@@ -161,6 +161,8 @@ def ray_options(value: object, on_ray: bool) -> dict[str, Any] | None:
                 _resource(f"ray_options['resources'][{name_!r}]", amount)
         elif key in ("runtime_env", "label_selector") and not isinstance(item, Mapping):
             raise TypeError(f"ray_options[{key!r}] must be a mapping, not {_describe(item)}")
+        elif key == "scheduling_strategy" and isinstance(item, str) and item not in ("DEFAULT", "SPREAD"):
+            raise ValueError(f"ray_options['scheduling_strategy'] must be 'DEFAULT', 'SPREAD' or a Ray strategy, not {item!r}")
         elif key == "accelerator_type" and not isinstance(item, str):
             raise TypeError(f"ray_options['accelerator_type'] must be a str, not {_describe(item)}")
     return options

@@ -107,3 +107,28 @@ def _write(path, text):
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+def run_info():
+    return procsched.current_run(), os.getpid()
+
+
+def assigned_resources():
+    import ray
+
+    return ray.get_runtime_context().get_assigned_resources()
+
+
+def start_children(path):
+    """Start a child, and a grandchild whose parent exits at once (an orphan);
+    return without waiting for either."""
+    child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+    orphan_maker = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
+        "print(p.pid, flush=True)"
+    )], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    orphan = int(orphan_maker.stdout.readline())
+    orphan_maker.wait()
+    _write(path, f"{child.pid} {orphan}\n")
+    return child.pid, orphan
