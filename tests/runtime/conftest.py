@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -70,12 +71,14 @@ def fifo(tmp_path):
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster():
-    """A local 2-CPU Ray cluster for this test module (``ray start --head
-    --block``), with this process connected to it as the driver; yields its
-    address (also in RAY_ADDRESS). At the end, the cluster is stopped and
-    every one of its processes must be gone."""
+    """A local 2-CPU Ray cluster (``ray start --head --block``), with this
+    process connected to it as the driver; yields its address (also in
+    RAY_ADDRESS). Started once, by the first test that needs it: a start
+    costs ~10 s of a 2-core machine (six Python processes import Ray), so
+    the three modules that use it share it. At the end the cluster is
+    stopped and every one of its processes must be gone."""
     ray = pytest.importorskip("ray")
     temp_dir = tempfile.mkdtemp(prefix="psray-")
     saved = {k: os.environ.get(k) for k in (*RAY_ENV, "RAY_ADDRESS")}
@@ -85,7 +88,10 @@ def ray_cluster():
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     head = subprocess.Popen(
         [ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--temp-dir", temp_dir, "--port", "0",
-         "--include-dashboard", "false", "--disable-usage-stats"],
+         "--include-dashboard", "false", "--include-log-monitor", "false", "--disable-usage-stats",
+         "--object-store-memory", str(512 << 20),
+         # ports that default to fixed numbers: free ones, so clusters can coexist
+         "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True,
     )  # fmt: skip
     started = _HeadOutput(head, os.path.join(temp_dir, "start.log"))
@@ -120,6 +126,12 @@ def ray_cluster():
                 os.environ[key] = value
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not strays, f"Ray processes left behind: {strays}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class _HeadOutput(threading.Thread):
