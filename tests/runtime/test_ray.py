@@ -18,11 +18,12 @@ import pytest
 
 import procsched
 import rt_tasks as t
-from conftest import HERE, ROOT
 from rt_helpers import Waiter
 
 pytestmark = pytest.mark.timeout(120)
 ray_cluster = pytest.mark.usefixtures("ray_cluster")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def _env() -> dict[str, str]:
