@@ -68,7 +68,10 @@ def fifo(tmp_path):
     return str(path)
 
 
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+#: RAY_TQDM_PATCH_PRINT=0: a Ray driver replaces builtins.print when it first
+#: prints a cluster message (e.g. a worker crash), and a replaced print can
+#: no longer be pickled by reference - which later tests of this session do.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TQDM_PATCH_PRINT": "0"}
 
 
 @pytest.fixture(scope="session")
