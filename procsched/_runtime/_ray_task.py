@@ -65,6 +65,7 @@ def run(
     scheduler's wall minus monotonic clock, so that ``current_run()`` speaks
     in scheduler-clock seconds."""
     _lead_children()
+    before = _children()  # the Ray worker's own (normally none): not the run's to kill
     wall = time.time_ns
     started = wall()
     info = RunInfo(task_id, run_no, scheduled_ns / NS, (started - clock_offset_ns) / NS, None, os.getpid(), None)
@@ -78,7 +79,7 @@ def run(
         kind, blob = pack_value(value)
         outcome = "ok" if kind != BLOB_ERROR else "error"
     finally:
-        _end_children()
+        _end_children(before)
     return outcome, started, wall(), kind, blob
 
 
@@ -97,18 +98,31 @@ def _lead_children() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans stay ours
 
 
-def _end_children() -> None:
-    """Kill and reap whatever the run started that is still there. One
-    ``waitid`` tells whether there are any children at all (the common case:
-    none), so a run that starts no process pays one system call."""
+def _children() -> frozenset[int] | None:
+    """The pids of this process's descendants; None if it has no child at all.
+    One ``waitid`` answers the common case (none), so a run that starts no
+    process pays a system call before and after, nothing more."""
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
+        return None
+    import psutil
+
+    try:
+        return frozenset(p.pid for p in psutil.Process().children(recursive=True))
+    except psutil.Error:
+        return frozenset()
+
+
+def _end_children(before: frozenset[int] | None) -> None:
+    """Kill and reap what the run started that is still there (orphans too:
+    this process is their subreaper)."""
+    if _children() is None:
         return
     import psutil
 
     try:
-        left = psutil.Process().children(recursive=True)
+        left = [p for p in psutil.Process().children(recursive=True) if before is None or p.pid not in before]
     except psutil.Error:
         return
     for child in left:
@@ -116,8 +130,8 @@ def _end_children() -> None:
             child.send_signal(signal.SIGKILL)  # psutil checks the pid was not reused
         except psutil.Error:
             pass
-    psutil.wait_procs(left, timeout=5)  # reaps the children (and the orphans we adopted)
-    while True:  # zombies of orphans that ended during the run
+    psutil.wait_procs(left, timeout=5)  # reaps our children (and the orphans we adopted)
+    while before is None:  # zombies of orphans that ended during the run (none of Ray's own to steal)
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
