@@ -94,7 +94,9 @@ def release() -> None:
         _users -= 1
         if _users <= 0:
             _opened, _users = False, 0
-            ray_module().shutdown()
+            ray = ray_module()
+            if ray.is_initialized():
+                ray.shutdown()
 
 
 def cluster_cpus() -> int:
@@ -153,7 +155,7 @@ class RayCarrier:
     def kill(self, worker: _RayWorker, hard: bool) -> None:
         """Cancel the run in flight (its Ray worker exits). Its end reports the
         exit; a hard kill (the grace is over) stops waiting for Ray to say so."""
-        if worker.ref is not None and not worker.killed:
+        if worker.ref is not None and not worker.killed and self.ray.is_initialized():
             try:
                 self.ray.cancel(worker.ref, force=True)
             except Exception:  # noqa: BLE001 - already finished, or Ray is gone
@@ -248,6 +250,8 @@ class RayBackend(DispatcherThread):
 
     def _take(self) -> None:
         """Long-poll the mailbox for requests from runs (current_scheduler())."""
+        if not self.ray.is_initialized():
+            return  # see _closed
         put = self.inbox.put
         self.mailbox.take.remote().future().add_done_callback(lambda f: put(("mail", f)))
 
@@ -265,7 +269,8 @@ class RayBackend(DispatcherThread):
                 reply = self._serve(message, now)
             except Exception as exc:  # noqa: BLE001 - a malformed request
                 reply = ("error", SchedulerError(f"bad request from a Ray run: {type(exc).__name__}: {exc}"))
-            self.mailbox.answer.remote(request, reply)
+            if self.ray.is_initialized():
+                self.mailbox.answer.remote(request, reply)
         self._take()
 
     def _serve(self, message: tuple[Any, ...], now: int) -> tuple[str, Any]:
@@ -283,10 +288,14 @@ class RayBackend(DispatcherThread):
         raise ValueError(f"unknown request {tag!r}")
 
     def _closed(self) -> None:
-        try:
-            self.ray.kill(self.mailbox, no_restart=True)
-        except Exception:  # noqa: BLE001 - Ray is gone already
-            pass
+        # Every Ray call checks is_initialized() first where Ray may be shut
+        # down already (at interpreter exit, Ray's atexit hook runs before
+        # ours): Ray's API would otherwise call ray.init() again by itself.
+        if self.ray.is_initialized():
+            try:
+                self.ray.kill(self.mailbox, no_restart=True)
+            except Exception:  # noqa: BLE001 - Ray is going away
+                pass
         release()
 
     def _failed(self) -> None:

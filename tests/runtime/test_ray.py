@@ -166,25 +166,34 @@ USER_PROGRAM = textwrap.dedent("""
         s.submit(t.report_pid_then_hang, sys.argv[1])
         s.schedule_at_fixed_rate(t.pid, 0.05)
         print(s.submit(t.square, 2).result(60), flush=True)
+        sys.stdin.readline()
+        if sys.argv[2] == "raise":
+            raise RuntimeError("the user program dies with a Ray run in flight, never shut down")
         sys.stdin.read()  # until killed
 """)
 
 
 @ray_cluster
-def test_user_process_killed_ends_its_ray_runs(tmp_path, fifo):
+@pytest.mark.parametrize("how", ["sigkill", "raise"])
+def test_user_process_dying_ends_its_ray_runs(how, tmp_path, fifo):
     # The dispatcher is a thread of the user process: "the dispatcher dies"
-    # is the user process dying. Ray ends the tasks of a driver that is gone.
+    # is the user process dying. Ray ends the tasks of a driver that is gone;
+    # at a normal exit (here: an unhandled exception) procsched stops them.
     script = tmp_path / "user.py"
     script.write_text(USER_PROGRAM)
-    user = subprocess.Popen([sys.executable, str(script), fifo], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=_env(), text=True)  # fmt: skip
+    user = subprocess.Popen([sys.executable, str(script), fifo, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), text=True)  # fmt: skip
     try:
         with open(fifo) as reported:  # the run writes its pid here first thing
             ray_worker = int(reported.readline())
         assert user.stdout.readline().strip() == "4"
         assert psutil.pid_exists(ray_worker)
-        user.send_signal(signal.SIGKILL)
-        user.wait(30)
+        if how == "sigkill":
+            user.send_signal(signal.SIGKILL)
+            user.wait(30)
+        else:
+            _, err = user.communicate("go\n", timeout=60)
+            assert "RuntimeError: the user program dies" in err and "was not shut down" in err
         assert not _pids_gone([ray_worker], timeout=60)
     finally:
         if user.poll() is None:
