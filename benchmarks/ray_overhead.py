@@ -10,7 +10,10 @@ process (time.perf_counter), one run in flight.
 
 Then the ceiling of the dispatcher thread and the Ray driver in this
 process: N no-op runs submitted at once, with ``workers`` (runs in flight)
-2 and 16 (Ray queues what its 2 CPUs cannot start), runs/s = N / wall time.
+2 and 16 (Ray queues what its 2 CPUs cannot start), runs/s = N / wall time;
+and what a run costs the machine in CPU: its busy time (/proc/stat, every
+process: the driver, Ray's daemons, the workers) over those N runs, per
+run. On a machine shared with other work that figure includes theirs.
 """
 
 from __future__ import annotations
@@ -61,13 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     on_ray.shutdown()
     on_processes.shutdown()
     ceiling = {}
-    for workers in (2, 16):
-        with procsched.Scheduler(workers, runner="ray") as s:
+    n = args.runs * args.blocks
+    for runner, workers in (("ray", 2), ("ray", 16), ("processes", 2)):
+        with procsched.Scheduler(workers, runner=runner) as s:
             s.submit(_tasks.noop).result(60)
-            t0 = time.perf_counter()
-            for f in [s.submit(_tasks.noop) for _ in range(args.runs * args.blocks)]:
+            busy0, t0 = _busy_seconds(), time.perf_counter()
+            for f in [s.submit(_tasks.noop) for _ in range(n)]:
                 f.result(600)
-            ceiling[workers] = args.runs * args.blocks / (time.perf_counter() - t0)
+            wall, busy = time.perf_counter() - t0, _busy_seconds() - busy0
+            ceiling[(runner, workers)] = (n / wall, busy / n * 1000)
     ray.shutdown()
     print(f"one no-op run at a time, {args.blocks} x {args.runs} runs each, interleaved; "
           f"load average after: {tuple(round(x, 2) for x in os.getloadavg())}\n")  # fmt: skip
@@ -79,9 +84,20 @@ def main(argv: list[str] | None = None) -> int:
         p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
         print(f"| {name} | {p50:.3g} | {p99:.3g} | {1000 / statistics.fmean(values):.4g} |")
     print()
-    for workers, rate in ceiling.items():
-        print(f"runner='ray', {args.runs * args.blocks} no-op runs submitted at once, workers={workers}: {rate:.4g} runs/s")
+    print(f"{n} no-op runs submitted at once:\n")
+    print("| runner | workers | runs/s | machine CPU per run [ms] |")
+    print("|---|---|---|---|")
+    for (runner, workers), (rate, cpu_ms) in ceiling.items():
+        print(f"| {runner} | {workers} | {rate:.4g} | {cpu_ms:.3g} |")
     return 0
+
+
+def _busy_seconds() -> float:
+    """CPU time the whole machine spent busy (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -91,8 +91,12 @@ class DispatcherThread:
                 self.events.put(engine.events)
             self.events.put([(EV_CLOSED,)])
         except BaseException:
-            logging.getLogger("procsched").exception("procsched dispatcher thread failed")
-            self._failed()
+            logger = logging.getLogger("procsched")
+            logger.exception("procsched dispatcher thread failed")
+            try:
+                self._failed()
+            except Exception:  # noqa: BLE001 - the listener must hear of the failure regardless
+                logger.exception("procsched: cleaning up after the dispatcher thread failed")
             self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
             raise
 
