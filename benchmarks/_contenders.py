@@ -1,4 +1,4 @@
-"""Contenders: procsched's two runners and the peers users would pick instead.
+"""Contenders: procsched's runners and the peers users would pick instead.
 
 Every contender is wrapped in the same small adapter, so a scenario is
 written once and runs unchanged on each:
@@ -267,6 +267,30 @@ class ProcschedAdapter(Adapter):
         return [w["pid"] for w in self.s.stats()["workers"] if w["pid"] is not None]
 
 
+class RayAdapter(ProcschedAdapter):
+    """procsched on runner="ray", on a local Ray cluster of ``workers`` CPUs,
+    started by the first visit (``ray.init(num_cpus=workers)``) and kept for
+    the rest of the benchmark process (a start costs ~10 s)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, "ray")
+        self.info = ContenderInfo(
+            "procsched[ray]", "procsched", "processes",
+            f"procsched.Scheduler(runner='ray') on a local {workers}-CPU Ray (ray.init(num_cpus={workers}))",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        super().start()
+
+    def worker_pids(self) -> list[int]:
+        return []  # Ray's worker processes, not the pool's
+
+
 class _ProcschedPeriodic:
     def __init__(self, s: Any, handle: Any) -> None:
         self.s, self.handle = s, handle
@@ -505,6 +529,8 @@ def _make(name: str, workers: int) -> Adapter:
         return ProcschedAdapter(workers, "processes")
     if name == "procsched[threads]":
         return ProcschedAdapter(workers, "threads")
+    if name == "procsched[ray]":
+        return RayAdapter(workers)
     if name == "sequential":
         return SequentialAdapter(workers)
     if name == "ProcessPoolExecutor":
@@ -525,11 +551,11 @@ def _make(name: str, workers: int) -> Adapter:
 
 
 ALL = (
-    "procsched[processes]", "procsched[threads]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
+    "procsched[processes]", "procsched[threads]", "procsched[ray]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
     "multiprocessing.Pool", "loky", "pebble", "APScheduler3[thread]", "APScheduler3[process]",
 )  # fmt: skip
 
-_MODULES = {"loky": "loky", "pebble": "pebble", "APScheduler3[thread]": "apscheduler", "APScheduler3[process]": "apscheduler"}
+_MODULES = {"procsched[ray]": "ray", "loky": "loky", "pebble": "pebble", "APScheduler3[thread]": "apscheduler", "APScheduler3[process]": "apscheduler"}
 
 
 def available(name: str) -> bool:

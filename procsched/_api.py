@@ -26,6 +26,9 @@ Seconds = float | int | timedelta
 class SchedulingAPI(abc.ABC):
     """``schedule``, ``schedule_at``, fixed rate, fixed delay, ``submit``, ``cancel``."""
 
+    #: Runs on Ray: the scheduling methods accept ``ray_options=``.
+    _ray_runner = False
+
     @abc.abstractmethod
     def _check_open(self) -> None:
         """Raise SchedulerClosedError if the scheduler accepts no more work."""
@@ -75,6 +78,7 @@ class SchedulingAPI(abc.ABC):
         retry: Retry | None = None,
         key: str | None = None,
         replace_existing: bool = False,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
 
@@ -85,7 +89,7 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing)
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
 
     def schedule_at(
         self,
@@ -100,6 +104,7 @@ class SchedulingAPI(abc.ABC):
         retry: Retry | None = None,
         key: str | None = None,
         replace_existing: bool = False,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
@@ -109,7 +114,7 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when, self._wall_now_ns())
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing)
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
 
     def schedule_at_fixed_rate(
         self,
@@ -129,6 +134,7 @@ class SchedulingAPI(abc.ABC):
         max_runs: int | None = None,
         key: str | None = None,
         replace_existing: bool = False,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
@@ -149,6 +155,7 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
             v.optional_timeout_ns(timeout),
             v.name(name),
+            ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
 
@@ -169,6 +176,7 @@ class SchedulingAPI(abc.ABC):
         max_runs: int | None = None,
         key: str | None = None,
         replace_existing: bool = False,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
         self._check_open()
@@ -182,6 +190,7 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
             v.optional_timeout_ns(timeout),
             v.name(name),
+            ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
 
@@ -203,6 +212,7 @@ class SchedulingAPI(abc.ABC):
         max_runs: int | None = None,
         key: str | None = None,
         replace_existing: bool = False,
+        ray_options: Mapping[str, Any] | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at every time the cron expression ``expr`` names, on the
         wall clock of ``tz`` (an IANA name or a tzinfo; None: this machine's
@@ -226,18 +236,18 @@ class SchedulingAPI(abc.ABC):
         spec = v.TaskSpec(
             Kind.CALENDAR, 0, 0, v.priority(priority), v.choice("misfire", misfire, Misfire),
             v.flag("stop_on_error", stop_on_error), v.optional_timeout_ns(timeout), v.name(name),
-            trigger=trigger, tz=tz, after_wall_ns=wall,
+            trigger=trigger, tz=tz, after_wall_ns=wall, ray_options=v.ray_options(ray_options, self._ray_runner),
         )  # fmt: skip
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing, wall, first), *call)
 
     def _once(
         self, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]], delay_ns: int,
         priority: object, name: object, timeout: object, retry: object = None, key: object = None,
-        replace_existing: object = False,
+        replace_existing: object = False, ray_options: object = None,
     ) -> TaskHandle:  # fmt: skip
         spec = v.TaskSpec(
             Kind.ONCE, delay_ns, 0, v.priority(priority), Misfire.CATCH_UP, False,
-            v.optional_timeout_ns(timeout), v.name(name),
+            v.optional_timeout_ns(timeout), v.name(name), ray_options=v.ray_options(ray_options, self._ray_runner),
         )  # fmt: skip
         if retry is not None or key is not None or replace_existing is not False:
             spec = self._with_options(spec, retry, None, None, key, replace_existing)

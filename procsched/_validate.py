@@ -191,6 +191,53 @@ def cron(expr: object, tz: object, wall_now_ns: int) -> tuple[CronTrigger, int]:
     return trigger, first
 
 
+#: The Ray task options ``ray_options=`` may set (Scheduler(runner="ray") only).
+#: Retries are not among them: procsched never re-runs a run behind the user's back.
+RAY_OPTIONS = (
+    "num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy",
+    "runtime_env", "label_selector", "placement_group", "placement_group_bundle_index", "max_calls",
+)  # fmt: skip
+
+
+def ray_options(value: object, on_ray: bool) -> dict[str, Any] | None:
+    """``ray_options=``: None, or a mapping of Ray task options (resources
+    non-negative finite numbers). Ray checks the values further at the call."""
+    if value is None:
+        return None
+    if not on_ray:
+        raise ValueError(f"ray_options is only for Scheduler(runner='ray'); this scheduler cannot use {_describe(value)}")
+    if not isinstance(value, Mapping):
+        raise TypeError(f"ray_options must be a mapping of Ray task options or None, not {_describe(value)}")
+    options = dict(value)
+    for key, item in options.items():
+        if key not in RAY_OPTIONS:
+            raise ValueError(
+                f"ray_options has an unknown or unsupported key {key!r}; allowed: {', '.join(RAY_OPTIONS)} "
+                "(retries are procsched's: see retry=)"
+            )
+        if key in ("num_cpus", "num_gpus", "memory"):
+            _resource(f"ray_options[{key!r}]", item)
+        elif key == "resources":
+            if not isinstance(item, Mapping) or not all(isinstance(k, str) for k in item):
+                raise TypeError(f"ray_options['resources'] must be a mapping of str keys, not {_describe(item)}")
+            for name_, amount in item.items():
+                _resource(f"ray_options['resources'][{name_!r}]", amount)
+        elif key in ("runtime_env", "label_selector") and not isinstance(item, Mapping):
+            raise TypeError(f"ray_options[{key!r}] must be a mapping, not {_describe(item)}")
+        elif key == "scheduling_strategy" and isinstance(item, str) and item not in ("DEFAULT", "SPREAD"):
+            raise ValueError(f"ray_options['scheduling_strategy'] must be 'DEFAULT', 'SPREAD' or a Ray strategy, not {item!r}")
+        elif key == "accelerator_type" and not isinstance(item, str):
+            raise TypeError(f"ray_options['accelerator_type'] must be a str, not {_describe(item)}")
+    return options
+
+
+def _resource(arg: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{arg} must be a number, not {_describe(value)}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{arg} must be a finite number >= 0, not {value!r}")
+
+
 class TaskSpec(NamedTuple):
     """A validated scheduling request (delays relative to submission)."""
 
@@ -210,6 +257,7 @@ class TaskSpec(NamedTuple):
     retry: Any = None  # a procsched.Retry
     key: str | None = None
     replace_existing: bool = False
+    ray_options: dict[str, Any] | None = None
 
     def extra(self, retry_on: Any = None) -> TaskExtra | None:
         """The core's TaskExtra for this spec (None for a plain task).

@@ -21,7 +21,7 @@ DESCRIPTION = (
     "its lateness stays low while its run count drops)."
 )
 CONTENDERS = [
-    "procsched[processes]", "procsched[threads]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
+    "procsched[processes]", "procsched[threads]", "procsched[ray]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
     "multiprocessing.Pool", "loky", "pebble", "APScheduler3[thread]", "APScheduler3[process]",
 ]  # fmt: skip
 METRICS = [

@@ -30,7 +30,7 @@ DESCRIPTION = (
     "run the mix in a child process, since the fault kills the whole process."
 )
 CONTENDERS = [
-    "procsched[processes]", "procsched[threads]", "ProcessPoolExecutor", "ThreadPoolExecutor",
+    "procsched[processes]", "procsched[threads]", "procsched[ray]", "ProcessPoolExecutor", "ThreadPoolExecutor",
     "multiprocessing.Pool", "loky", "pebble", "APScheduler3[process]",
 ]  # fmt: skip
 METRICS = [

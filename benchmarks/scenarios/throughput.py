@@ -16,7 +16,7 @@ DESCRIPTION = (
     "pickling, pipes, bookkeeping. The sequential loop calls the function N times (no pool, no futures)."
 )
 CONTENDERS = [
-    "procsched[processes]", "procsched[threads]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
+    "procsched[processes]", "procsched[threads]", "procsched[ray]", "sequential", "ProcessPoolExecutor", "ThreadPoolExecutor",
     "multiprocessing.Pool", "loky", "pebble", "APScheduler3[thread]", "APScheduler3[process]",
 ]  # fmt: skip
 METRICS = [

@@ -21,7 +21,7 @@ from . import _next
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 from ._session import EXIT_LOAD, Session
 
-RUNNERS = ("processes", "threads")
+RUNNERS = ("processes", "threads", "ray")
 POLICIES = ("priority", "due", "fifo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -45,8 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     try:
-        _, jobs = load_jobs_file(args.file)
+        module, jobs = load_jobs_file(args.file)
         check_unique_names(jobs)
+        if args.runner == "ray":  # Ray's nodes do not have the file: its functions travel by value
+            import cloudpickle
+
+            cloudpickle.register_pickle_by_value(module)
     except JobsFileError as exc:
         print(f"procsched: cannot load {args.file}: {exc}", file=sys.stderr)
         return EXIT_LOAD

@@ -264,8 +264,9 @@ class Engine:
         if slot is not None and slot.run is None:
             self._replace(slot, now, why)
 
-    def worker_exited(self, worker: Any, exitcode: int | None, now: int) -> None:
-        """A worker process (or thread) is gone."""
+    def worker_exited(self, worker: Any, exitcode: int | None, now: int, detail: str | None = None) -> None:
+        """A worker process (or thread) is gone; ``detail`` says how, where a
+        carrier knows better than an exit code (e.g. Ray's error)."""
         if worker in self.dying:
             del self.dying[worker]
             self.events.append((EV_WORKER, "exited", None, worker.ident, exitcode))
@@ -274,7 +275,7 @@ class Engine:
         if slot is None:
             return
         signame = signal_name(exitcode)
-        how = f"signal {signame}" if signame else f"exit code {exitcode}"
+        how = detail or (f"signal {signame}" if signame else f"exit code {exitcode}")
         self.carrier.kill(worker, hard=True)  # whatever it left behind
         self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
         slot.worker = None

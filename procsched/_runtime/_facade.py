@@ -1,8 +1,8 @@
-"""Scheduler: the user-process facade over the processes or threads runtime.
+"""Scheduler: the user-process facade over the processes, threads or Ray runtime.
 
     caller threads ── schedule() / cancel() / stats() ──▶ backend.send(command)
                                                            │  processes: pipe to the dispatcher process
-                                                           │  threads:   queue to the dispatcher thread
+                                                           │  threads, ray: queue to the dispatcher thread
     listener thread ◀── event batches ── backend.next_batch()
        └─▶ resolves TaskHandles, answers requests, logs, calls listeners
 
@@ -64,10 +64,13 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
     Args:
         workers: pool size; defaults to the CPU count.
         runner: ``"processes"`` (default: a dispatcher process and worker
-            processes; a crash costs one run) or ``"threads"`` (same API and
+            processes; a crash costs one run), ``"threads"`` (same API and
             semantics, in this process; no crash isolation, and a timed-out
             or interrupted run cannot be killed: it is abandoned, its result
-            discarded, and a fresh thread takes its place).
+            discarded, and a fresh thread takes its place) or ``"ray"``
+            (every run a Ray task on the cluster ``ray.init()`` reaches;
+            ``workers`` bounds the runs in flight, default the cluster's
+            CPUs; the scheduling methods take ``ray_options=``).
         policy: ``"priority"``, ``"due"`` or ``"fifo"`` (see README).
         max_tasks_per_worker: replace a worker after this many runs.
         timeout: default per-run timeout in seconds (per-task ``timeout=`` wins).
@@ -98,9 +101,15 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         max_worker_memory: int | None = None,
         capture_output: bool = False,
     ) -> None:
+        if runner not in ("processes", "threads", "ray"):
+            raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
+        if runner == "ray":
+            _ray_unsupported(max_tasks_per_worker=max_tasks_per_worker, max_worker_memory=max_worker_memory)
+            if workers is None:
+                from ._ray import cluster_cpus
+
+                workers = cluster_cpus()  # connects to Ray (SchedulerError if it cannot)
         workers = _positive_int("workers", (os.cpu_count() or 1) if workers is None else workers)
-        if runner not in ("processes", "threads"):
-            raise ValueError(f"runner must be 'processes' or 'threads', not {runner!r}")
         config = {
             "workers": workers,
             "policy": v.policy(policy).value,
@@ -120,6 +129,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 "use InlineScheduler(clock=ManualClock()) for virtual time"
             )
         self.runner = runner
+        self._ray_runner = runner == "ray"
         self.workers = workers
         self._handles: dict[int, TaskHandle] = {}
         self._keys: dict[str, TaskHandle] = {}
@@ -136,6 +146,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             from ._process_backend import ProcessBackend
 
             self._backend: Any = ProcessBackend(config)
+        elif runner == "ray":
+            from ._ray import RayBackend
+
+            self._backend = RayBackend(config, self)
         else:
             from ._threads import ThreadBackend
 
@@ -209,6 +223,8 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
 
     def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         payload = self._backend.pack(fn, args, kwargs)
+        if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
+            payload = self._backend.with_options(payload, spec.ray_options)
         timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
         now = time.monotonic_ns()
         extra = v.wire_extra(spec, now, self._backend.pickled)
@@ -316,7 +332,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 "Use `with Scheduler() as s:` or call shutdown().", pending
             )
         self._backend.abort()
-        if self.runner == "processes":  # threads cannot be stopped: don't wait for them
+        if self.runner != "threads":  # threads cannot be stopped: don't wait for them
             self._listener.join(10)
 
     def add_listener(self, callback: Callable[[dict[str, Any]], object], events: Any = None) -> None:
@@ -598,6 +614,14 @@ def _positive_int(arg: str, value: object) -> int:
     if value < 1:
         raise ValueError(f"{arg} must be >= 1, not {value!r}")
     return value
+
+
+def _ray_unsupported(**options: Any) -> None:
+    for arg, value in options.items():
+        if value is not None:
+            raise ValueError(
+                f"{arg} is not supported with runner='ray' (Ray owns its worker processes), not {value!r}"
+            )
 
 
 def _start_method(mp_context: Any) -> str:

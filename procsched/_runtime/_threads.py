@@ -1,7 +1,7 @@
 """The threads runner: the same Engine, with a dispatcher thread and worker threads.
 
     caller ── command ──▶ inbox ──▶ dispatcher thread: Engine.tick / add / cancel ...
-                          ▲    │        │ run
+                          ▲    │        │ run                       (_dispatch_thread.py)
       worker threads ─────┘    │        ▼
        ("done", "exited")      │    worker thread's own queue ──▶ runs fn in-process
                                └──▶ event batches ──▶ the facade's listener thread
@@ -22,9 +22,10 @@ import time
 from typing import Any, Callable
 
 from .._context import running
-from .._core import Policy, Run
+from .._core import Run
 from .._handle import RunInfo, wall_datetime
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_CLOSED, EV_REPLY, WALL_CHECK_S, Engine
+from ._dispatch_thread import DispatcherThread
+from ._engine import BLOB_ERROR, BLOB_VALUE
 
 NS = 1_000_000_000
 _STOP = ("stop",)
@@ -93,111 +94,16 @@ class ThreadCarrier:
         put(("exited", worker, 0))
 
 
-class ThreadBackend:
-    pickled = False
-    aborted = False
-
+class ThreadBackend(DispatcherThread):
     def __init__(self, config: dict[str, Any], scheduler: Any) -> None:
-        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self.events: queue.SimpleQueue[list[tuple[Any, ...]]] = queue.SimpleQueue()
-        self.engine = Engine(
-            ThreadCarrier(self.inbox, scheduler),
-            workers=config["workers"],
-            policy=Policy(config["policy"]),
-            max_tasks_per_worker=config["max_tasks_per_worker"],
-            default_timeout_ns=config.get("default_timeout"),
-        )
-        self.thread = threading.Thread(target=self._dispatch, name="procsched-dispatcher", daemon=True)
-        self.thread.start()
+        super().__init__()
+        self._start(ThreadCarrier(self.inbox, scheduler), config)
 
     def pack(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return (fn, args, kwargs)
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        self.inbox.put(message)
-
-    def next_batch(self) -> list[tuple[Any, ...]]:
-        batch = self.events.get()
-        if batch is None:
-            raise EOFError("the dispatcher thread died")
-        return batch
-
-    def finished(self) -> bool:
-        return not self.thread.is_alive()
-
-    def death_reason(self) -> str:
-        return "the dispatcher thread died"
-
-    def join(self) -> None:
-        self.thread.join()
 
     def abort(self) -> None:
         # Threads cannot be killed: cancel what is pending; running runs are
         # daemon threads, which end with the interpreter.
         self.aborted = True
         self.inbox.put(("shutdown", True))
-
-    def forked(self) -> None:
-        pass  # a forked child has none of the threads: the Scheduler refuses every call
-
-    def worker_event(self, what: str, ident: Any) -> None:
-        pass
-
-    def _dispatch(self) -> None:
-        engine, inbox, clock = self.engine, self.inbox, time.monotonic_ns
-        try:
-            engine.start(clock())
-            while not engine.closed:
-                now = clock()
-                engine.set_wall_offset(time.time_ns() - now, now)
-                wake = engine.tick(clock())
-                if engine.events:
-                    self.events.put(engine.events)
-                    engine.events = []
-                if engine.closed:
-                    break
-                timeout = None if wake is None else max(0, wake - clock()) / NS
-                if engine.core.calendars and (timeout is None or timeout > WALL_CHECK_S):
-                    timeout = WALL_CHECK_S  # watch the wall clock (see _dispatcher.WALL_CHECK_S)
-                try:
-                    message = inbox.get(timeout=timeout)
-                except queue.Empty:
-                    continue
-                while True:
-                    self._handle(message)
-                    try:
-                        message = inbox.get_nowait()
-                    except queue.Empty:
-                        break
-            if engine.events:
-                self.events.put(engine.events)
-            self.events.put([(EV_CLOSED,)])
-        except BaseException:
-            import logging
-
-            logging.getLogger("procsched").exception("the dispatcher thread failed")
-            self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
-            raise
-
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        engine, tag, now = self.engine, message[0], time.monotonic_ns()
-        if tag == "done":
-            engine.finished(*message[1:])
-        elif tag == "exited":
-            engine.worker_exited(message[1], message[2], now)
-        elif tag == "add":
-            if len(message) == 12:
-                engine.set_wall_offset(time.time_ns() - now, now)
-            engine.add(*message[1:])
-        elif tag == "pause":
-            engine.events.append((EV_REPLY, message[1], engine.pause(message[2])))
-        elif tag == "resume":
-            engine.events.append((EV_REPLY, message[1], engine.resume(message[2], now)))
-        elif tag == "wall_step":
-            pass  # the threads runner reads the real wall clock
-        elif tag == "cancel":
-            engine.events.append(("reply", message[1], engine.cancel(message[2], message[3], now)))
-        elif tag == "stats":
-            engine.events.append(("reply", message[1], engine.stats(now)))
-        elif tag == "shutdown":
-            engine.shutdown(message[1], now)

@@ -128,3 +128,28 @@ def fail_until(path, attempts_before_ok, exc_name="Flaky"):
 def schedule_cron_inside(expr):
     handle = procsched.current_scheduler().schedule_cron(square, expr, args=(3,), max_runs=1, key="inner-cron")
     return handle.id
+
+
+def run_info():
+    return procsched.current_run(), os.getpid()
+
+
+def assigned_resources():
+    import ray
+
+    return ray.get_runtime_context().get_assigned_resources()
+
+
+def start_children(path):
+    """Start a child, and a grandchild whose parent exits at once (an orphan);
+    return without waiting for either."""
+    child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+    orphan_maker = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
+        "print(p.pid, flush=True)"
+    )], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    orphan = int(orphan_maker.stdout.readline())
+    orphan_maker.wait()
+    _write(path, f"{child.pid} {orphan}\n")
+    return child.pid, orphan

@@ -203,3 +203,19 @@ def test_shutdown_cancels_periodic_and_with_cancel_futures_pending(runner, make_
     s.shutdown(wait=True, cancel_futures=True)
     assert periodic.cancelled() and far.cancelled()
     assert s.pending() == 0
+
+
+def test_shutdown_lets_runs_in_flight_finish(runner, make_scheduler, fifo):
+    s = make_scheduler(2, runner=runner)
+    waiter = Waiter(s)
+    running = s.submit(t.wait_for_fifo, fifo)
+    waiter.until(lambda: running.state is procsched.TaskState.RUNNING)
+    periodic = s.schedule_at_fixed_rate(t.pid, 3600, initial_delay=3600)
+    s.shutdown(wait=False)
+    waiter.until(periodic.cancelled)
+    with pytest.raises(procsched.SchedulerError):
+        s.submit(t.square, 2)
+    release(fifo, "finished")
+    assert running.result(30) == "finished" and running.runs[0].outcome == "ok"
+    s.shutdown(wait=True)
+    assert s.pending() == 0

@@ -1,0 +1,142 @@
+"""A dispatcher thread in the user process: the loop shared by the threads
+and Ray runners.
+
+    caller ── command ──▶ inbox ──▶ dispatcher thread: Engine.tick / add / cancel ...
+                          ▲    │        │ carrier.send_run / kill / ...
+      carrier reports ────┘    │        ▼
+       ("done", "exited", ...) │    the carrier's workers (threads, Ray tasks)
+                               └──▶ event batches ──▶ the facade's listener thread
+
+The thread owns the Engine; every input reaches it through one blocking
+queue (``inbox``), waited on with the engine's next deadline as timeout, so
+it never polls. A subclass makes the carrier and may handle more message
+tags (``_handle``) and clean up once the engine is closed (``_closed``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from .._core import Policy
+from ._engine import EV_CLOSED, EV_REPLY, WALL_CHECK_S, Carrier, Engine
+
+NS = 1_000_000_000
+
+
+class DispatcherThread:
+    """The facade's backend for in-process runners (see the module docstring)."""
+
+    pickled = False
+    aborted = False
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[list[tuple[Any, ...]]] = queue.SimpleQueue()
+
+    def _start(self, carrier: Carrier, config: dict[str, Any]) -> None:
+        self.engine = Engine(
+            carrier,
+            workers=config["workers"],
+            policy=Policy(config["policy"]),
+            max_tasks_per_worker=config["max_tasks_per_worker"],
+            default_timeout_ns=config.get("default_timeout"),
+        )
+        self.thread = threading.Thread(target=self._dispatch, name="procsched-dispatcher", daemon=True)
+        self.thread.start()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.inbox.put(message)
+
+    def next_batch(self) -> list[tuple[Any, ...]]:
+        batch = self.events.get()
+        if batch is None:
+            raise EOFError("the dispatcher thread died")
+        return batch
+
+    def finished(self) -> bool:
+        return not self.thread.is_alive()
+
+    def death_reason(self) -> str:
+        return "the dispatcher thread died"
+
+    def join(self) -> None:
+        self.thread.join()
+
+    def forked(self) -> None:
+        pass  # a forked child has none of the threads: the Scheduler refuses every call
+
+    def worker_event(self, what: str, ident: Any) -> None:
+        pass
+
+    def _dispatch(self) -> None:
+        engine, inbox, clock = self.engine, self.inbox, time.monotonic_ns
+        try:
+            engine.start(clock())
+            while not engine.closed:
+                now = clock()
+                engine.set_wall_offset(time.time_ns() - now, now)
+                wake = engine.tick(clock())
+                if engine.events:
+                    self.events.put(engine.events)
+                    engine.events = []
+                if engine.closed:
+                    break
+                timeout = None if wake is None else max(0, wake - clock()) / NS
+                if engine.core.calendars and (timeout is None or timeout > WALL_CHECK_S):
+                    timeout = WALL_CHECK_S  # watch the wall clock (see _dispatcher.WALL_CHECK_S)
+                try:
+                    message = inbox.get(timeout=timeout)
+                except queue.Empty:
+                    continue
+                while True:
+                    self._handle(message)
+                    try:
+                        message = inbox.get_nowait()
+                    except queue.Empty:
+                        break
+            self._closed()
+            if engine.events:
+                self.events.put(engine.events)
+            self.events.put([(EV_CLOSED,)])
+        except BaseException:
+            logger = logging.getLogger("procsched")
+            logger.exception("the dispatcher thread failed")
+            try:
+                self._failed()
+            except Exception:  # noqa: BLE001 - the listener must hear of the failure regardless
+                logger.exception("cleaning up after the dispatcher thread failed")
+            self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
+            raise
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        engine, tag, now = self.engine, message[0], time.monotonic_ns()
+        if tag == "done":
+            engine.finished(*message[1:])
+        elif tag == "exited":
+            engine.worker_exited(message[1], message[2], now, *message[3:])
+        elif tag == "add":
+            if len(message) == 12:
+                engine.set_wall_offset(time.time_ns() - now, now)
+            engine.add(*message[1:])
+        elif tag == "pause":
+            engine.events.append((EV_REPLY, message[1], engine.pause(message[2])))
+        elif tag == "resume":
+            engine.events.append((EV_REPLY, message[1], engine.resume(message[2], now)))
+        elif tag == "wall_step":
+            pass  # an in-process runner reads the real wall clock
+        elif tag == "cancel":
+            engine.events.append(("reply", message[1], engine.cancel(message[2], message[3], now)))
+        elif tag == "stats":
+            engine.events.append(("reply", message[1], engine.stats(now)))
+        elif tag == "shutdown":
+            engine.shutdown(message[1], now)
+
+    def _closed(self) -> None:
+        """The engine closed: every worker is gone. Release what the carrier holds."""
+
+    def _failed(self) -> None:
+        """The loop raised (a bug): stop what can be stopped."""

@@ -1,0 +1,311 @@
+"""The Ray runner: the same Engine in a dispatcher thread of the user
+process; every run is a Ray task.
+
+    caller ── command ──▶ inbox ──▶ dispatcher thread (_dispatch_thread.py): Engine
+                          ▲    │        │ RayCarrier.send_run: remote(run).remote(...)
+      Ray's callback  ────┘    │        ▼                          ray.cancel(force=True)
+      thread: "landed"         │    Ray task on the cluster (_ray_task.run)
+      (ObjectRef.future()),    │
+      "mail" (Mailbox.take) ◀──│─── Mailbox actor ◀── current_scheduler() in a run
+                               └──▶ event batches ──▶ the facade's listener thread
+
+Connecting is Ray's usual way: a Ray already initialised in this process is
+used as is; otherwise ``ray.init()``, which honours ``RAY_ADDRESS`` and else
+starts a local cluster (shut down again with the last scheduler using it).
+
+A *worker* of this carrier is a virtual slot: ``workers`` bounds the runs in
+flight, and Ray places them. Each run is a Ray task with ``max_retries=0``
+and ``retry_exceptions=False`` (Ray's defaults retry a task 3 times after a
+system failure, and forever after an OOM kill): nothing is run twice behind
+the user's back. Its end comes back without polling: the ObjectRef's future
+calls back on a Ray thread, which only puts a message in the inbox; the
+dispatcher thread maps it onto the engine:
+
+- a result (the wrapper's blobs): ``ok`` or ``error`` (the task's own
+  exception and remote traceback), times converted to the scheduler's clock;
+- ``WorkerCrashedError``, ``NodeDiedError``, ``OutOfMemoryError`` (and the
+  other ways Ray loses a running task): the worker "died": ``crashed``;
+- a run the engine stopped (timeout, ``cancel(interrupt=True)``) is
+  cancelled with ``ray.cancel(force=True)``, which ends its Ray worker; the
+  slot waits for Ray to confirm, or the kill grace, whichever is first.
+
+Ray does not say when a queued task starts, so timeouts count from
+submission (``Engine.started`` is never called).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from .._core import Run
+from .._errors import SchedulerClosedError, SchedulerError
+from . import _ray_task
+from ._dispatch_thread import DispatcherThread
+from ._engine import BLOB_ERROR, EV_ADDED, WARNING
+from ._wire import pack_call, pack_error
+
+#: Ids of tasks added from inside Ray runs (the facade numbers its own from 1).
+INNER_IDS_START = 1 << 48
+#: The ray.exceptions that mean "the run's worker (or node) is gone".
+CRASHES = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError",
+           "TaskCancelledError", "ObjectLostError")  # fmt: skip
+INSTALL_HINT = 'Scheduler(runner="ray") needs Ray: pip install "procsched[ray]"'
+
+_lock = threading.Lock()
+_opened = False  # this module called ray.init(): it shuts Ray down after its last user
+_users = 0
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise SchedulerError(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from exc
+    return ray
+
+
+def connect(hold: bool = False) -> Any:
+    """Ray, initialised as the user expects; ``hold`` counts a user of a
+    connection this module opened (see ``release``)."""
+    global _opened, _users
+    ray = ray_module()
+    with _lock:
+        if not ray.is_initialized():
+            try:
+                ray.init()
+            except Exception as exc:
+                raise SchedulerError(f"could not start or reach Ray: {type(exc).__name__}: {exc}") from exc
+            _opened = True
+        if hold and _opened:
+            _users += 1
+    return ray
+
+
+def release() -> None:
+    global _opened, _users
+    with _lock:
+        if not _opened:
+            return
+        _users -= 1
+        if _users <= 0:
+            _opened, _users = False, 0
+            ray = ray_module()
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+def cluster_cpus() -> int:
+    """The default pool size: the cluster's CPUs."""
+    return max(1, int(connect().cluster_resources().get("CPU", 1)))
+
+
+class _RayWorker:
+    """A virtual worker: a place for one run in flight."""
+
+    __slots__ = ("ident", "ref", "killed", "reported")
+
+    def __init__(self, ident: str) -> None:
+        self.ident = ident
+        self.ref: Any = None  # the ObjectRef of the run in flight
+        self.killed = False  # the engine stopped it: its end is an exit, not a result
+        self.reported = False  # its exit was reported to the engine
+
+    def __repr__(self) -> str:
+        return f"<ray worker {self.ident}>"
+
+
+class RayCarrier:
+    """Submits runs as Ray tasks and cancels them for the engine."""
+
+    prefetch = 0
+
+    def __init__(self, ray: Any, inbox: Any, mailbox: str) -> None:
+        self.ray = ray
+        self.inbox = inbox
+        self.mailbox = mailbox
+        self.remote = ray.remote(max_retries=0, retry_exceptions=False)(_ray_task.run)
+        self.serial = 0
+
+    def spawn(self, slot: int) -> _RayWorker:
+        self.serial += 1
+        return _RayWorker(f"ray-{slot}.{self.serial}")
+
+    def send_run(self, worker: _RayWorker, run: Run) -> None:
+        fn_blob, arg_blob, *options = run.payload
+        now = time.monotonic_ns()
+        try:
+            remote = self.remote.options(**options[0]) if options else self.remote
+            ref = remote.remote(
+                fn_blob, arg_blob, run.task_id, run.run, run.scheduled_ns, time.time_ns() - now, self.mailbox,
+                run.attempt, run.wall_ns, run.retry_on,
+            )
+        except Exception as exc:  # noqa: BLE001 - Ray refused the task: the run fails with its reason
+            err = SchedulerError(f"Ray did not accept task {run.task_id} run {run.run}: {type(exc).__name__}: {exc}")
+            self.inbox.put(("done", worker, run.task_id, run.run, "error", now, now, BLOB_ERROR, pack_error(err)))
+            return
+        worker.ref = ref
+        put, clock, task_id, run_no = self.inbox.put, time.monotonic_ns, run.task_id, run.run
+        # Called on a Ray thread (or here, if the run is already over): only queue it.
+        ref.future().add_done_callback(lambda f: put(("landed", worker, task_id, run_no, now, f, clock())))
+
+    def kill(self, worker: _RayWorker, hard: bool) -> None:
+        """Cancel the run in flight (its Ray worker exits). Its end reports the
+        exit; a hard kill (the grace is over) stops waiting for Ray to say so."""
+        if worker.ref is not None and not worker.killed and self.ray.is_initialized():
+            try:
+                self.ray.cancel(worker.ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished, or Ray is gone
+                pass
+        worker.killed = True
+        if (hard or worker.ref is None) and not worker.reported:
+            worker.reported = True
+            self.inbox.put(("exited", worker, None))
+
+    def retire(self, worker: _RayWorker) -> None:
+        worker.killed = worker.reported = True
+        self.inbox.put(("exited", worker, 0))
+
+    def rss(self, worker: _RayWorker) -> None:
+        return None  # Ray places runs on processes we do not own
+
+    def health(self, worker: _RayWorker) -> str:
+        return "ok"  # Ray watches its workers and nodes
+
+
+class RayBackend(DispatcherThread):
+    pickled = True
+
+    def __init__(self, config: dict[str, Any], scheduler: Any) -> None:
+        super().__init__()
+        self.ray = ray = connect(hold=True)
+        crashes = tuple(getattr(ray.exceptions, name) for name in CRASHES if hasattr(ray.exceptions, name))
+        self.crashes: tuple[type[BaseException], ...] = crashes
+        self.inner_ids = itertools.count(INNER_IDS_START)
+        name = f"procsched-mailbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        try:
+            mailbox_class = ray.remote(num_cpus=0, max_restarts=0)(_ray_task.Mailbox)
+            self.mailbox = mailbox_class.options(name=name).remote()
+            self.carrier = RayCarrier(ray, self.inbox, name)
+        except BaseException:
+            release()
+            raise
+        self._take()
+        self._start(self.carrier, config)
+
+    def pack(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, bytes]:
+        return pack_call(fn, args, kwargs)
+
+    def with_options(self, payload: tuple[Any, ...], options: dict[str, Any]) -> tuple[Any, ...]:
+        """The payload of a run with Ray options, which Ray checks here, at the call."""
+        try:
+            self.carrier.remote.options(**options)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"ray_options {options!r} rejected by Ray: {exc}") from None
+        return (*payload, options)
+
+    def abort(self) -> None:
+        self.inbox.put(("abort",))
+
+    # -- the dispatcher thread ---------------------------------------------------
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        tag = message[0]
+        if tag == "landed":
+            self._landed(*message[1:])
+        elif tag == "mail":
+            self._mail(message[1])
+        elif tag == "abort":
+            self.engine.abort(time.monotonic_ns())
+        else:
+            super()._handle(message)
+
+    def _landed(self, worker: _RayWorker, task_id: int, run_no: int, sent: int, future: Any, now: int) -> None:
+        engine = self.engine
+        worker.ref = None
+        if worker.reported:
+            return  # its exit was reported already (hard kill)
+        if worker.killed:  # a timeout or interrupt: the engine recorded the run
+            worker.reported = True
+            engine.worker_exited(worker, None, now)
+            return
+        exc = future.exception()
+        if exc is None:
+            outcome, started, finished, kind, blob, matched = future.result()
+            # The node's wall clock -> the scheduler's monotonic clock, kept
+            # within what this process saw (clocks of other nodes may be off).
+            offset = time.time_ns() - time.monotonic_ns()
+            started = min(max(started - offset, sent), now)
+            finished = min(max(finished - offset, started), now)
+            engine.finished(worker, task_id, run_no, outcome, started, finished, kind, blob, matched)
+        elif isinstance(exc, self.crashes):
+            worker.reported = True
+            text = str(exc).strip().split("\n")[0][:300]
+            engine.worker_exited(worker, None, now, f"Ray {type(exc).__name__}: {text}")
+        else:  # Ray could not run the wrapper (e.g. procsched not installed on the node)
+            engine.finished(worker, task_id, run_no, "error", sent, now, BLOB_ERROR, pack_error(exc))
+
+    def _take(self) -> None:
+        """Long-poll the mailbox for requests from runs (current_scheduler())."""
+        if not self.ray.is_initialized():
+            return  # see _closed
+        put = self.inbox.put
+        self.mailbox.take.remote().future().add_done_callback(lambda f: put(("mail", f)))
+
+    def _mail(self, future: Any) -> None:
+        try:
+            batch = future.result()
+        except Exception as exc:  # noqa: BLE001 - the actor died
+            if not self.engine.closing:
+                self.engine._log(WARNING, f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
+                                          "current_scheduler() no longer works inside Ray runs")  # fmt: skip
+            return
+        now = time.monotonic_ns()
+        for request, message in batch:
+            try:
+                reply = self._serve(message, now)
+            except Exception as exc:  # noqa: BLE001 - a malformed request
+                reply = ("error", SchedulerError(f"bad request from a Ray run: {type(exc).__name__}: {exc}"))
+            if self.ray.is_initialized():
+                self.mailbox.answer.remote(request, reply)
+        self._take()
+
+    def _serve(self, message: tuple[Any, ...], now: int) -> tuple[str, Any]:
+        engine, tag = self.engine, message[0]
+        if tag == "add":
+            if engine.closing:
+                return ("error", SchedulerClosedError("the scheduler is shutting down"))
+            _, delay, priority, kind, period, misfire, stop_on_error, timeout, name, payload, *more = message
+            extra, key = more if more else (None, None)
+            if extra is not None:  # the node's clock means nothing here: "now" is the dispatcher's
+                extra = (*extra[:-1], now)
+                engine.set_wall_offset(time.time_ns() - now, now)
+            task_id, due = next(self.inner_ids), now + delay
+            engine.add(task_id, due, priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra)
+            if engine.core.state(task_id) is None:  # Engine.add refused it (and said why)
+                return ("error", ValueError(f"task {task_id} cannot be scheduled"))
+            due = engine.core.due(task_id)
+            engine.events.append((EV_ADDED, task_id, name, due, key, engine.core.next_wall(task_id)))
+            return ("reply", (task_id, due))
+        if tag == "cancel":
+            return ("reply", engine.cancel(message[1], message[2], now))
+        raise ValueError(f"unknown request {tag!r}")
+
+    def _closed(self) -> None:
+        # Every Ray call checks is_initialized() first where Ray may be shut
+        # down already (at interpreter exit, Ray's atexit hook runs before
+        # ours): Ray's API would otherwise call ray.init() again by itself.
+        if self.ray.is_initialized():
+            try:
+                self.ray.kill(self.mailbox, no_restart=True)
+            except Exception:  # noqa: BLE001 - Ray is going away
+                pass
+        release()
+
+    def _failed(self) -> None:
+        self.engine.abort(time.monotonic_ns())
+        self._closed()
