@@ -1,0 +1,38 @@
+"""Durable schedules: where keyed tasks and their runs are kept.
+
+The dispatcher owns a store (the core stays pure: it says what changed, the
+dispatcher persists it). Two stores behind one interface (``SQLStore``):
+``SQLiteStore`` (embedded, the default) and ``PostgresStore`` (shared by
+several schedulers). ``_sql.py`` holds the theory of operation.
+"""
+
+from ._model import (
+    BatchResult as BatchResult,
+    Holder as Holder,
+    Loaded as Loaded,
+    RunRecord as RunRecord,
+    StoredTask as StoredTask,
+    TaskDefinition as TaskDefinition,
+    TaskState as TaskState,
+    definition_hash as definition_hash,
+    function_ref as function_ref,
+    resolve_ref as resolve_ref,
+)
+from ._open import open_store as open_store
+from ._sql import KEEP_RUNS as KEEP_RUNS, SCHEMA_VERSION as SCHEMA_VERSION, Batch as Batch, SQLStore as SQLStore
+from ._sql import dead_here as dead_here
+from ._sqlite import SQLiteStore as SQLiteStore
+
+__all__ = [
+    "KEEP_RUNS", "SCHEMA_VERSION", "Batch", "BatchResult", "Holder", "Loaded", "RunRecord", "SQLStore",
+    "SQLiteStore", "StoredTask", "TaskDefinition", "TaskState", "dead_here", "definition_hash",
+    "function_ref", "open_store", "resolve_ref",
+]
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    if name == "PostgresStore":  # lazily: psycopg is imported only when used
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(name)
