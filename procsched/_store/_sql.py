@@ -479,8 +479,10 @@ class SQLStore:
         self._x(cur, "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
                      "WHERE holder = ? AND token = ? AND outcome IS NULL",
                 (outcome, now, error_type, why, holder_id, token))  # fmt: skip
-        self._x(cur, "UPDATE procsched_tasks SET holder = NULL, token = NULL, last_outcome = ?, updated_ns = ? "
-                     "WHERE holder = ? AND token = ?", (outcome, now, holder_id, token))  # fmt: skip
+        # Next claim: the next run (a caller whose Retry covers this outcome
+        # sets next_attempt and next_due_ns with Batch.update).
+        self._x(cur, "UPDATE procsched_tasks SET holder = NULL, token = NULL, next_attempt = 1, last_outcome = ?, "
+                     "updated_ns = ? WHERE holder = ? AND token = ?", (outcome, now, holder_id, token))  # fmt: skip
         return [RunRecord(*r[:5], now, r[6], r[7], outcome, error_type, why, r[11], r[12]) for r in rows]
 
 
