@@ -1,7 +1,8 @@
 """Durable schedules: where keyed tasks and their runs are kept.
 
 The dispatcher owns a store (the core stays pure: it says what changed, the
-dispatcher persists it). Two stores behind one interface (``SQLStore``):
+dispatcher persists it). Two stores behind one interface (``Store``, a
+Protocol; both derive from ``SQLStore``, the SQL they share):
 ``SQLiteStore`` (embedded, the default) and ``PostgresStore`` (shared by
 several schedulers). ``_sql.py`` holds the theory of operation.
 """
@@ -18,6 +19,7 @@ from ._model import (
     function_ref as function_ref,
     resolve_ref as resolve_ref,
 )
+from ._interface import Store as Store, StoreBatch as StoreBatch
 from ._open import open_store as open_store
 from ._sql import KEEP_RUNS as KEEP_RUNS, SCHEMA_VERSION as SCHEMA_VERSION, Batch as Batch, SQLStore as SQLStore
 from ._sql import dead_here as dead_here
@@ -25,7 +27,7 @@ from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = [
     "KEEP_RUNS", "SCHEMA_VERSION", "Batch", "BatchResult", "Holder", "Loaded", "RunRecord", "SQLStore",
-    "SQLiteStore", "StoredTask", "TaskDefinition", "TaskState", "dead_here", "definition_hash",
+    "SQLiteStore", "Store", "StoreBatch", "StoredTask", "TaskDefinition", "TaskState", "dead_here", "definition_hash",
     "function_ref", "open_store", "resolve_ref",
 ]
 

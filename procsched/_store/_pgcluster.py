@@ -21,13 +21,14 @@ import tempfile
 PORT = 5432  # names the socket file only: the socket lives in our own dir
 
 
-def find_binaries() -> str | None:
-    """The directory holding initdb, pg_ctl and postgres, or None."""
+def find_binaries(pattern: str = "/usr/lib/postgresql/*/bin") -> str | None:
+    """The directory holding initdb, pg_ctl and postgres, or None: the
+    newest of ``pattern``, else where ``initdb`` on PATH really lives."""
     def version(d: str) -> tuple[int, ...]:
         name = os.path.basename(os.path.dirname(d))
         return tuple(int(p) for p in name.split(".") if p.isdigit())
 
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True)
+    candidates = sorted(glob.glob(pattern), key=version, reverse=True)
     found = shutil.which("initdb")
     if found:
         candidates.append(os.path.dirname(os.path.realpath(found)))

@@ -245,3 +245,20 @@ def test_postgres_connection_lost_then_recovered(pg_cluster, pg_url):
         store.jobs()
     assert store.jobs() == []  # reconnected
     store.close()
+
+
+def test_server_binaries_found_in_lib_dir_or_on_path(tmp_path, monkeypatch):
+    from procsched._store._pgcluster import find_binaries
+
+    real = find_binaries()
+    if real is None:
+        pytest.skip("no PostgreSQL server binaries here (the pg_cluster fixture says so loudly in CI)")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("initdb", "pg_ctl", "postgres"):
+        (bindir / name).symlink_to(os.path.join(real, name))
+    monkeypatch.setenv("PATH", str(bindir))
+    assert find_binaries(str(tmp_path / "no-such-lib" / "*" / "bin")) == real  # via PATH, symlinks resolved
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert find_binaries(str(tmp_path / "no-such-lib" / "*" / "bin")) is None
+    assert find_binaries() == real
