@@ -82,12 +82,12 @@ def turns(store: SQLStore, keys: int, per_turn: int, seconds: float) -> dict[str
     return {"commits_per_s": commits / elapsed, "runs_per_s": done / elapsed}
 
 
-def measure_turns(url: str, repeat: int, seconds: float, **opts: Any) -> dict[str, Any]:
+def measure_turns(url_for: Any, repeat: int, seconds: float, **opts: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for per_turn in (100, 1):
         samples = []
-        for _ in range(repeat):
-            store = open_store(url, **opts)
+        for i in range(repeat):
+            store = open_store(url_for(f"turns{per_turn}_{i}"), **opts)
             samples.append(turns(store, 1000, per_turn, seconds))
             store.close()
         out[per_turn] = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
@@ -122,7 +122,7 @@ def settled_size(store: SQLStore) -> int:
     """Store bytes once PostgreSQL's dead row versions are vacuumed (as
     autovacuum would): a finished run row was an insert plus an update."""
     if hasattr(store, "url"):
-        store.conn.execute("VACUUM")  # autocommit connection, outside a transaction
+        store.conn.execute("VACUUM FULL")  # compact: live rows only (autocommit, outside a transaction)
     return store.size_bytes()  # type: ignore[attr-defined, no-any-return]
 
 
@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args(argv)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: stop the cluster
     tmp = tempfile.mkdtemp(prefix="procsched-bench-")
     stores: list[tuple[str, Any, dict[str, Any]]] = [
         ("SQLite, synchronous=FULL", lambda name: os.path.join(tmp, name + ".db"), {}),
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|")
         for label, url_for, opts in stores:
             print(f"measuring {label} ...", file=sys.stderr)
-            t = measure_turns(url_for("turns"), args.repeat, args.seconds, **opts)
+            t = measure_turns(url_for, args.repeat, args.seconds, **opts)
             ld = measure_load(url_for("load"), args.tasks, args.repeat, **opts)
             hist = measure_history_row(url_for("hist"), args.history_rows, **opts)
             print(f"| {label} | {t[100]['commits_per_s']:,.0f} | {t[100]['runs_per_s']:,.0f} | "

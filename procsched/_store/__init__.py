@@ -5,6 +5,23 @@ dispatcher persists it). Two stores behind one interface (``Store``, a
 Protocol; both derive from ``SQLStore``, the SQL they share):
 ``SQLiteStore`` (embedded, the default) and ``PostgresStore`` (shared by
 several schedulers). ``_sql.py`` holds the theory of operation.
+
+How the dispatcher drives it (the integration seam; times are UTC ns):
+
+    start-up   store = open_store(target); me = store.register(lease_ns=...)
+               loaded = store.load()
+               for dead in dead_here(loaded.schedulers) (force) + store.expired_holders():
+                   crashed = store.take_over(dead, me, force=...)   # runs -> "crashed", once
+                   -> per crashed run: retry (batch.update next_attempt/next_due_ns) or reschedule
+               stored tasks -> the core (resolve_ref; failing import -> batch.unloadable)
+    each turn  b = store.batch(me)
+               b.finished(...) for every keyed run that ended (with its reschedule),
+               b.delete(key) for an ended one-shot, b.upsert/update/delete for adds,
+               cancels, pauses; b.started(...) for every keyed run about to be sent
+               result = b.commit()          # ONE transaction, BEFORE the sends
+               send the runs not in result.lost; result.fenced_out -> stop keyed work
+    idle       store.renew_lease(me) every lease/3 without a commit; expired_holders()
+    shutdown   store.unregister(me); store.close()
 """
 
 from ._model import (
