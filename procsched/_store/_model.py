@@ -131,7 +131,8 @@ class TaskDefinition:
     ``{"kind": "cron", "expr": "*/5 * * * *", "tz": "Europe/Paris"}``);
     ``options`` the scheduling options as JSON (priority, timeout, misfire,
     stop_on_error, retry, until, max_runs, name). ``def_hash`` is computed
-    when not given."""
+    when not given. Treat ``schedule`` and ``options`` as read-only: a
+    ``load()`` shares equal ones among tasks."""
 
     key: str
     fn_ref: str
