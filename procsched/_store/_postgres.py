@@ -76,8 +76,8 @@ class PostgresStore(SQLStore):
             self._connect()
         return self.conn.cursor()
 
-    def _begin(self, cur: Any) -> None:
-        cur.execute("BEGIN")
+    def _begin(self, cur: Any, write: bool) -> None:
+        cur.execute("BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ")  # reads: one snapshot
 
     def _has_schema(self, cur: Any) -> bool:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
@@ -101,7 +101,7 @@ class PostgresStore(SQLStore):
 
     def size_bytes(self) -> int:
         """Bytes of the procsched tables with their indexes, for the benchmarks."""
-        with self._tx("measuring") as cur:
+        with self._tx("measuring", write=False) as cur:
             row = cur.execute(
                 "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['procsched_tasks', 'procsched_runs', "
                 "'procsched_schedulers', 'procsched_version']::regclass[]) AS c"

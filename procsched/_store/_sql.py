@@ -136,7 +136,7 @@ class SQLStore:
     def _cursor(self) -> Any:
         raise NotImplementedError
 
-    def _begin(self, cur: Any) -> None:
+    def _begin(self, cur: Any, write: bool) -> None:
         raise NotImplementedError
 
     def _has_schema(self, cur: Any) -> bool:
@@ -167,13 +167,14 @@ class SQLStore:
     # -- transactions --------------------------------------------------------
 
     @contextlib.contextmanager
-    def _tx(self, what: str) -> Iterator[Any]:
-        """One transaction; any database error -> StoreError, nothing written."""
+    def _tx(self, what: str, write: bool = True) -> Iterator[Any]:
+        """One transaction; any database error -> StoreError, nothing written.
+        A read (``write=False``) reads one snapshot and never blocks writers."""
         errors = self._errors()
         cur = None
         try:
             cur = self._cursor()
-            self._begin(cur)
+            self._begin(cur, write)
             yield cur
             cur.execute("COMMIT")
         except errors as exc:
@@ -244,7 +245,7 @@ class SQLStore:
                         (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
 
     def schema_version(self) -> int:
-        with self._tx("reading the schema version") as cur:
+        with self._tx("reading the schema version", write=False) as cur:
             return int(self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()[0])
 
     # -- reads ---------------------------------------------------------------
@@ -257,7 +258,7 @@ class SQLStore:
         ``schedule`` / ``options`` dicts are shared among the tasks: read them,
         never mutate them.
         """
-        with self._tx("loading") as cur:
+        with self._tx("loading", write=False) as cur:
             parsed: dict[str, Any] = {}
             tasks = [_task(r, parsed) for r in self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks").fetchall()]
             in_flight = [_run(r) for r in self._x(
@@ -267,13 +268,13 @@ class SQLStore:
         return Loaded(tasks, in_flight, holders)
 
     def get(self, key: str) -> StoredTask | None:
-        with self._tx("reading a task") as cur:
+        with self._tx("reading a task", write=False) as cur:
             row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?", (key,)).fetchone()
         return None if row is None else _task(row)
 
     def jobs(self) -> list[StoredTask]:
         """Stored tasks, by key (for ``procsched jobs``)."""
-        with self._tx("listing jobs") as cur:
+        with self._tx("listing jobs", write=False) as cur:
             rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks ORDER BY key").fetchall()
         return [_task(r) for r in rows]
 
@@ -282,7 +283,7 @@ class SQLStore:
         re-read that shows one scheduler what others changed (issue 11).
         Re-read with an overlap of a few seconds: a transaction may commit a
         little after the time it stamped."""
-        with self._tx("reading changes") as cur:
+        with self._tx("reading changes", write=False) as cur:
             rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
                            (since_ns,)).fetchall()  # fmt: skip
         return [_task(r) for r in rows]
@@ -291,7 +292,7 @@ class SQLStore:
         """The last ``n`` run attempts of ``key`` (of every task if None), oldest first."""
         if type(n) is not int or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
-        with self._tx("reading history") as cur:
+        with self._tx("reading history", write=False) as cur:
             if key is None:
                 sql = (f"SELECT {_RUN_COLS} FROM procsched_runs "
                        "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?")
@@ -303,7 +304,7 @@ class SQLStore:
 
     def now_ns(self) -> int:
         """The store clock, UTC ns."""
-        with self._tx("reading the clock") as cur:
+        with self._tx("reading the clock", write=False) as cur:
             return self._now(cur)
 
     # -- writes --------------------------------------------------------------
@@ -457,7 +458,7 @@ class SQLStore:
 
     def expired_holders(self, now_ns: int | None = None) -> list[Holder]:
         """Schedulers whose lease ended before ``now_ns`` (default: the store clock)."""
-        with self._tx("reading leases") as cur:
+        with self._tx("reading leases", write=False) as cur:
             now = self._now(cur) if now_ns is None else now_ns
             rows = self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?",
                            (now,)).fetchall()  # fmt: skip

@@ -75,8 +75,10 @@ class SQLiteStore(SQLStore):
     def _cursor(self) -> Any:
         return self.conn.cursor()
 
-    def _begin(self, cur: Any) -> None:
-        cur.execute("BEGIN IMMEDIATE")
+    def _begin(self, cur: Any, write: bool) -> None:
+        # A writer takes the lock up front (waiting busy_timeout for it); a
+        # reader reads a WAL snapshot and never blocks the writer.
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
 
     def _has_schema(self, cur: Any) -> bool:
         row = cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procsched_version'").fetchone()
@@ -93,7 +95,7 @@ class SQLiteStore(SQLStore):
 
     def size_bytes(self) -> int:
         """Bytes of the database (its pages in use), for the benchmarks."""
-        with self._tx("measuring") as cur:
+        with self._tx("measuring", write=False) as cur:
             count = cur.execute("PRAGMA page_count").fetchone()[0]
             free = cur.execute("PRAGMA freelist_count").fetchone()[0]
             size = cur.execute("PRAGMA page_size").fetchone()[0]

@@ -262,3 +262,33 @@ def test_server_binaries_found_in_lib_dir_or_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert find_binaries(str(tmp_path / "no-such-lib" / "*" / "bin")) is None
     assert find_binaries() == real
+
+
+def test_reads_do_not_wait_for_a_writer(tmp_path):
+    """`procsched jobs` / `history` next to a busy scheduler: SQLite reads
+    take a WAL snapshot, not the write lock."""
+    path = tmp_path / "s.db"
+    store = open_store(str(path), busy_timeout=0.1)
+    b = store.batch()
+    b.upsert(TaskDefinition("k", "m:f", b"", {"kind": "once"}), TaskState(next_due_ns=T0))
+    b.commit()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE procsched_tasks SET paused = 1")
+    assert [t.state.paused for t in store.jobs()] == [False]  # the committed snapshot, at once
+    assert len(store.load().tasks) == 1 and store.history("k") == []
+    writer.execute("COMMIT")
+    assert store.get("k").state.paused
+    writer.close()
+    store.close()
+
+
+def test_dead_here_only_names_gone_processes_of_this_host():
+    from procsched._store import Holder, dead_here
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    holders = [Holder("a", 1, host, gone.pid, P), Holder("b", 2, host, os.getppid(), P),
+               Holder("c", 3, host, os.getpid(), P), Holder("d", 4, "elsewhere", gone.pid, P)]  # fmt: skip
+    assert [h.id for h in dead_here(holders)] == ["a"]
