@@ -6,7 +6,7 @@
 The server binaries (``initdb``, ``pg_ctl``, ``postgres``) are looked up in
 ``/usr/lib/postgresql/*/bin`` (newest first), then on ``PATH``. ``initdb``
 refuses to run as root, so as root everything runs as the ``postgres``
-system user (``runuser``), in a temp dir that user owns.
+system user (``subprocess``'s ``user=``), in a temp dir that user owns.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ class ThrowawayCluster:
         self.url = ""
 
     def _run(self, *argv: str) -> None:
-        prefix: list[str] = []
-        if os.geteuid() == 0:
-            prefix = ["runuser", "-u", "postgres", "--"]
-        done = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
+        as_postgres: dict[str, object] = {}
+        if os.geteuid() == 0:  # initdb refuses root: drop to the postgres user for the exec
+            as_postgres = {"user": "postgres", "group": "postgres", "extra_groups": [], "cwd": self.dir}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, **as_postgres)  # type: ignore[call-overload]
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[:2])} failed ({done.returncode}): {done.stdout}{done.stderr}")
 
