@@ -22,13 +22,16 @@ in ``procsched_version``, so tokens never repeat).
   (key, run, attempt) is won at most once, and the state is written with
   the claim, before the worker gets the run.
 - *Finishing* a run updates its row only if it is still in flight and held
-  with the caller's token (fencing), and in the same statement group sets
-  the task's next due time, frees the holder and trims the history: a kill
-  between the two cannot exist, because there is no "between".
+  with the caller's token (fencing), and in the same transaction sets the
+  task's next due time, frees the holder and trims the history: there is
+  no instant at which a kill leaves a run finished but not rescheduled.
 - *Fencing*: every batch that claims or finishes first renews its holder's
   lease, conditioned on the holder's row still carrying its token; a
   holder that was taken over (its row deleted by a survivor) gets
-  ``fenced_out`` and nothing of its batch is written.
+  ``fenced_out`` and nothing of its batch is written. Lateness alone does
+  not fence: a holder past its lease whom nobody took over yet still holds
+  its runs and may renew; the take-over re-checks expiry in its own
+  transaction, so exactly one of the two wins.
 - *Taking over* a dead holder deletes its row (only if its lease expired,
   judged by the store clock, or the caller proved it dead) and records its
   in-flight runs ``crashed``: the delete succeeds once, so the crash is
@@ -41,7 +44,10 @@ host: skew between schedulers does not matter), SQLite's caller clock (a
 SQLite file is shared only by processes of one host - WAL needs shared
 memory, so never a network filesystem - hence one clock; a clock injected
 with a skew of s makes leases expire up to s early or late, so leases must
-exceed the renewal interval plus the worst skew).
+exceed the renewal interval plus the worst skew). Due times need no
+clock agreement for correctness: a slot runs where its claim is won, and
+a (key, run) is won once, so a skewed host can only start a slot early or
+late by its skew, never run it twice or drop it.
 """
 
 from __future__ import annotations
