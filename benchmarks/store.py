@@ -68,14 +68,14 @@ def turns(store: SQLStore, keys: int, per_turn: int, seconds: float) -> dict[str
     t0 = time.perf_counter()
     i = 0
     while (elapsed := time.perf_counter() - t0) < seconds:
-        b = store.batch(h)
-        for _ in range(per_turn):
-            k = names[i % keys]
-            i += 1
-            r = run[k]
-            b.finished(k, r, 1, "ok", T0 + r * P, T0 + r * P)
-            b.started(k, r + 1, 1, T0 + r * P)
-            run[k] = r + 1
+        b = store.batch(h)  # as the dispatcher: every finish, then every claim
+        chosen = [names[(i + j) % keys] for j in range(per_turn)]
+        i += per_turn
+        for k in chosen:
+            b.finished(k, run[k], 1, "ok", T0 + run[k] * P, T0 + run[k] * P)
+        for k in chosen:
+            b.started(k, run[k] + 1, 1, T0 + run[k] * P)
+            run[k] += 1
         result = b.commit()
         assert result.ok, result
         commits += 1

@@ -18,7 +18,7 @@ import functools
 from typing import Any, Callable
 
 from .._errors import StoreError
-from ._sql import KEEP_RUNS, SQLStore
+from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SQLStore
 
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
 _SCHEMA_LOCK_ID = 0x70726F63  # "proc"
@@ -95,6 +95,50 @@ class PostgresStore(SQLStore):
     def _errors(self) -> tuple[type[BaseException], ...]:
         return (self.psycopg.Error,)
 
+    # A busy turn's claims and finishes, one statement per group instead of
+    # two or three per run: each statement costs a round trip plus ~50 us of
+    # server work, which made a 100-run turn ~3x slower one by one. Same
+    # conditions as ``_op_started`` / ``_op_finished``; RETURNING says which
+    # rows matched, so lost claims and stale finishes are known exactly.
+    SET_OPS = frozenset({"started", "finished"})
+
+    def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
+        values, params = _values([op[1:] for op in group], ("text", "bigint", "int", "bigint", "bigint"))
+        won = {tuple(r) for r in cur.execute(
+            f"""WITH v (key, run, attempt, scheduled_ns, started_ns) AS (VALUES {values}),
+            won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = v.attempt,
+                next_due_ns = v.scheduled_ns, holder = %s, token = %s, updated_ns = %s
+                FROM v WHERE t.key = v.key AND t.holder IS NULL AND t.paused = 0 AND t.next_attempt = v.attempt
+                AND t.run_count + (CASE WHEN t.next_attempt = 1 THEN 1 ELSE 0 END) = v.run RETURNING t.key)
+            INSERT INTO procsched_runs ({_RUN_COLS})
+            SELECT v.key, v.run, v.attempt, v.scheduled_ns, v.started_ns, NULL, %s, %s, NULL, NULL, NULL, %s, %s
+            FROM v JOIN won USING (key) {_REPLACE_RUN} RETURNING key, run, attempt""",
+            [*params, h.id, h.token, now, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
+        result.lost.extend(op[1:4] for op in group if op[1:4] not in won)
+
+    def _set_finished(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
+        rows = [(key, run, attempt, outcome, fin, due, attempt + 1 if retry else 1, et, em)
+                for _, key, run, attempt, outcome, fin, due, retry, et, em in group]  # fmt: skip
+        values, params = _values(rows, ("text", "bigint", "int", "text", "bigint", "bigint", "int", "text", "text"))
+        done = {tuple(r) for r in cur.execute(
+            f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns, next_attempt, error_type,
+                error_message) AS (VALUES {values}),
+            done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
+                error_type = v.error_type, error_message = v.error_message
+                FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
+                AND r.holder = %s AND r.token = %s RETURNING r.key, r.run, r.attempt),
+            resched AS (UPDATE procsched_tasks t SET next_due_ns = v.next_due_ns, next_attempt = v.next_attempt,
+                last_outcome = v.outcome, holder = NULL, token = NULL, updated_ns = %s
+                FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key AND t.holder = %s AND t.token = %s)
+            SELECT key, run, attempt FROM done""",
+            [*params, h.id, h.token, now, h.id, h.token]).fetchall()}  # fmt: skip
+        result.stale.extend(op[1:4] for op in group if op[1:4] not in done)
+        trim = [(op[1], op[2] - self.keep_runs) for op in group if op[1:4] in done and op[2] > self.keep_runs]
+        if trim:
+            values, params = _values(trim, ("text", "bigint"))
+            cur.execute(f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
+                WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""", params)  # fmt: skip
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
@@ -117,3 +161,9 @@ def _redact(url: str) -> str:
         if ":" in cred:
             return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
     return url
+
+
+def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """A typed ``VALUES`` list of ``rows`` and its flat parameters."""
+    one = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
+    return ", ".join([one] * len(rows)), [x for row in rows for x in row]

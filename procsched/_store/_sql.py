@@ -85,6 +85,12 @@ _TASK_COLS = ("key, fn_ref, args, schedule, options, def_hash, run_count, next_d
 _RUN_COLS = ("key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
              "error_message, holder, token")  # fmt: skip
 _SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
+#: A claimed run's row replaces one left by an earlier task of the same key
+#: (deleted, then scheduled again): the claim on the task row decided.
+_REPLACE_RUN = ("ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
+                "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
+                "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
+                "token = excluded.token")  # fmt: skip
 
 
 def _task(row: Any, parsed: dict[str, Any] | None = None) -> StoredTask:
@@ -129,6 +135,9 @@ class SQLStore:
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
     BLOB: ClassVar[str] = "BLOB"
     RUNS_SUFFIX: ClassVar[str] = ""
+    #: Op kinds a store writes as one statement per group of consecutive
+    #: ops (``_set_<kind>``) instead of one per op (``_op_<kind>``).
+    SET_OPS: ClassVar[frozenset[str]] = frozenset()
     describe: str = "store"
 
     def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None) -> None:
@@ -350,8 +359,12 @@ class SQLStore:
                 if cur.rowcount != 1:
                     result.fenced_out = True
                     return result  # nothing written: the transaction commits no change
-            for op in batch.ops:
-                getattr(self, "_op_" + op[0])(cur, now, holder, result, *op[1:])
+            for kind, group in _groups(batch.ops):
+                if len(group) > 1 and kind in self.SET_OPS:
+                    getattr(self, "_set_" + kind)(cur, now, holder, result, group)
+                else:
+                    for op in group:
+                        getattr(self, "_op_" + kind)(cur, now, holder, result, *op[1:])
         return result
 
     # one method per batch op; each runs inside _commit's transaction
@@ -395,14 +408,9 @@ class SQLStore:
         if cur.rowcount != 1:
             result.lost.append((key, run, attempt))
             return
-        cur = self._x(cur, f"""INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL,
-                NULL, NULL, ?, ?) ON CONFLICT (key, run, attempt) DO NOTHING""",
-                (key, run, attempt, scheduled_ns, started_ns, h.host, h.pid, h.id, h.token))  # fmt: skip
-        if cur.rowcount != 1:  # a row left from a deleted-and-recreated key: the claim stands, the row is replaced
-            self._x(cur, """UPDATE procsched_runs SET scheduled_ns = ?, started_ns = ?, finished_ns = NULL,
-                    host = ?, pid = ?, outcome = NULL, error_type = NULL, error_message = NULL, holder = ?, token = ?
-                    WHERE key = ? AND run = ? AND attempt = ?""",
-                    (scheduled_ns, started_ns, h.host, h.pid, h.id, h.token, key, run, attempt))  # fmt: skip
+        self._x(cur, f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, "
+                     f"?, ?) {_REPLACE_RUN}", (key, run, attempt, scheduled_ns, started_ns, h.host, h.pid, h.id,
+                                               h.token))  # fmt: skip
 
     def _op_finished(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
                      outcome: str, finished_ns: int, next_due_ns: int | None, retry: bool,
@@ -506,6 +514,24 @@ class SQLStore:
         self._x(cur, "UPDATE procsched_tasks SET holder = NULL, token = NULL, next_attempt = 1, last_outcome = ?, "
                      "updated_ns = ? WHERE holder = ? AND token = ?", (outcome, now, holder_id, token))  # fmt: skip
         return [RunRecord(*r[:5], now, r[6], r[7], outcome, error_type, why, r[11], r[12]) for r in rows]
+
+
+def _groups(ops: list[tuple[Any, ...]]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """Consecutive ops of one kind, each key at most once per group (so a
+    set-wise statement does exactly what the ops one by one would)."""
+    kind: str | None = None
+    group: list[tuple[Any, ...]] = []
+    keys: set[str] = set()
+    for op in ops:
+        key = op[1] if isinstance(op[1], str) else op[1].key  # upsert carries a TaskDefinition
+        if op[0] != kind or key in keys:
+            if group:
+                yield kind, group  # type: ignore[misc]
+            kind, group, keys = op[0], [], set()
+        group.append(op)
+        keys.add(key)
+    if group:
+        yield kind, group  # type: ignore[misc]
 
 
 class Batch:

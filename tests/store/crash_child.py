@@ -2,8 +2,8 @@
 
 Recovers first (takes over the dead holders of this host: their in-flight
 runs become ``crashed``), then writes as a busy dispatcher would, one batch
-per turn: for every key, finish its in-flight run with the reschedule and
-claim the next run. After each commit it prints the run number it claimed
+per turn: finish every key's in-flight run with its reschedule, then claim
+every key's next run. After each commit it prints the run number it claimed
 (every key claims the same one: a batch is all or nothing). The parent
 SIGKILLs it at a random instant.
 """
@@ -35,14 +35,11 @@ def main() -> None:
     print("ready", flush=True)
     in_flight: dict[str, int] = {}
     while True:
-        b = store.batch(me)
+        b = store.batch(me)  # as the dispatcher: every finish, then every claim
+        for k, r in in_flight.items():
+            b.finished(k, r, 1, "ok", time.time_ns(), T0 + r * P)
         for k in keys:
-            if k in in_flight:
-                r = in_flight[k]
-                b.finished(k, r, 1, "ok", time.time_ns(), T0 + r * P)
-                nxt = r + 1
-            else:
-                nxt = runs[k] + 1
+            nxt = in_flight[k] + 1 if k in in_flight else runs[k] + 1
             b.started(k, nxt, 1, T0 + (nxt - 1) * P, time.time_ns())
             in_flight[k] = nxt
         result = b.commit()

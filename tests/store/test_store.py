@@ -357,3 +357,61 @@ def test_injected_skew_shifts_expiry_by_the_skew(store_url):
     assert slow.expired_holders() == []
     slow.close()
     fast.close()
+
+
+def test_a_busy_turn_finishes_then_claims_many_tasks(store):
+    """The dispatcher's turn: every finish, then every claim, in one batch
+    (PostgreSQL writes each group as one statement; the results must be
+    exactly those of the ops one by one)."""
+    keys = [f"k{i}" for i in range(8)]
+    for k in keys:
+        add(store, k)
+    h, other = store.register(), store.register()
+    b = store.batch(h)
+    for k in keys[:6]:
+        b.started(k, 1, 1, T0)
+    assert b.commit().ok
+    assert store.claim_run(other, "k6", 1, 1, T0)  # held by another scheduler
+    b = store.batch()
+    b.update("k7", paused=True)
+    b.commit()
+    b = store.batch(h)
+    for k in keys[:5]:
+        b.finished(k, 1, 1, "error" if k == "k1" else "ok", T0 + 1, T0 + P, retry=k == "k1", error_type="E")
+    b.finished("k6", 1, 1, "ok", T0 + 1, T0 + P)  # not ours: stale
+    b.finished("k5", 2, 1, "ok", T0 + 1, T0 + P)  # never started: stale
+    for k in keys:
+        run, attempt = (1, 2) if k == "k1" else (2, 1)
+        b.started(k, run, attempt, T0 + P, T0 + P + 1)
+    result = b.commit()
+    assert result.stale == [("k6", 1, 1), ("k5", 2, 1)]
+    assert result.lost == [("k5", 2, 1), ("k6", 2, 1), ("k7", 2, 1)]  # k5 still running, k6 held, k7 paused
+    loaded = store.load()
+    flying = sorted((r.key, r.run, r.attempt, r.holder == h.id) for r in loaded.in_flight)
+    assert flying == [("k0", 2, 1, True), ("k1", 1, 2, True), ("k2", 2, 1, True), ("k3", 2, 1, True),
+                      ("k4", 2, 1, True), ("k5", 1, 1, True), ("k6", 1, 1, False)]  # fmt: skip
+    k1 = store.get("k1")
+    assert (k1.state.run_count, k1.state.next_attempt, k1.last_outcome) == (1, 2, "error")
+    assert [(r.run, r.attempt, r.outcome, r.error_type) for r in store.history("k1")] == [
+        (1, 1, "error", "E"), (1, 2, None, None)]
+    assert store.get("k0").state == TaskState(run_count=2, next_due_ns=T0 + P, next_attempt=1)
+
+
+def test_batched_history_trim(store_url):
+    store = open_store(store_url, keep_runs=3)
+    keys = ["a", "b", "c"]
+    for k in keys:
+        add(store, k)
+    h = store.register()
+    for run in range(1, 8):
+        b = store.batch(h)
+        for k in keys:
+            b.started(k, run, 1, T0 + (run - 1) * P)
+        assert b.commit().ok
+        b = store.batch(h)
+        for k in keys:
+            b.finished(k, run, 1, "ok", T0 + run * P, T0 + run * P)
+        assert b.commit().ok
+    for k in keys:
+        assert [r.run for r in store.history(k)] == [5, 6, 7]
+    store.close()
