@@ -5,7 +5,8 @@
      ├── TaskTimeoutError         the run overran its timeout (also a TimeoutError)
      ├── SchedulerClosedError     a call after shutdown (also a RuntimeError)
      ├── SchedulerBrokenError     the dispatcher process died; nothing more will run
-     └── InvalidTransition        a task-state change the state machine forbids (a bug)
+     ├── InvalidTransition        a task-state change the state machine forbids (a bug)
+     └── StoreError               a durable store cannot be opened, read or written
 
 Bad arguments are not in this tree: they raise the builtin ``ValueError`` or
 ``TypeError`` at the call, naming the argument and the value.
@@ -67,4 +68,13 @@ class InvalidTransition(SchedulerError):
     """A task-state change that the state machine does not allow.
 
     Seeing one means a bug in procsched: the state is left as it was.
+    """
+
+
+class StoreError(SchedulerError):
+    """A durable store (``store=``) cannot be opened, read or written: a
+    missing directory, a file that is not a database, a read-only or full
+    disk, a store written by a newer procsched, an unreachable server, the
+    missing ``procsched[postgres]`` extra. The message names the store; the
+    database's own error is the ``__cause__``. A failed write wrote nothing.
     """
