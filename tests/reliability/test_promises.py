@@ -101,12 +101,21 @@ def test_a_listener_raising_systemexit_is_skipped(new_scheduler, caplog):
 def test_a_result_that_cannot_be_unpickled_fails_the_task(new_scheduler):
     s = new_scheduler(1)
     events = []
-    s.add_listener(events.append)
+    ended = threading.Event()
+
+    def listen(event):
+        events.append(event)
+        if event["event"].startswith("run_") and event["event"] != "run_started":
+            ended.set()
+
+    s.add_listener(listen)
     h = s.submit(pt.return_two_args)
     with pytest.raises(SchedulerError, match="could not be unpickled"):
         h.result(timeout=30)
     assert h.state is TaskState.FAILED
     assert h.runs[-1].outcome == "error"
+    # the handle resolves before the listeners hear of the run's end: wait for them
+    assert ended.wait(30)
     assert [e["event"] for e in events if e["task_id"] == h.id] == ["run_started", "run_failed"]
 
 
