@@ -39,7 +39,8 @@ class JobRow:
         self.job = job
         self.handle = handle
         self.first_due: float | None = None
-        self.counts = dict.fromkeys(RUN_END, 0)
+        self.counts = dict.fromkeys(RUN_END, 0)  # per attempt
+        self.first_attempts = 0  # runs, each counted once however often it was retried
         self.missed = 0
         self.last_duration: float | None = None
         self.durations = 0.0
@@ -47,7 +48,7 @@ class JobRow:
 
     @property
     def runs(self) -> int:
-        return sum(self.counts.values())
+        return self.first_attempts
 
     @property
     def failed(self) -> int:
@@ -133,6 +134,7 @@ class Board:
                 row.missed += event["missed"]
             elif kind in RUN_END.values():
                 row.counts[event["outcome"]] += 1
+                row.first_attempts += event.get("attempt", 1) == 1
                 row.last_duration = event["duration"]
                 row.durations += event["duration"]
                 row.lateness.append(event["lateness"])
