@@ -89,6 +89,7 @@ class Lines:
         if kind in RUN_END.values():
             text = (f"{stamp}  {name:<20} run {e['run']:<4} {e['outcome']:<9} {duration(e['duration']):>9}"
                     f"  late {duration(e['lateness']):>9}  worker {e['worker']}")  # fmt: skip
+            text += f"  attempt {e['attempt']}" if e.get("attempt", 1) > 1 else ""
             text += f"  {e['error']}" if e["error"] else ""
             shown = run_output(e, self.tracebacks)
             if shown:  # the run's output, framed, under its line
