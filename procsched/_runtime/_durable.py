@@ -103,9 +103,11 @@ def spec_of(d: TaskDefinition, wall_now: int) -> Any:
     )  # fmt: skip
 
 
-def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord]]:
+def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[str, int]]:
     """Start-up: record the runs of dead schedulers ``crashed`` (once) and
-    return the stored tasks and, per key, its crashed run."""
+    return the stored tasks, per key its crashed run, and per key whose
+    current run is a retry, that run's regular slot (its first attempt's
+    scheduled time: the grid goes on from it)."""
     loaded = store.load()
     dead = dead_here(loaded.schedulers)
     crashed: dict[str, RunRecord] = {}
@@ -114,10 +116,29 @@ def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord]]:
         for record in runs or ():
             crashed[record.key] = record
     tasks = store.load().tasks if crashed else loaded.tasks
-    return tasks, crashed
+    # A crash recorded by an earlier start that died before it wrote the
+    # task's reschedule (its state still points at the crashed run): the
+    # same crash again, so recovery does not depend on surviving itself.
+    for task in tasks:
+        st = task.state
+        if task.last_outcome == "crashed" and task.key not in crashed and st.next_attempt == 1 and st.run_count:
+            last = store.history(task.key, 1)
+            if (last and last[0].outcome == "crashed" and last[0].error_type == "SchedulerDied"
+                    and last[0].run == st.run_count and last[0].scheduled_ns == st.next_due_ns):  # fmt: skip
+                crashed[task.key] = last[0]
+    slots: dict[str, int] = {}
+    for task in tasks:
+        record = crashed.get(task.key)
+        run = record.run if record is not None and record.attempt > 1 else (
+            task.state.run_count if task.state.next_attempt > 1 else None)
+        if run is not None:
+            first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
+            if first:
+                slots[task.key] = first[0].scheduled_ns
+    return tasks, crashed, slots
 
 
-def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int
+def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None = None
                  ) -> tuple[int, int, int | None, int, bool] | None:  # fmt: skip
     """Where a stored task goes on: (runs claimed so far, next attempt, its
     due time (UTC ns), the regular slot of a retried run, paused), or None if
@@ -129,7 +150,7 @@ def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int
     runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
     retry = d.options.get("retry")
     if crashed is not None:
-        base = crashed.scheduled_ns
+        base = crashed.scheduled_ns if slot is None else slot
         if retry is not None and "crashed" in retry[5] and crashed.attempt < retry[0]:
             return crashed.run, crashed.attempt + 1, now_wall, base, st.paused
         runs, attempt = crashed.run, 1
@@ -142,7 +163,8 @@ def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int
         else:
             due = _cron(d, now_wall).next_ns(base)
     if attempt > 1:
-        return runs, attempt, due if due is not None else now_wall, due or now_wall, st.paused
+        due = now_wall if due is None else due
+        return runs, attempt, due, due if slot is None else slot, st.paused
     if due is None:  # paused with no slot yet, or stopped at shutdown: from now
         due = now_wall if kind != "cron" else _cron(d, now_wall).next_ns(now_wall)
     elif due < now_wall:
@@ -314,8 +336,9 @@ class Journal:
             else:
                 self.renew_at = now + LEASE_NS // 3
                 lost = set(result.lost)
-                if result.fenced_out:
-                    engine._log(40, "this scheduler's store registration was taken over: keyed runs are not recorded")
+                if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
+                    engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
+                    lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
         elif now >= self.renew_at:
             try:
                 self.store.renew_lease(self.holder)
@@ -324,7 +347,8 @@ class Journal:
             self.renew_at = now + LEASE_NS // 3
         for worker, run in held:
             if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
-                engine._log(40, f"keyed task {self.keys[run.task_id]} run {run.run}: another scheduler holds it")
+                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
+                                "another scheduler holds it)")
                 engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
             else:
                 carrier.send_run(worker, run)

@@ -198,7 +198,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         from .._store import resolve_ref
         from . import _durable
 
-        tasks, crashed = _durable.recover(self._store)
+        tasks, crashed, slots = _durable.recover(self._store)
         wall = time.time_ns()
         adopt = []
         ended = []
@@ -213,7 +213,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, why)
                 self._unloadable[d.key] = why
                 continue
-            resume = _durable.resume_point(task, crashed.get(d.key), wall)
+            resume = _durable.resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
             if resume is None:
                 logger.warning("stored one-shot task %r: its run was in flight when its scheduler died "
                                "(recorded crashed); it ends", d.key)  # fmt: skip
