@@ -202,10 +202,17 @@ class Child:
             pass
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path):
-    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, any_store):
+    db, out = any_store, str(tmp_path / "out")
     rng = random.Random(int(os.environ.get("PROCSCHED_FAULT_SEED", "0")) or None)
     for _ in range(20):
         child = Child(db, out)
