@@ -231,7 +231,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
         first, read from the store (``store=``). Times are wall-clock
-        seconds since the epoch; ``worker`` is the worker's pid; an
+        seconds since the epoch; ``worker`` is the pid of the scheduler (user) process that ran it; an
         ``outcome`` of None is a run in flight (or one whose scheduler died
         and has not been restarted yet)."""
         from .. import _validate as v
