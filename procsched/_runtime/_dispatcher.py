@@ -436,7 +436,7 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for message in self.commands.messages(frames):
+        for message in _unbatch(self.commands.messages(frames)):
             tag = message[0]
             if tag == "add" and self.journal is not None and message[1] in self.journal.expected:
                 offset, now = self.wall_offset()
@@ -633,6 +633,15 @@ class Dispatcher:
                     del self.out[: os.write(self.evt.fileno(), self.out)]
             except OSError:
                 pass
+
+
+def _unbatch(messages: list[Any]) -> Any:
+    """The commands, with a ``("batch", [command, ...])`` (a restart's adopted tasks) unrolled."""
+    for message in messages:
+        if message[0] == "batch":
+            yield from message[1]
+        else:
+            yield message
 
 
 def _check_message(message: Any) -> str:

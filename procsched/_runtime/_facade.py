@@ -136,6 +136,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 "use InlineScheduler(clock=ManualClock()) for virtual time"
             )
         self._store: Any = None
+        self._outbox = None  # start-up: commands collected here, sent in batches
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
         adopt: list[tuple[Any, ...]] = []
@@ -183,8 +184,18 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
+        # Adopted tasks go to the dispatcher in batches of commands (one pipe
+        # write per thousand tasks, not two per task: a restart with 100,000
+        # stored tasks spent most of its time in pipe writes).
+        self._outbox: list[tuple[Any, ...]] | None = []
         for spec, fn, args, kwargs, resume in adopt:
             self._add(spec, fn, args, kwargs, resume)
+            if len(self._outbox) >= 2000:
+                self._backend.send(("batch", self._outbox))
+                self._outbox = []
+        if self._outbox:
+            self._backend.send(("batch", self._outbox))
+        self._outbox = None
         for key, why in self._unloadable.items():
             self._backend.send(("unloadable", key, why))
 
@@ -351,9 +362,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 "add", task_id, due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
                 spec.stop_on_error, timeout, spec.name, payload,
             )  # fmt: skip
+            send = self._backend.send if self._outbox is None else self._outbox.append
             if stored is not None:  # the definition first: the dispatcher adopts the add with it
-                self._backend.send((stored[0], task_id, *stored[2:]))
-            self._backend.send(message if extra is None else (*message, extra))
+                send((stored[0], task_id, *stored[2:]))
+            send(message if extra is None else (*message, extra))
         return handle
 
     def get(self, key_or_id: str | int) -> TaskHandle | None:
