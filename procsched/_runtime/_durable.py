@@ -219,7 +219,7 @@ class Journal:
         resume = self.expected[message[1]][-1]
         if resume is None or resume[2] is None:
             return message
-        runs, attempt, due_wall, base_wall, paused = resume
+        runs, attempt, due_wall, base_wall, paused = resume[:5]
         msg = list(message)
         if len(msg) == 12 and msg[11][0] is not None:  # cron: the first slot is the one after after_wall
             extra = list(msg[11])
@@ -250,7 +250,10 @@ class Journal:
             self.rate[task_id] = schedule["period_ns"]
         if resume is not None and resume[4]:
             engine.pause(task_id)
-        self.batch.upsert(d, TaskState(runs, core.next_wall(task_id), attempt, bool(resume and resume[4])))
+        due = core.next_wall(task_id) if resume is None or resume[2] is None else resume[2]
+        state = TaskState(runs, due, attempt, bool(resume and resume[4]))
+        if resume is None or len(resume) < 6 or resume[5] != state:  # adopted unchanged: nothing to write
+            self.batch.upsert(d, state)
         if resume is not None:  # the handle learns the restored due time
             engine.events.append((EV_STATE, task_id, core.state(task_id).value, core.due(task_id),
                                   core.next_wall(task_id)))  # fmt: skip

@@ -230,7 +230,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                                "(recorded crashed); it ends", d.key)  # fmt: skip
                 ended.append(d.key)
                 continue
-            adopt.append((spec, fn, tuple(args), dict(kwargs), (d, resume)))
+            adopt.append((spec, fn, tuple(args), dict(kwargs), (d, (*resume, task.state))))
             self._adopted[d.key] = d.def_hash
         if ended:
             batch = self._store.batch()
