@@ -261,3 +261,24 @@ def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, a
             if not retried:
                 assert len(attempts) == 1
         assert any(h.outcome == "crashed" for h in history) or key == "b"
+
+
+def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="p")
+        w.until(lambda: len(_lines(out)) >= 2)
+        assert h.pause()
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+    assert open_store(db).get("p").state.paused
+    n = len(_lines(out))
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.get("p")
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+        assert len(_lines(out)) == n
+        assert h.resume()
+        w.until(lambda: len(_lines(out)) >= n + 2)
+    runs = [r for r, _a, _s in _lines(out)]
+    assert sorted(runs) == list(range(1, len(runs) + 1))
