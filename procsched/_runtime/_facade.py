@@ -148,7 +148,8 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             self._store = open_store(store)  # StoreError now, at the call
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
             adopt = self._recover()
-            config["store"] = getattr(self._store, "path", None) or os.fspath(store)
+            target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
+            config["store"] = target if "://" in target else self._store.path
             config["owner_pid"] = os.getpid()
         self.runner = runner
         self._ray_runner = runner == "ray"

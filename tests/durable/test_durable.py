@@ -282,3 +282,14 @@ def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
         w.until(lambda: len(_lines(out)) >= n + 2)
     runs = [r for r, _a, _s in _lines(out)]
     assert sorted(runs) == list(range(1, len(runs) + 1))
+
+
+def test_a_sqlite_url_may_ask_for_synchronous_normal(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL")
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    store.close()
+    assert open_store(f"sqlite:///{tmp_path}/f.db").conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    with pytest.raises(ValueError, match="synchronous"):
+        open_store(f"sqlite:///{tmp_path}/x.db?journal=off")
+    with procsched.Scheduler(1, store=f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL") as s:
+        assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
