@@ -11,6 +11,7 @@ from ._core import Priority as Priority, TaskState as TaskState
 from ._errors import (
     SchedulerClosedError as SchedulerClosedError,
     SchedulerError as SchedulerError,
+    StoreError as StoreError,
     TaskTimeoutError as TaskTimeoutError,
     WorkerCrashedError as WorkerCrashedError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Scheduler",
     "SchedulerClosedError",
     "SchedulerError",
+    "StoreError",
     "TaskHandle",
     "TaskState",
     "TaskTimeoutError",

@@ -124,18 +124,21 @@ class Job:
                          else f"for {_seconds(v.duration_ns('until', until) / v.NS)}")  # fmt: skip
         return ", ".join(parts)
 
-    def start(self, scheduler: SchedulingAPI) -> TaskHandle:
-        """Schedule this job on ``scheduler``; return its handle."""
+    def start(self, scheduler: SchedulingAPI, key: str | None = None) -> TaskHandle:
+        """Schedule this job on ``scheduler`` (with ``key``: a durable keyed
+        task on a scheduler with a store); return its handle."""
+        options = dict(self.options)
+        if key is not None:
+            options["key"] = key
         if self.kind == "cron":
-            options = dict(self.options)
             return scheduler.schedule_cron(self.fn, options.pop("expr"), **options)
         if self.kind == "rate":
-            return scheduler.schedule_at_fixed_rate(self.fn, self.period, **self.options)  # type: ignore[arg-type]
+            return scheduler.schedule_at_fixed_rate(self.fn, self.period, **options)  # type: ignore[arg-type]
         if self.kind == "delay":
-            return scheduler.schedule_with_fixed_delay(self.fn, self.period, **self.options)  # type: ignore[arg-type]
-        if "when" in self.options:
-            return scheduler.schedule_at(self.fn, **self.options)
-        return scheduler.schedule(self.fn, **self.options)
+            return scheduler.schedule_with_fixed_delay(self.fn, self.period, **options)  # type: ignore[arg-type]
+        if "when" in options:
+            return scheduler.schedule_at(self.fn, **options)
+        return scheduler.schedule(self.fn, **options)
 
 
 def every(

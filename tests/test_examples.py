@@ -29,6 +29,8 @@ EXPECTED = {
                             "'Nov 01 01:00 EDT', 'Nov 01 01:00 EST'", "23 runs", "state DONE"],
     "retries_and_backoff.py": ["fetch -> fetched on attempt 3", "run 1 attempt 3: ok", "after 1 attempt",
                                "crashy -> survived on attempt 2 ['crashed', 'ok']"],
+    "durable_restart.py": ["killed -9 (exit -9)", "(run numbers go on)", "none missing: True",
+                           "report run 1 attempt 1: crashed", "report run 1 attempt 2: ok"],
     "limits_keys_and_pause.py": ["duplicate key -> key 'poll' is held", "'poll' is PAUSED, still 3 runs",
                                  "next run at 35.0 s", "runs at [0.0, 10.0, 20.0] -> DONE, result None",
                                  "runs at [0.0, 15.0, 30.0] -> DONE"],

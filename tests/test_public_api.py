@@ -19,6 +19,7 @@ CONTRACT = (
     "RunInfo",
     "Scheduler",
     "SchedulerError",
+    "StoreError",
     "TaskHandle",
     "TaskState",
     "TaskTimeoutError",
@@ -106,6 +107,7 @@ def test_error_tree() -> None:
     if hasattr(procsched, "SchedulerClosedError"):
         assert issubclass(procsched.SchedulerClosedError, procsched.SchedulerError)
         assert issubclass(procsched.SchedulerClosedError, RuntimeError)
+    assert issubclass(procsched.StoreError, procsched.SchedulerError)
 
 
 def test_priority_and_state_enums() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 
 from .._jobs import Job, JobsFileError, load_jobs_file
-from . import _next
+from . import _next, _store_cmds
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 from ._session import EXIT_LOAD, Session
 
@@ -121,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
                      help="which due task goes first (default: priority)")  # fmt: skip
     run.add_argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S",
                      help="default per-run timeout in seconds, for jobs without their own (default: none)")  # fmt: skip
+    run.add_argument("--store", default=None, metavar="PATH_OR_URL",
+                     help="keep the jobs in a durable store (a SQLite file path, sqlite:///path or "
+                     "postgresql://...): each job is a keyed task named by its name; a restart goes on "
+                     "where it stopped")  # fmt: skip
     run.add_argument("--mp-context", choices=("forkserver", "spawn", "fork"), default=None, dest="mp_context",
                      help="how worker processes are started (default: forkserver)")  # fmt: skip
     _common(run, None)
@@ -142,6 +146,7 @@ def parser() -> argparse.ArgumentParser:
     _common(demo, DEMO_SECONDS)
 
     _next.add_parser(commands)
+    _store_cmds.add_parsers(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top
 

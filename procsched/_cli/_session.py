@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import SchedulerBrokenError, SchedulerError
+from .._errors import SchedulerBrokenError, SchedulerError, StoreError
 from .._jobs import Job
 from .._runtime._facade import Scheduler
 from ._board import OUTCOME_COLUMNS, Board, JobRow, pool_text, schedule_text, text_table
@@ -68,7 +68,7 @@ class Stopper:
 def make_scheduler(args: argparse.Namespace, workers: int | None) -> Scheduler:
     """The Scheduler the command line asks for, capturing each run's output."""
     options: dict[str, Any] = {"runner": args.runner}
-    for name in ("policy", "timeout", "mp_context"):
+    for name in ("policy", "timeout", "mp_context", "store"):
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     try:
@@ -123,10 +123,13 @@ class Session:
         restore_logging = self._route_logging()
         try:
             scheduler = make_scheduler(args, args.workers)
-        except BaseException:
+        except BaseException as exc:
             self.stopper.restore()
             restore_logging()
             restore_streams()
+            if isinstance(exc, StoreError):
+                print(f"procsched: cannot open the store: {exc}", file=sys.stderr)
+                return EXIT_LOAD
             raise
         try:
             return self._session(scheduler)
@@ -169,7 +172,7 @@ class Session:
         for job in self.jobs:
             first_due = time.monotonic() + job.initial_delay
             try:
-                handle = job.start(scheduler)
+                handle = job.start(scheduler, job.name if getattr(args, "store", None) else None)
             except Exception as exc:  # noqa: BLE001 - say which job, then stop
                 print(f"procsched: cannot start job {job.name!r}: {type(exc).__name__}: {exc}", file=self.err)
                 scheduler.shutdown(wait=True, cancel_futures=True)

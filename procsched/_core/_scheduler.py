@@ -423,6 +423,32 @@ class SchedulerCore:
         self._push(task)
         return Completion(task_id, run, outcome, PENDING, task.due, missed, False)
 
+    def continue_runs(self, task_id: int, runs: int, attempt: int = 1, retry_due: int = 0, base: int = 0) -> None:
+        """A task restored from a durable store: ``runs`` runs were claimed
+        before; the next claim is run ``runs + 1`` (``attempt`` 1), or
+        attempt ``attempt`` of run ``runs`` (a retry, due at ``retry_due``,
+        of the run whose regular slot was ``base``)."""
+        task = self._tasks[task_id]
+        task.runs = runs
+        if attempt > 1 and task.state is PENDING:
+            extra = self._extra(task)
+            extra.retrying = True
+            extra.attempt = attempt - 1
+            extra.base = base
+            task.due = retry_due
+            self._repush(task)
+            self._bury()  # the entry add() pushed is dead
+
+    def next_claim(self, task_id: int) -> tuple[int, int] | None:
+        """(run, attempt) of the task's next claim, or None if it has none queued."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state is CANCELLED:
+            return None
+        extra = task.extra
+        if extra is not None and extra.retrying:
+            return task.runs, extra.attempt + 1
+        return task.runs + 1, 1
+
     def pause(self, task_id: int) -> bool:
         """Pause a task: a PENDING one at once, a RUNNING periodic one when
         its run ends. True if it is (or will be) paused."""

@@ -355,6 +355,12 @@ class Dispatcher:
             default_timeout_ns=config.get("default_timeout"),
             load_grace_ns=int(float(os.environ.get("PROCSCHED_LOAD_GRACE", LOAD_GRACE_NS / NS)) * NS),
         )
+        self.journal = None
+        if config.get("store") is not None:  # keyed tasks are durable (see _durable.py)
+            from ._durable import Journal
+
+            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log)
+            self.engine.hold = self.journal.hold
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
@@ -373,6 +379,11 @@ class Dispatcher:
         while not engine.closed:
             engine.set_wall_offset(*self.wall_offset())
             wake = engine.tick(clock())
+            if self.journal is not None:  # one transaction per turn, before the keyed runs go out
+                offset, now = self.wall_offset()
+                renew = self.journal.turn(engine, self.carrier, offset, now)
+                if renew is not None and (wake is None or renew < wake):
+                    wake = renew
             self.flush()
             if engine.closed:
                 break
@@ -403,6 +414,11 @@ class Dispatcher:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
                     engine.abort(clock())
+        if self.journal is not None:
+            if self.evt is not None:  # a clean end: the last turn's changes, then unregister
+                offset, now = self.wall_offset()
+                self.journal.turn(engine, self.carrier, offset, now)
+            self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:
             self.emit([(EV_CLOSED,)])
@@ -420,9 +436,22 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for message in self.commands.messages(frames):
+        for message in _unbatch(self.commands.messages(frames)):
             tag = message[0]
-            if tag == "add":
+            if tag == "add" and self.journal is not None and message[1] in self.journal.expected:
+                offset, now = self.wall_offset()
+                engine.set_wall_offset(offset, now)
+                message = self.journal.adopt(engine, message, offset)
+                if len(message) == 12:
+                    engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
+                else:
+                    engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
+                self.journal.added(engine, message[1], offset)
+            elif tag == "durable" and self.journal is not None:
+                self.journal.expect(message[1], message[2:])
+            elif tag == "unloadable" and self.journal is not None:
+                self.journal.unloadable(message[1], message[2])
+            elif tag == "add":
                 if len(message) == 12:  # with a calendar, retry or limits
                     engine.set_wall_offset(*self.wall_offset())
                     engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
@@ -443,6 +472,9 @@ class Dispatcher:
             elif tag == "stats":
                 engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
             elif tag == "shutdown":
+                if self.journal is not None:  # what shutdown cancels stays stored
+                    self.journal.sync(engine)
+                    self.journal.closing = True
                 engine.shutdown(message[1], time.monotonic_ns())
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
@@ -601,6 +633,15 @@ class Dispatcher:
                     del self.out[: os.write(self.evt.fileno(), self.out)]
             except OSError:
                 pass
+
+
+def _unbatch(messages: list[Any]) -> Any:
+    """The commands, with a ``("batch", [command, ...])`` (a restart's adopted tasks) unrolled."""
+    for message in messages:
+        if message[0] == "batch":
+            yield from message[1]
+        else:
+            yield message
 
 
 def _check_message(message: Any) -> str:

@@ -54,7 +54,7 @@ WALL_CHECK_S = 2.0
 EV_STARTED = "started"  # (tag, task_id, run, worker)
 EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
 #                 state, next_due, missed, ended, blob_kind, blob, output, attempt, scheduled_wall,
-#                 next_wall)
+#                 next_wall, retrying)
 EV_CANCELLED = "cancelled"  # (tag, task_id)
 EV_ADDED = "added"  # (tag, task_id, name, due, key, next_wall)  a task added from inside a task
 EV_STATE = "state"  # (tag, task_id, state, next_due, next_wall)  paused / resumed
@@ -154,6 +154,10 @@ class Engine:
         self.held: dict[int, int] = {}  # task id -> when its next run may start
         self.parked: list[Run] = []  # runs claimed while their task was held (or yielding: see _claim)
         self.behind: set[int] = set()  # periodic tasks whose next run was due before their last one ended
+        # The durable store's hook (``_durable.Journal.hold``): True keeps the
+        # run back; the carrier sends it once the turn's transaction recording
+        # its start has committed.
+        self.hold: Any = None
 
     # -- inputs ------------------------------------------------------------
 
@@ -398,7 +402,8 @@ class Engine:
                 slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
             busy = True
             wake = _earliest(wake, slot.deadline)
-            self.carrier.send_run(slot.worker, run)
+            if self.hold is None or not self.hold(slot.worker, run):
+                self.carrier.send_run(slot.worker, run)
             self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
         if any(s.worker is not None and s.run is None for s in self.slots):
             wake = _earliest(wake, self.core.next_deadline())
@@ -568,6 +573,7 @@ class Engine:
             EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
             done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob, output,
             run.attempt, run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall,
+            done.retrying,
         ))  # fmt: skip
 
     def _stop_all(self, now: int) -> None:

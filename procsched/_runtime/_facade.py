@@ -86,6 +86,12 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
             it to the run (``RunInfo.output``, the ``output`` field of run
             end events). False (default): runs write to this process's
             stdout/stderr. The threads runner cannot capture (``output`` is None).
+        store: a durable store for keyed tasks (processes runner): a file
+            path or ``"sqlite:///path"`` (SQLite) or ``"postgresql://..."``.
+            Opened here (a bad store is a ``StoreError`` now); keyed tasks'
+            definitions, state and runs live in it, stored tasks are resumed
+            at once, runs in flight when a previous scheduler died are
+            recorded ``crashed`` (see README, "Durable schedules").
     """
 
     def __init__(
@@ -100,6 +106,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         clock: Any = None,
         max_worker_memory: int | None = None,
         capture_output: bool = False,
+        store: str | os.PathLike[str] | None = None,
     ) -> None:
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
@@ -128,6 +135,22 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 f"clock must be None (the monotonic clock) for Scheduler, not {clock!r}; "
                 "use InlineScheduler(clock=ManualClock()) for virtual time"
             )
+        self._store: Any = None
+        self._outbox = None  # start-up: commands collected here, sent in batches
+        self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
+        self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
+        adopt: list[tuple[Any, ...]] = []
+        if store is not None:
+            if runner != "processes":
+                raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
+            from .._store import open_store
+
+            self._store = open_store(store)  # StoreError now, at the call
+            self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
+            adopt = self._recover()
+            target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
+            config["store"] = target if "://" in target else self._store.path
+            config["owner_pid"] = os.getpid()
         self.runner = runner
         self._ray_runner = runner == "ray"
         self.workers = workers
@@ -162,6 +185,99 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
+        # Adopted tasks go to the dispatcher in batches of commands (one pipe
+        # write per thousand tasks, not two per task: a restart with 100,000
+        # stored tasks spent most of its time in pipe writes).
+        self._outbox: list[tuple[Any, ...]] | None = []
+        for spec, fn, args, kwargs, resume in adopt:
+            self._add(spec, fn, args, kwargs, resume)
+            if len(self._outbox) >= 2000:
+                self._backend.send(("batch", self._outbox))
+                self._outbox = []
+        if self._outbox:
+            self._backend.send(("batch", self._outbox))
+        self._outbox = None
+        for key, why in self._unloadable.items():
+            self._backend.send(("unloadable", key, why))
+
+    def _recover(self) -> list[tuple[Any, ...]]:
+        """Start-up on a store (before the dispatcher owns it): take over dead
+        schedulers (their runs in flight -> crashed), and for each stored
+        task what to adopt it with; tasks that cannot load are logged and
+        kept (``stats()["unloadable"]``); one-shots that ended are dropped."""
+        import pickle
+
+        from .._store import resolve_ref
+        from . import _durable
+
+        tasks, crashed, slots = _durable.recover(self._store)
+        wall = time.time_ns()
+        adopt = []
+        ended = []
+        # Memos for 100,000 tasks of a few kinds: one import, one unpickling of
+        # a small argument blob, one spec per distinct schedule and options
+        # (load() shares equal dicts among tasks).
+        fns: dict[str, Any] = {}
+        calls: dict[bytes, Any] = {}
+        specs: dict[tuple[int, int], Any] = {}
+        for task in tasks:
+            d = task.definition
+            try:
+                fn = fns.get(d.fn_ref)
+                if fn is None:
+                    fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
+                call = calls.get(d.args)
+                if call is None:
+                    call = pickle.loads(d.args)
+                    if len(d.args) < 256:
+                        calls[d.args] = call
+                args, kwargs = call
+                shape = (id(d.schedule), id(d.options))
+                spec = specs.get(shape)
+                if spec is None:
+                    spec = specs[shape] = _durable.spec_of(d, wall)
+                spec = spec._replace(key=d.key)
+            except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
+                why = f"{type(exc).__name__}: {exc}"
+                logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, why)
+                self._unloadable[d.key] = why
+                continue
+            resume = _durable.resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
+            if resume is None:
+                logger.warning("stored one-shot task %r: its run was in flight when its scheduler died "
+                               "(recorded crashed); it ends", d.key)  # fmt: skip
+                ended.append(d.key)
+                continue
+            adopt.append((spec, fn, tuple(args), dict(kwargs), (d, (*resume, task.state))))
+            self._adopted[d.key] = d.def_hash
+        if ended:
+            batch = self._store.batch()
+            for key in ended:
+                batch.delete(key)
+            batch.commit()
+        return adopt
+
+    def history(self, key: str, n: int = 100) -> list[RunInfo]:
+        """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
+        first, read from the store (``store=``). Times are wall-clock
+        seconds since the epoch; ``worker`` is the pid of the scheduler (user) process that ran it; an
+        ``outcome`` of None is a run in flight (or one whose scheduler died
+        and has not been restarted yet)."""
+        from .. import _validate as v
+
+        if self._store is None:
+            raise SchedulerError("history() needs a store: Scheduler(store=...)")
+        key = v.key(key)
+        with self._store_lock:
+            records = self._store.history(key, n)
+        handle = self._keys.get(key)
+        task_id = handle.id if handle is not None else 0
+        return [
+            RunInfo(task_id, r.run, r.scheduled_ns / NS, (r.started_ns or r.scheduled_ns) / NS,
+                    None if r.finished_ns is None else r.finished_ns / NS, r.pid or 0, r.outcome,  # type: ignore[arg-type]
+                    r.attempt, wall_datetime(r.scheduled_ns))
+            for r in records
+        ]  # fmt: skip
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
@@ -221,8 +337,26 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         if self._closed:
             raise SchedulerClosedError("this Scheduler was shut down; it accepts no new tasks")
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             durable: Any = None) -> TaskHandle:  # fmt: skip
         payload = self._backend.pack(fn, args, kwargs)
+        stored: tuple[Any, ...] | None = None
+        if self._store is not None and spec.key is not None:
+            from ._durable import definition
+
+            if durable is not None:  # adopted from the store
+                d, resume = durable
+            else:
+                d, resume = definition(spec, fn, payload[1], time.time_ns()), None  # TypeError: not importable
+                known = self._adopted.pop(spec.key, None)
+                holder = self._keys.get(spec.key)
+                if known is not None and holder is not None and not holder.done():
+                    if known == d.def_hash:
+                        return holder  # the same definition: the stored task goes on
+                    logger.warning("keyed task %r: its definition changed; the new one replaces the stored one",
+                                   spec.key)  # fmt: skip
+                    spec = spec._replace(replace_existing=True)
+            stored = ("durable", 0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, resume)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
             payload = self._backend.with_options(payload, spec.ray_options)
         timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
@@ -246,7 +380,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 "add", task_id, due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
                 spec.stop_on_error, timeout, spec.name, payload,
             )  # fmt: skip
-            self._backend.send(message if extra is None else (*message, extra))
+            send = self._backend.send if self._outbox is None else self._outbox.append
+            if stored is not None:  # the definition first: the dispatcher adopts the add with it
+                send((stored[0], task_id, *stored[2:]))
+            send(message if extra is None else (*message, extra))
         return handle
 
     def get(self, key_or_id: str | int) -> TaskHandle | None:
@@ -299,7 +436,10 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
     def stats(self) -> dict[str, Any]:
         """pending, running, counts per run outcome, and per worker its pid,
         state, RSS, runs and restarts."""
-        return dict(self._request("stats"))
+        stats = dict(self._request("stats"))
+        if self._store is not None:
+            stats["unloadable"] = dict(self._unloadable)  # stored tasks whose function or arguments failed to load
+        return stats
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Accept no new tasks. Periodic tasks are cancelled (a run in
@@ -430,7 +570,7 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
         tag = event[0]
         if tag == EV_RUN:
             (_, task_id, run, scheduled, started, finished, worker, outcome,
-             state_value, next_due, missed, ended, blob_kind, blob, output, attempt, wall, next_wall) = event  # fmt: skip
+             state_value, next_due, missed, ended, blob_kind, blob, output, attempt, wall, next_wall) = event[:18]  # fmt: skip
             state = TaskState(state_value)
             handle = self._handles.get(task_id)
             value: Any = None

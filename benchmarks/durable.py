@@ -1,0 +1,138 @@
+"""The store wired in, end to end: runs per second with and without a store, and restart time.
+
+    python -m benchmarks.durable                        # both measurements
+    python -m benchmarks.durable --tasks 20000 --seconds 3
+
+Throughput: a Scheduler with 2 workers and K tiny keyed fixed-rate tasks
+(``noop``, period P, misfire "skip": the pool is saturated, never a backlog
+to catch up); runs ended per second over --seconds, after a warm-up, with
+no store, with a SQLite store (synchronous FULL: an fsync per dispatcher
+turn), SQLite with ``?synchronous=NORMAL`` (no fsync: survives any
+process crash, not a power cut) and, with --postgres, a PostgreSQL store (a throwaway cluster, fsync
+on, Unix socket). Median of --repeat.
+
+Restart: a SQLite store holding N keyed tasks (due in an hour) is opened by
+``Scheduler(2, store=...)``; reported: the constructor's wall time (open,
+recover, adopt every task: a handle each, its definition to the dispatcher)
+and the time until the dispatcher has adopted them all (a ``stats()`` round
+trip after the constructor: the dispatcher answers in command order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import procsched
+from benchmarks._tasks import noop
+from procsched._store import TaskDefinition, TaskState, open_store
+from procsched._runtime._wire import _NO_ARGS
+
+NS = 1_000_000_000
+
+
+def throughput(store: str | None, tasks: int, period: float, seconds: float) -> float:
+    ended = 0
+    lock = threading.Lock()
+
+    def count(event: dict[str, Any]) -> None:
+        nonlocal ended
+        if event["event"] != "run_started":
+            with lock:
+                ended += 1
+
+    with procsched.Scheduler(2, store=store) as s:
+        s.submit(int).result(60)  # workers up
+        s.add_listener(count)
+        for i in range(tasks):
+            s.schedule_at_fixed_rate(noop, period, misfire="skip", key=f"t{i}")
+        time.sleep(min(1.0, seconds / 3))  # warm-up (a measurement window, not a synchronisation)
+        with lock:
+            start_n, start_t = ended, time.perf_counter()
+        time.sleep(seconds)
+        with lock:
+            n, t = ended - start_n, time.perf_counter() - start_t
+        s.shutdown(wait=True, cancel_futures=True)
+    return n / t
+
+
+def restart(path: str, n: int) -> tuple[float, float]:
+    if not os.path.exists(path):
+        store = open_store(path)
+        due = time.time_ns() + 3600 * NS
+        opts = {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": None, "max_runs": None,
+                "retry": None, "until_wall_ns": None}  # fmt: skip
+        for lo in range(0, n, 5000):
+            b = store.batch()
+            for i in range(lo, min(n, lo + 5000)):
+                sched = {"kind": "fixed_rate", "period_ns": 3600 * NS, "initial_delay_ns": 0, "misfire": "catch_up"}
+                b.upsert(TaskDefinition(f"k{i}", "benchmarks._tasks:noop", _NO_ARGS, sched, opts), TaskState(0, due))
+            b.commit()
+        store.close()
+    t0 = time.perf_counter()
+    s = procsched.Scheduler(2, store=path)
+    t1 = time.perf_counter()
+    s.stats()
+    t2 = time.perf_counter()
+    assert len(s.jobs()) == n, len(s.jobs())
+    s.shutdown(wait=True, cancel_futures=True)
+    return t1 - t0, t2 - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keyed", type=int, default=20, help="keyed tasks in the throughput run")
+    parser.add_argument("--period", type=float, default=0.001)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=100_000, help="stored tasks in the restart run")
+    parser.add_argument("--postgres", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
+                                        ("SQLite", lambda i: os.path.join(tmp, f"t{i}.db")),
+                                        ("SQLite NORMAL", lambda i: f"sqlite:///{tmp}/n{i}.db?synchronous=NORMAL")]  # fmt: skip
+        cluster = None
+        if args.postgres:
+            from procsched._store._pgcluster import ThrowawayCluster
+
+            cluster = ThrowawayCluster(fsync=True).start()
+            import psycopg
+
+            def pg(i: int) -> str:
+                with psycopg.connect(cluster.url, autocommit=True) as conn:  # type: ignore[union-attr]
+                    conn.execute(f"CREATE DATABASE bench{i}")
+                return cluster.url_for(f"bench{i}")  # type: ignore[union-attr]
+
+            kinds.append(("PostgreSQL", pg))
+        try:
+            base = None
+            serial = 0
+            for name, target in kinds:
+                rates = []
+                for _ in range(args.repeat):
+                    serial += 1
+                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds))
+                rate = statistics.median(rates)
+                base = base or rate
+                print(f"{name:13s}  {rate:8.0f} runs/s  ({rate / base:.0%} of no store)  "
+                      f"[{', '.join(f'{r:.0f}' for r in rates)}]", flush=True)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        path = os.path.join(tmp, "restart.db")
+        for _ in range(2):
+            ctor, adopted = restart(path, args.tasks)
+            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s, all adopted by the "
+                  f"dispatcher {adopted:.2f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

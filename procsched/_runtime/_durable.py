@@ -1,0 +1,376 @@
+"""Durable keyed tasks: the facade's recovery and the dispatcher's journal.
+
+    user process (facade)                         dispatcher (Journal)
+    Scheduler(store=...) ─ open_store, recover ─┐
+      take over dead schedulers (runs -> crashed)│ config["store"]
+      stored tasks -> resume points -> _add ─────┼─▶ "durable" + "add" ─▶ adopt: due, run numbers, upsert
+    schedule(key=...) ─ definition ──────────────┘                   tick: keyed runs held (Engine.hold)
+                                                  turn: events -> finished / delete / update,
+                                                        held runs -> started; ONE commit; then send
+
+The facade opens the store first (a bad store is a StoreError at the call),
+recovers it (start-up belongs to one owner: the dispatcher is not started
+yet) and adopts every stored task as a live task; then the dispatcher owns
+the store: it writes each turn's changes in one transaction, and a keyed
+run reaches its worker only after the transaction that records it started
+committed. A run's end is recorded with the task's reschedule in one
+statement group (``Batch.finished``), so a SIGKILL at any instant leaves a
+store from which recovery is exact.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._core import Kind, Misfire
+from .._core._scheduler import SchedulerCore
+from .._errors import StoreError
+from .._store import RunRecord, StoredTask, TaskDefinition, TaskState, dead_here, function_ref, open_store
+from ._engine import EV_CANCELLED, EV_RUN, EV_STATE, BLOB_EXC
+
+NS = 1_000_000_000
+logger = logging.getLogger("procsched")
+#: The dispatcher renews its registration this often (a third of the lease).
+LEASE_NS = 30 * NS
+
+# -- the facade's side ---------------------------------------------------------
+
+
+def definition(spec: Any, fn: Any, arg_blob: bytes, wall_now: int) -> TaskDefinition:
+    """A keyed task's stored definition. Raises TypeError (why) for a
+    function that cannot be stored by reference (a lambda, a closure...)."""
+    ref = function_ref(fn)
+    kind = spec.kind
+    schedule: dict[str, Any]
+    if kind is Kind.ONCE:
+        schedule = {"kind": "once", "delay_ns": spec.delay_ns}
+    elif kind is Kind.FIXED_RATE:
+        schedule = {"kind": "fixed_rate", "period_ns": spec.period_ns, "initial_delay_ns": spec.delay_ns,
+                    "misfire": spec.misfire.value}  # fmt: skip
+    elif kind is Kind.FIXED_DELAY:
+        schedule = {"kind": "fixed_delay", "period_ns": spec.period_ns, "initial_delay_ns": spec.delay_ns}
+    else:
+        from .._tz import to_wire
+
+        tz = spec.tz if isinstance(spec.tz, str) or spec.tz is None else to_wire(spec.tz)
+        if tz is not None and not isinstance(tz, str):
+            tz = tz.utcoffset(None).total_seconds()  # a fixed-offset datetime.timezone
+        schedule = {"kind": "cron", "expr": spec.trigger.expr, "tz": tz, "misfire": spec.misfire.value}
+    retry = None
+    if spec.retry is not None:
+        r = spec.retry.policy()
+        retry = [r.attempts, r.delay_ns, r.backoff, r.max_delay_ns, r.jitter, sorted(r.outcomes),
+                 [f"{c.__module__}:{c.__qualname__}" for c in spec.retry.classes]]  # fmt: skip
+    options = {
+        "priority": spec.priority, "timeout_ns": spec.timeout_ns, "stop_on_error": spec.stop_on_error,
+        "name": spec.name, "max_runs": spec.max_runs, "retry": retry,
+        "until_wall_ns": None if spec.until_ns is None else wall_now + spec.until_ns,
+    }  # fmt: skip
+    return TaskDefinition(spec.key, ref, arg_blob, schedule, options)
+
+
+def spec_of(d: TaskDefinition, wall_now: int) -> Any:
+    """The TaskSpec that a stored definition was made from (for adoption)."""
+    from datetime import timedelta, timezone
+
+    from .. import _validate as v
+    from .._retry import Retry
+    from .._store import resolve_ref
+
+    s, o = d.schedule, d.options
+    kind = {"once": Kind.ONCE, "fixed_rate": Kind.FIXED_RATE, "fixed_delay": Kind.FIXED_DELAY,
+            "cron": Kind.CALENDAR}[s["kind"]]  # fmt: skip
+    trigger = tz = None
+    if kind is Kind.CALENDAR:
+        tz = s["tz"]
+        if isinstance(tz, (int, float)):
+            tz = timezone(timedelta(seconds=tz))
+        trigger, _ = v.cron(s["expr"], tz, wall_now)
+    retry = None
+    if o.get("retry") is not None:
+        attempts, delay_ns, backoff, max_delay_ns, jitter, outcomes, classes = o["retry"]
+        retry = Retry(attempts, timedelta(microseconds=delay_ns / 1000), backoff,
+                      timedelta(microseconds=max_delay_ns / 1000), jitter,
+                      (*outcomes, *(resolve_ref(c) for c in classes)))  # fmt: skip
+        retry.delay, retry.max_delay = delay_ns / NS, max_delay_ns / NS
+    until = o.get("until_wall_ns")
+    return v.TaskSpec(
+        kind, s.get("delay_ns", s.get("initial_delay_ns", 0)), s.get("period_ns", 0), o["priority"],
+        Misfire(s.get("misfire", "catch_up")), o["stop_on_error"], o["timeout_ns"], o["name"],
+        trigger=trigger, tz=tz, after_wall_ns=wall_now, until_ns=None if until is None else until - wall_now,
+        max_runs=o["max_runs"], retry=retry, key=d.key,
+    )  # fmt: skip
+
+
+def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[str, int]]:
+    """Start-up: record the runs of dead schedulers ``crashed`` (once) and
+    return the stored tasks, per key its crashed run, and per key whose
+    current run is a retry, that run's regular slot (its first attempt's
+    scheduled time: the grid goes on from it)."""
+    loaded = store.load()
+    dead = dead_here(loaded.schedulers)
+    crashed: dict[str, RunRecord] = {}
+    for holder in dead + [h for h in store.expired_holders() if h not in dead]:
+        runs = store.take_over(holder, None, force=holder in dead)
+        for record in runs or ():
+            crashed[record.key] = record
+    tasks = store.load().tasks if crashed else loaded.tasks
+    # A crash recorded by an earlier start that died before it wrote the
+    # task's reschedule (its state still points at the crashed run): the
+    # same crash again, so recovery does not depend on surviving itself.
+    for task in tasks:
+        st = task.state
+        if task.last_outcome == "crashed" and task.key not in crashed and st.next_attempt == 1 and st.run_count:
+            last = store.history(task.key, 1)
+            if (last and last[0].outcome == "crashed" and last[0].error_type == "SchedulerDied"
+                    and last[0].run == st.run_count and last[0].scheduled_ns == st.next_due_ns):  # fmt: skip
+                crashed[task.key] = last[0]
+    slots: dict[str, int] = {}
+    for task in tasks:
+        record = crashed.get(task.key)
+        run = record.run if record is not None and record.attempt > 1 else (
+            task.state.run_count if task.state.next_attempt > 1 else None)
+        if run is not None:
+            first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
+            if first:
+                slots[task.key] = first[0].scheduled_ns
+    return tasks, crashed, slots
+
+
+def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None = None
+                 ) -> tuple[int, int, int | None, int, bool] | None:  # fmt: skip
+    """Where a stored task goes on: (runs claimed so far, next attempt, its
+    due time (UTC ns), the regular slot of a retried run, paused), or None if
+    it has ended (a one-shot whose only run crashed with no retry left).
+    Missed slots follow the task's misfire policy."""
+    d, st = task.definition, task.state
+    sched = d.schedule
+    kind = sched["kind"]
+    runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
+    retry = d.options.get("retry")
+    if crashed is not None:
+        base = crashed.scheduled_ns if slot is None else slot
+        if retry is not None and "crashed" in retry[5] and crashed.attempt < retry[0]:
+            return crashed.run, crashed.attempt + 1, now_wall, base, st.paused
+        runs, attempt = crashed.run, 1
+        if kind == "once":
+            return None
+        if kind == "fixed_rate":
+            due = base + sched["period_ns"]
+        elif kind == "fixed_delay":
+            due = now_wall
+        else:
+            due = _cron(d, now_wall).next_ns(base)
+    if attempt > 1:
+        due = now_wall if due is None else due
+        return runs, attempt, due, due if slot is None else slot, st.paused
+    if due is None:  # paused with no slot yet, or stopped at shutdown: from now
+        due = now_wall if kind != "cron" else _cron(d, now_wall).next_ns(now_wall)
+    elif due < now_wall:
+        misfire = sched.get("misfire", "catch_up")
+        if kind == "fixed_rate" and misfire != "catch_up":
+            period = sched["period_ns"]
+            k = -(-(now_wall - due) // period) if misfire == "skip" else (now_wall - due) // period
+            due += k * period
+        elif kind == "cron" and misfire != "catch_up":
+            trigger = _cron(d, now_wall)
+            if misfire == "skip":
+                due = trigger.next_ns(now_wall - 1)
+            else:
+                last = SchedulerCore._last_slot_by_window(trigger, now_wall)
+                due = due if last is None or last < due else last
+    return runs, 1, due, due or 0, st.paused
+
+
+def _cron(d: TaskDefinition, wall_now: int) -> Any:
+    return spec_of(d, wall_now).trigger
+
+
+# -- the dispatcher's side -----------------------------------------------------
+
+
+class Journal:
+    """The dispatcher's store: keyed tasks' changes, one transaction a turn."""
+
+    def __init__(self, target: str, owner_pid: int, log: Any) -> None:
+        self.store = open_store(target)
+        self.holder = self.store.register(lease_ns=LEASE_NS, pid=owner_pid)
+        self.log = log  # engine._log
+        self.keys: dict[int, str] = {}  # live keyed task id -> key
+        self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> (definition, resume) awaiting its add
+        self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
+        self.held: list[tuple[Any, Any]] = []  # (worker, run): sent once the turn commits
+        self.cancelled: list[int] = []
+        self.rate: dict[int, int] = {}  # fixed-rate keyed task id -> period (its next slot at shutdown)
+        self.batch = self.store.batch(self.holder)
+        self.seen = 0  # engine events already journalled this turn
+        self.closing = False  # shutdown: cancels stop tasks, they stay stored
+        self.dead = False
+        self.renew_at = 0
+
+    # commands
+    def expect(self, task_id: int, fields: tuple[Any, ...]) -> None:
+        self.expected[task_id] = fields
+
+    def adopt(self, engine: Any, message: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
+        """Before Engine.add of a keyed task: its due time from the store."""
+        self.sync(engine)
+        resume = self.expected[message[1]][-1]
+        if resume is None or resume[2] is None:
+            return message
+        runs, attempt, due_wall, base_wall, paused = resume[:5]
+        msg = list(message)
+        if len(msg) == 12 and msg[11][0] is not None:  # cron: the first slot is the one after after_wall
+            extra = list(msg[11])
+            slot = (base_wall if attempt > 1 else due_wall) - 1
+            if extra[2] is not None:
+                extra[2] += extra[1] - slot  # until counts from after_wall
+            extra[1] = slot
+            msg[11] = tuple(extra)
+        else:
+            msg[2] = (base_wall if attempt > 1 else due_wall) - offset
+        return tuple(msg)
+
+    def added(self, engine: Any, task_id: int, offset: int) -> None:
+        key, fn_ref, args, schedule, options, def_hash, resume = self.expected.pop(task_id)
+        core = engine.core
+        if core.state(task_id) is None:
+            return  # refused (Engine.add said why)
+        d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
+        runs = max(self.runs.get(key, 0), 0 if resume is None else resume[0])
+        attempt = 1 if resume is None else resume[1]
+        if attempt > 1:
+            core.continue_runs(task_id, runs, attempt, resume[2] - offset, resume[3] - offset)
+        elif runs:
+            core.continue_runs(task_id, runs)
+        self.keys[task_id] = key
+        self.runs[key] = runs
+        if schedule["kind"] == "fixed_rate":
+            self.rate[task_id] = schedule["period_ns"]
+        if resume is not None and resume[4]:
+            engine.pause(task_id)
+        due = core.next_wall(task_id) if resume is None or resume[2] is None else resume[2]
+        state = TaskState(runs, due, attempt, bool(resume and resume[4]))
+        if resume is None or len(resume) < 6 or resume[5] != state:  # adopted unchanged: nothing to write
+            self.batch.upsert(d, state)
+        if resume is not None:  # the handle learns the restored due time
+            engine.events.append((EV_STATE, task_id, core.state(task_id).value, core.due(task_id),
+                                  core.next_wall(task_id)))  # fmt: skip
+
+    def unloadable(self, key: str, why: str) -> None:
+        self.batch.unloadable(key, why)
+
+    def hold(self, worker: Any, run: Any) -> bool:
+        """Engine.hold: keep a keyed run until its start is committed."""
+        if run.task_id not in self.keys or self.dead:
+            return False
+        self.held.append((worker, run))
+        return True
+
+    # the turn
+    def sync(self, engine: Any) -> None:
+        """Journal the engine's events since the last call, in order."""
+        events = engine.events
+        for i in range(self.seen, len(events)):
+            ev = events[i]
+            tag = ev[0]
+            if tag == EV_RUN:
+                key = self.keys.get(ev[1])
+                if key is not None:
+                    self._run_ended(ev, key, engine)
+            elif tag == EV_CANCELLED:
+                key = self.keys.get(ev[1])
+                if key is not None:
+                    if not self.closing:
+                        self.batch.delete(key)
+                    self.cancelled.append(ev[1])
+            elif tag == EV_STATE:
+                key = self.keys.get(ev[1])
+                if key is not None and ev[2] == "paused":
+                    self.batch.update(key, paused=True)
+                elif key is not None:
+                    self.batch.update(key, paused=False, next_due_ns=ev[4])
+        self.seen = len(events)
+
+    def _run_ended(self, ev: tuple[Any, ...], key: str, engine: Any) -> None:
+        (_, tid, run, _sched, _started, finished, _w, outcome, state, _nd, _m, _ended, blob_kind, blob,
+         _out, attempt, sched_wall, next_wall, retrying) = ev  # fmt: skip
+        offset = self.offset
+        error_type = error_message = None
+        if blob_kind == BLOB_EXC and blob is not None:
+            error_type, error_message = type(blob).__name__, str(blob)
+        pending = state in ("pending", "paused")
+        next_due = next_wall if state == "pending" else None
+        if not pending and self.closing and state == "cancelled":
+            # stopped by shutdown: it stays stored; a fixed-rate task keeps its grid
+            period = self.rate.get(tid)
+            next_due = None if period is None else sched_wall + period
+        self.batch.finished(key, run, attempt, outcome, finished + offset, next_due, retry=bool(retrying),
+                            error_type=error_type, error_message=error_message)  # fmt: skip
+        if state == "paused":
+            self.batch.update(key, paused=True)
+        elif not pending:
+            if not (self.closing and state == "cancelled"):
+                self.batch.delete(key)
+            self.keys.pop(tid, None)
+            self.rate.pop(tid, None)
+
+    def turn(self, engine: Any, carrier: Any, offset: int, now: int) -> int | None:
+        """End of a dispatcher turn: commit the turn's changes, then send the
+        keyed runs whose start it recorded. Returns when to renew the lease."""
+        self.offset = offset
+        self.sync(engine)
+        self.seen = 0  # the dispatcher flushes the events next
+        held, self.held = self.held, []
+        for _worker, run in held:
+            wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
+            self.batch.started(self.keys[run.task_id], run.run, run.attempt, wall, now + offset)
+            self.runs[self.keys[run.task_id]] = run.run
+        if self.dead:
+            return None
+        lost: set[tuple[str, int, int]] = set()
+        if len(self.batch):
+            batch, self.batch = self.batch, self.store.batch(self.holder)
+            try:
+                result = batch.commit()
+            except StoreError as exc:  # the scheduler keeps running; durability is degraded, and said so
+                engine._log(40, f"the store could not record this turn ({exc}); runs go on unrecorded")
+            else:
+                self.renew_at = now + LEASE_NS // 3
+                lost = set(result.lost)
+                if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
+                    engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
+                    lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+        elif now >= self.renew_at:
+            try:
+                self.store.renew_lease(self.holder)
+            except StoreError as exc:
+                engine._log(40, f"the store: renewing the lease failed ({exc})")
+            self.renew_at = now + LEASE_NS // 3
+        for worker, run in held:
+            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
+                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
+                                "another scheduler holds it)")
+                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
+            else:
+                carrier.send_run(worker, run)
+        if self.cancelled:
+            self.cancelled = [t for t in self.cancelled if engine.core.state(t) is not None]
+            for tid in list(self.keys):
+                if engine.core.state(tid) is None and tid not in self.expected:
+                    self.keys.pop(tid)
+        return self.renew_at
+
+    def close(self, clean: bool) -> None:
+        """Shutdown (clean: unregister) or the user process died (leave the
+        registration: the next start records the runs in flight crashed)."""
+        self.dead = True
+        try:
+            if clean:
+                self.store.unregister(self.holder)
+        except StoreError:
+            pass
+        finally:
+            self.store.close()
+

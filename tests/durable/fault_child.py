@@ -1,0 +1,38 @@
+"""The user program of the durable fault test: keyed tasks on a store, one
+line on stdout per ended run (the parent kills it after a random number)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jobs_mod  # noqa: E402
+
+import procsched  # noqa: E402
+
+
+def main() -> None:
+    store, out = sys.argv[1], sys.argv[2]
+
+    def on_event(event: dict) -> None:
+        if event["event"] != "run_started":
+            os.write(1, f"{event['event']}\n".encode())
+
+    s = procsched.Scheduler(2, store=store)
+    s.add_listener(on_event)
+    s.schedule_at_fixed_rate(jobs_mod.record, 0.02, args=(out + ".a",), key="a")
+    s.schedule_at_fixed_rate(jobs_mod.record, 0.03, args=(out + ".b",), key="b",
+                             retry=procsched.Retry(attempts=3, delay=0, on=("crashed",)))
+    os.write(1, b"ready\n")
+    if len(sys.argv) > 3:  # a clean end: run this many more events, then shut down
+        sys.stdin.readline()
+        s.shutdown(wait=True)
+        os.write(1, b"closed\n")
+        return
+    sys.stdin.readline()  # runs until killed
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""Durable keyed tasks end to end: Scheduler(store=...), restarts, crashes.
+
+Real processes and a real SQLite file; every wait is on a pipe (the child
+program prints a line per event) or on scheduler events, never a sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import procsched
+from procsched._store import open_store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import jobs_mod  # noqa: E402
+
+from tests.runtime.rt_helpers import Waiter  # noqa: E402
+
+PY = sys.executable
+
+
+def _lines(path: str) -> list[tuple[int, int, int]]:
+    try:
+        with open(path) as f:
+            return [tuple(int(x) for x in line.split()[:3]) for line in f if line.strip()]  # type: ignore[misc]
+    except FileNotFoundError:
+        return []
+
+
+# -- bad input -------------------------------------------------------------------
+
+
+def test_keyed_lambda_or_closure_refused_at_the_call(tmp_path):
+    def nested() -> None:
+        pass
+
+    with procsched.Scheduler(1, store=str(tmp_path / "s.db")) as s:
+        with pytest.raises(TypeError, match="lambda"):
+            s.schedule(lambda: None, 10, key="l")
+        with pytest.raises(TypeError, match="nested function or closure"):
+            s.schedule_at_fixed_rate(nested, 10, key="n")
+        assert s.jobs() == []
+        h = s.schedule(lambda: 3)  # unkeyed tasks stay in memory: anything picklable
+        assert h.result(30) == 3
+    assert open_store(str(tmp_path / "s.db")).jobs() == []
+
+
+def test_bad_store_is_a_store_error_at_the_call(tmp_path):
+    with pytest.raises(procsched.StoreError, match="does not exist"):
+        procsched.Scheduler(1, store=str(tmp_path / "missing" / "s.db"))
+    bad = tmp_path / "not.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(procsched.StoreError):
+        procsched.Scheduler(1, store=str(bad))
+    with pytest.raises(ValueError, match="runner='processes'"):
+        procsched.Scheduler(1, runner="threads", store=str(tmp_path / "s.db"))
+
+
+# -- restarts --------------------------------------------------------------------
+
+
+def test_restart_continues_run_numbers_and_resumes_unscheduled_tasks(tmp_path):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    with procsched.Scheduler(2, store=db) as s:
+        w = Waiter(s)
+        s.schedule_at_fixed_rate(jobs_mod.record, 0.02, args=(out,), key="tick")
+        w.until(lambda: len(_lines(out)) >= 5)
+    runs_before = max(r for r, _a, _s in _lines(out))
+    # The program does not schedule "tick" again: it is resumed from the store.
+    with procsched.Scheduler(2, store=f"sqlite:///{db}") as s:
+        w = Waiter(s)
+        handle = s.get("tick")
+        assert handle is not None and handle.key == "tick"
+        w.until(lambda: max(r for r, _a, _s in _lines(out)) >= runs_before + 5)
+        history = s.history("tick")
+    lines = _lines(out)
+    runs = [r for r, _a, _s in lines]
+    assert len(runs) == len(set(runs)), "a run ran twice"
+    assert sorted(runs) == list(range(1, len(runs) + 1)), "run numbers did not go on"
+    # fixed rate, catch_up: every slot of the grid ran, across the restart
+    slots = sorted(s for _r, _a, s in lines)
+    period_us = 20_000
+    assert all(abs((b - slots[0]) - i * period_us) <= 1000 for i, b in enumerate(slots))
+    assert [h.run for h in history] == list(range(history[0].run, history[-1].run + 1))
+    assert all(h.outcome in ("ok", None) for h in history)
+
+
+def test_same_definition_continues_changed_definition_replaces(tmp_path, caplog):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="k")
+        w.until(lambda: len(_lines(out)) >= 2)
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        adopted = s.get("k")
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="k")
+        assert h is adopted  # the same definition: the stored task goes on
+        with pytest.raises(ValueError, match="held by live task"):
+            s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="k")
+        w.until(lambda: len(_lines(out)) >= 4)
+    n = max(r for r, _a, _s in _lines(out))
+    with caplog.at_level(logging.WARNING, logger="procsched"):
+        with procsched.Scheduler(1, store=db) as s:
+            w = Waiter(s)
+            h = s.schedule_at_fixed_rate(jobs_mod.record, 0.07, args=(out,), key="k")  # changed period
+            w.until(lambda: max(r for r, _a, _s in _lines(out)) >= n + 2)
+    assert "definition changed" in caplog.text
+    runs = [r for r, _a, _s in _lines(out)]
+    assert sorted(runs) == list(range(1, len(runs) + 1))  # run numbers go on across the replacement
+    stored = open_store(db).get("k")
+    assert stored is not None and stored.definition.schedule["period_ns"] == 70_000_000
+
+
+def test_one_shot_keyed_task_leaves_the_live_set_its_runs_stay(tmp_path):
+    db = str(tmp_path / "s.db")
+    with procsched.Scheduler(1, store=db) as s:
+        h = s.schedule(jobs_mod.add, 0, args=(2, 3), key="once")
+        assert h.result(30) == 5
+        Waiter(s).until(lambda: s.get("once") is None)
+    store = open_store(db)
+    assert store.get("once") is None
+    assert [(r.run, r.outcome) for r in store.history("once")] == [(1, "ok")]
+    with procsched.Scheduler(1, store=db) as s:  # not run again
+        assert s.jobs() == [] and [r.outcome for r in s.history("once")] == ["ok"]
+
+
+def test_a_one_shot_due_later_survives_a_restart(tmp_path):
+    db = str(tmp_path / "s.db")
+    with procsched.Scheduler(1, store=db) as s:
+        h = s.schedule(jobs_mod.add, 3600, args=(1, 1), key="later")
+        s.shutdown(cancel_futures=True)
+    assert h.cancelled()
+    stored = open_store(db).get("later")
+    assert stored is not None and stored.state.next_due_ns > time.time_ns() + 3500 * 10**9
+    with procsched.Scheduler(1, store=db) as s:
+        h = s.get("later")
+        assert h is not None and h.next_run_at is not None
+        assert abs(h.next_run_at.timestamp() * 1e9 - stored.state.next_due_ns) < 10**9
+        s.shutdown(cancel_futures=True)
+
+
+def test_unloadable_task_is_kept_and_visible(tmp_path):
+    db = str(tmp_path / "s.db")
+    store = open_store(db)
+    from procsched._store import TaskDefinition
+
+    b = store.batch()
+    b.upsert(TaskDefinition("ghost", "no_such_module_xyz:fn", pickle.dumps(((), {})), {"kind": "once", "delay_ns": 0},
+                            {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": None,
+                             "max_runs": None, "retry": None, "until_wall_ns": None}))
+    b.commit()
+    with procsched.Scheduler(1, store=db) as s:
+        stats = s.stats()
+        assert "ghost" in stats["unloadable"] and "ModuleNotFoundError" in stats["unloadable"]["ghost"]
+        assert s.jobs() == []
+    kept = open_store(db).get("ghost")
+    assert kept is not None and kept.unloadable and "ModuleNotFoundError" in kept.unloadable
+
+
+# -- crashes: the user process SIGKILLed -------------------------------------------
+
+
+class Child:
+    """The fault test's user program (fault_child.py), read line by line with a deadline."""
+
+    def __init__(self, db: str, out: str, clean: bool = False) -> None:
+        args = [PY, os.path.join(HERE, "fault_child.py"), db, out] + (["clean"] if clean else [])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.buf = b""
+
+    def line(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not ready:
+                raise AssertionError("the child said nothing in time")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise AssertionError(f"the child exited ({self.proc.wait()})")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode()
+
+    def until(self, text: str) -> None:
+        while self.line() != text:
+            pass
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, any_store):
+    db, out = any_store, str(tmp_path / "out")
+    rng = random.Random(int(os.environ.get("PROCSCHED_FAULT_SEED", "0")) or None)
+    for _ in range(20):
+        child = Child(db, out)
+        child.until("ready")
+        for _ in range(rng.randint(0, 12)):
+            child.line()
+        time.sleep(rng.uniform(0, 0.02))  # a random instant (not a synchronisation)
+        child.proc.kill()
+        child.proc.wait()  # reaped: its pid is gone, so the restart takes over at once
+        child.proc.stdout.close()  # type: ignore[union-attr]
+        child.proc.stdin.close()  # type: ignore[union-attr]
+    child = Child(db, out, clean=True)
+    child.until("ready")
+    for _ in range(6):
+        child.line()
+    child.proc.stdin.write(b"stop\n")  # type: ignore[union-attr]
+    child.proc.stdin.flush()  # type: ignore[union-attr]
+    child.until("closed")
+    assert child.proc.wait(30) == 0
+    store = open_store(db)
+    for key, period_us, retried in (("a", 20_000, False), ("b", 30_000, True)):
+        history = store.history(key, 10_000)
+        ran = _lines(f"{out}.{key}")
+        assert len(ran) == len({(r, a) for r, a, _s in ran}), f"{key}: a run attempt ran twice"
+        assert all(h.outcome is not None for h in history), f"{key}: a run left in flight"
+        first = history[0].run
+        runs = sorted({h.run for h in history})
+        assert runs == list(range(first, runs[-1] + 1)), f"{key}: a run number is missing (a slot lost)"
+        recorded = {(h.run, h.attempt): h for h in history}
+        # nothing ran unrecorded; everything recorded ok ran
+        assert all((r, a) in recorded for r, a, _s in ran if r >= first), f"{key}: a run ran unrecorded"
+        ran_set = {(r, a) for r, a, _s in ran}
+        assert all(k in ran_set for k, h in recorded.items() if h.outcome == "ok"), f"{key}: an ok run never ran"
+        # the grid: attempt 1 of run n is slot n
+        base = next(h for h in history if h.attempt == 1)
+        for h in history:
+            if h.attempt == 1:
+                assert abs((h.scheduled_ns - base.scheduled_ns) // 1000 - (h.run - base.run) * period_us) <= 1000
+        by_run: dict[int, list] = {}
+        for h in history:
+            by_run.setdefault(h.run, []).append(h)
+        for run, attempts in by_run.items():
+            assert [h.attempt for h in attempts] == list(range(1, len(attempts) + 1)), (key, run)
+            if retried and attempts[-1].outcome == "crashed":
+                assert attempts[-1].attempt == 3, f"{key} run {run}: a crash the Retry covers was not retried"
+            if not retried:
+                assert len(attempts) == 1
+        assert any(h.outcome == "crashed" for h in history) or key == "b"
+
+
+def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="p")
+        w.until(lambda: len(_lines(out)) >= 2)
+        assert h.pause()
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+    assert open_store(db).get("p").state.paused
+    n = len(_lines(out))
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.get("p")
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+        assert len(_lines(out)) == n
+        assert h.resume()
+        w.until(lambda: len(_lines(out)) >= n + 2)
+    runs = [r for r, _a, _s in _lines(out)]
+    assert sorted(runs) == list(range(1, len(runs) + 1))
+
+
+def test_a_sqlite_url_may_ask_for_synchronous_normal(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL")
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    store.close()
+    assert open_store(f"sqlite:///{tmp_path}/f.db").conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    with pytest.raises(ValueError, match="synchronous"):
+        open_store(f"sqlite:///{tmp_path}/x.db?journal=off")
+    with procsched.Scheduler(1, store=f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL") as s:
+        assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
