@@ -54,6 +54,8 @@ import psutil
 from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
+from ._gc import FreezeOnGrowth
+from ._process_backend import FORKSERVER_PRELOAD
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
@@ -119,9 +121,8 @@ class ProcessCarrier:
         self.serial = itertools.count()
         self.writing: set[_Worker] = set()  # workers with output waiting
         self.ctx = multiprocessing.get_context(start_method)
-        if start_method == "forkserver":
-            preload = ["procsched._runtime._worker", "procsched._runtime._forkserver"]
-            self.ctx.set_forkserver_preload(preload)  # type: ignore[attr-defined]
+        if start_method == "forkserver":  # (the bootstrap has started it with the same list)
+            self.ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))  # type: ignore[attr-defined]
         self.by_sentinel: dict[int, _Worker] = {}
 
     def spawn(self, slot: int) -> _Worker:
@@ -359,6 +360,7 @@ class Dispatcher:
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
+        self.freeze_gc = FreezeOnGrowth()  # after bulk adds (see _gc.py)
         self.wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
         signal.set_wakeup_fd(wakeup_w)
@@ -444,6 +446,7 @@ class Dispatcher:
                 engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
             elif tag == "shutdown":
                 engine.shutdown(message[1], time.monotonic_ns())
+        self.freeze_gc(len(engine.core))
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         """Share the bytes of a pickled function (and of small argument
@@ -667,15 +670,20 @@ def _check_extra(extra: Any) -> None:
         raise TypeError("malformed add: retry_on")
 
 
-def main() -> None:
-    cmd = Connection(int(sys.argv[1]), writable=False)
-    evt = Connection(int(sys.argv[2]), readable=False)
-    try:
-        config = recv(cmd)
-    except EOFError:
-        os._exit(0)
-    sys.path[:] = config["sys_path"]
-    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
+def main(cmd: Connection | None = None, config: dict[str, Any] | None = None) -> None:
+    """The dispatcher's entry point: ``argv[-2:]`` are the command and event
+    pipes' descriptors. The user process starts it through
+    ``_process_backend.BOOTSTRAP``, which has read the config and started the
+    forkserver already (``cmd``, ``config``); ``python -m`` works too."""
+    if cmd is None or config is None:
+        cmd = Connection(int(sys.argv[-2]), writable=False)
+        try:
+            config = recv(cmd)
+        except EOFError:
+            os._exit(0)
+        sys.path[:] = config["sys_path"]
+        multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
+    evt = Connection(int(sys.argv[-1]), readable=False)
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
     main_module = sys.modules["__main__"]
