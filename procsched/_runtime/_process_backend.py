@@ -19,34 +19,6 @@ from ._wire import pack_call, recv, send, send_command
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
 EXIT_GRACE = 10.0
-#: Modules the workers' forkserver imports once, so that each worker starts
-#: with them loaded.
-FORKSERVER_PRELOAD = ("procsched._runtime._worker", "procsched._runtime._forkserver")
-DISPATCHER_MODULE = "procsched._runtime._dispatcher"
-
-#: The dispatcher's first lines, run with ``python -c`` (argv: the dispatcher
-#: module, then the command and event pipes) before anything of procsched is
-#: imported. With the forkserver start method, the forkserver - which imports
-#: procsched to preload the worker module, ~0.1 s - is started first, so its
-#: import and the dispatcher's own run side by side on two cores instead of
-#: one after the other: the first result after Scheduler() comes ~0.1 s
-#: sooner. (The module name in argv keeps the process recognisable.)
-BOOTSTRAP = f"""\
-import multiprocessing.process, pickle, sys
-from multiprocessing.connection import Connection
-cmd = Connection(int(sys.argv[-2]), writable=False)
-try:
-    config = pickle.loads(cmd.recv_bytes())
-except EOFError:
-    raise SystemExit(0)
-sys.path[:] = config["sys_path"]
-multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]
-if config["start_method"] == "forkserver":
-    from multiprocessing import forkserver
-    forkserver.set_forkserver_preload({list(FORKSERVER_PRELOAD)!r})
-    forkserver.ensure_running()
-__import__(sys.argv[1], fromlist=["main"]).main(cmd, config)
-"""
 
 
 class ProcessBackend:
@@ -68,7 +40,7 @@ class ProcessBackend:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", BOOTSTRAP, DISPATCHER_MODULE, str(cmd_r), str(evt_w)],
+                [sys.executable, "-m", "procsched._runtime._dispatcher", str(cmd_r), str(evt_w)],
                 pass_fds=(cmd_r, evt_w),
                 start_new_session=True,  # Ctrl-C at a terminal is the user process's to handle
                 stdin=subprocess.DEVNULL,
