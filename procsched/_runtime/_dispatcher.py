@@ -55,7 +55,6 @@ from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
 from ._gc import FreezeOnGrowth
-from ._process_backend import FORKSERVER_PRELOAD
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
@@ -121,8 +120,9 @@ class ProcessCarrier:
         self.serial = itertools.count()
         self.writing: set[_Worker] = set()  # workers with output waiting
         self.ctx = multiprocessing.get_context(start_method)
-        if start_method == "forkserver":  # (the bootstrap has started it with the same list)
-            self.ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))  # type: ignore[attr-defined]
+        if start_method == "forkserver":
+            preload = ["procsched._runtime._worker", "procsched._runtime._forkserver"]
+            self.ctx.set_forkserver_preload(preload)  # type: ignore[attr-defined]
         self.by_sentinel: dict[int, _Worker] = {}
 
     def spawn(self, slot: int) -> _Worker:
@@ -396,6 +396,7 @@ class Dispatcher:
                     if worker.sentinel in self.carrier.by_sentinel:
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
                         self.carrier.forget_output(worker)
+                        self.flush()  # the crash reaches the user before the replacement is started (next tick)
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
@@ -670,20 +671,15 @@ def _check_extra(extra: Any) -> None:
         raise TypeError("malformed add: retry_on")
 
 
-def main(cmd: Connection | None = None, config: dict[str, Any] | None = None) -> None:
-    """The dispatcher's entry point: ``argv[-2:]`` are the command and event
-    pipes' descriptors. The user process starts it through
-    ``_process_backend.BOOTSTRAP``, which has read the config and started the
-    forkserver already (``cmd``, ``config``); ``python -m`` works too."""
-    if cmd is None or config is None:
-        cmd = Connection(int(sys.argv[-2]), writable=False)
-        try:
-            config = recv(cmd)
-        except EOFError:
-            os._exit(0)
-        sys.path[:] = config["sys_path"]
-        multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
-    evt = Connection(int(sys.argv[-1]), readable=False)
+def main() -> None:
+    cmd = Connection(int(sys.argv[1]), writable=False)
+    evt = Connection(int(sys.argv[2]), readable=False)
+    try:
+        config = recv(cmd)
+    except EOFError:
+        os._exit(0)
+    sys.path[:] = config["sys_path"]
+    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
     main_module = sys.modules["__main__"]
