@@ -23,6 +23,9 @@ it is the one the targets are checked against. The second (``--gc on,off``,
 the default) runs with the GC off, for both sides: the difference is what
 CPython's collector costs for a million long-lived task records, which a
 bare heap of int tuples never pays (the GC untracks tuples of atoms).
+With the GC on, ``core[...]+freeze`` is the core as the processes runner's
+dispatcher runs it: with its GC policy (``procsched/_runtime/_gc.py``:
+``gc.freeze()`` once the pending count has doubled), called every 64 adds.
 
 Pairs mode: N x (add one task, cancel it) on one core, sampling RSS 20
 times; with lazy deletion plus compaction the heap and the RSS stay flat.
@@ -53,6 +56,7 @@ TARGET_RATIO = 3.0
 TARGET_BYTES = 400
 HORIZON_NS = 1_000 * 1_000_000_000  # due times spread over 1000 s
 CANCEL_EVERY = 10  # cancel 10%
+BATCH = 64  # adds between two calls of the dispatcher's GC policy (core+freeze)
 
 
 def cpu_ns() -> int:
@@ -115,8 +119,12 @@ def child_bare(n: int, seed: int) -> dict[str, Any]:
     }
 
 
-def child_core(n: int, seed: int, policy: str) -> dict[str, Any]:
+def child_core(n: int, seed: int, policy: str, freeze: bool = False) -> dict[str, Any]:
+    """The core alone; with ``freeze``, plus the dispatcher's GC policy
+    (``_runtime/_gc.py``), applied as the dispatcher does: after each batch
+    of adds (here every BATCH adds; the dispatcher reads ~50 per batch)."""
     from procsched._core import SchedulerCore
+    from procsched._runtime._gc import FreezeOnGrowth
 
     dues = due_times(n, seed)
     ids = [0] * n
@@ -124,9 +132,16 @@ def child_core(n: int, seed: int, policy: str) -> dict[str, Any]:
 
     core = SchedulerCore(policy)
     add = core.add
+    policy_hook = FreezeOnGrowth() if freeze else None
     t0 = cpu_ns()
-    for i in range(n):
-        ids[i] = add(dues[i])
+    if policy_hook is None:
+        for i in range(n):
+            ids[i] = add(dues[i])
+    else:
+        for start in range(0, n, BATCH):
+            for i in range(start, min(n, start + BATCH)):
+                ids[i] = add(dues[i])
+            policy_hook(len(core))
     t1 = cpu_ns()
     rss1 = rss()
     assert len(core) == n
@@ -224,6 +239,8 @@ def main_mode(n: int, seed: int, policies: list[str], repeat: int, gc_modes: lis
 
 def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str) -> dict[str, Any]:
     contenders = [("bare heapq", ["bare"])] + [(f"core[{p}]", ["core", "--policy", p]) for p in policies]
+    if gc_mode == "on":  # the core as the dispatcher runs it: with its GC policy (procsched/_runtime/_gc.py)
+        contenders += [(f"core[{p}]+freeze", ["core+freeze", "--policy", p]) for p in policies]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
     for _ in range(repeat):
         for name, args in contenders:
@@ -289,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gc", default="on,off", help="cyclic GC modes to measure: on, off or on,off")
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
-    parser.add_argument("--child", choices=["bare", "core", "pairs"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["bare", "core", "core+freeze", "pairs"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     gc_modes = args.gc.split(",")
     if not set(gc_modes) <= {"on", "off"}:
@@ -299,8 +316,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.child == "bare":
         print(json.dumps(child_bare(args.n, args.seed)))
-    elif args.child == "core":
-        print(json.dumps(child_core(args.n, args.seed, args.policy)))
+    elif args.child in ("core", "core+freeze"):
+        print(json.dumps(child_core(args.n, args.seed, args.policy, freeze=args.child == "core+freeze")))
     elif args.child == "pairs":
         print(json.dumps(child_pairs(args.n, args.policy)))
     else:

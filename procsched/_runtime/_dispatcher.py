@@ -54,6 +54,7 @@ import psutil
 from .._core import Kind, Misfire, Policy, Run
 from .._errors import SchedulerClosedError
 from . import _worker
+from ._gc import FreezeOnGrowth
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._wire import PROTOCOL, CommandReader, FrameReader, recv
 
@@ -365,6 +366,7 @@ class Dispatcher:
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
+        self.freeze_gc = FreezeOnGrowth()  # after bulk adds (see _gc.py)
         self.wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
         signal.set_wakeup_fd(wakeup_w)
@@ -405,6 +407,7 @@ class Dispatcher:
                     if worker.sentinel in self.carrier.by_sentinel:
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
                         self.carrier.forget_output(worker)
+                        self.flush()  # the crash reaches the user before the replacement is started (next tick)
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
@@ -476,6 +479,7 @@ class Dispatcher:
                     self.journal.sync(engine)
                     self.journal.closing = True
                 engine.shutdown(message[1], time.monotonic_ns())
+        self.freeze_gc(len(engine.core))
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         """Share the bytes of a pickled function (and of small argument

@@ -307,7 +307,9 @@ class Engine:
             slot.note = "backoff"
             self._log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
         else:
-            self._spawn(slot, now)
+            # Respawned by the next tick, not here: the carrier can hand the
+            # crash to the user first (starting a process takes milliseconds).
+            slot.respawn_at = now
 
     def shutdown(self, cancel_futures: bool, now: int) -> None:
         """No more work: cancel periodic tasks (all pending ones with
