@@ -287,3 +287,23 @@ class SchedulingAPI(abc.ABC):
             )
         if not self.cancel(holder.id):
             raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")
+
+
+class LiveTasks:
+    """``get`` and ``jobs`` for a scheduler that keeps the handles of its live
+    tasks (``_handles``: id -> handle, in submission order) and their keys
+    (``_keys``: key -> handle)."""
+
+    _handles: dict[int, TaskHandle]
+    _keys: dict[str, TaskHandle]
+
+    def get(self, key_or_id: str | int) -> TaskHandle | None:
+        """The live task with this key (str) or id (int), or None."""
+        if isinstance(key_or_id, str):
+            handle = self._keys.get(key_or_id)
+            return handle if handle is not None and not handle.done() else None
+        return self._handles.get(v.task_id(key_or_id))
+
+    def jobs(self) -> list[TaskHandle]:
+        """The live tasks (not finished or cancelled), in submission order."""
+        return list(self._handles.values())

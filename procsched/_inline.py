@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable, final
 
 from . import _validate as v
-from ._api import SchedulingAPI
+from ._api import LiveTasks, SchedulingAPI
 from ._clock import NS, Clock, MonotonicClock, wall_ns_of
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
@@ -32,7 +32,7 @@ def check_clock(clock: object) -> Clock:
 
 
 @final
-class InlineScheduler(SchedulingAPI):
+class InlineScheduler(LiveTasks, SchedulingAPI):
     """Same scheduling API as ``Scheduler``; runs tasks in the calling thread.
 
     ``run_due()`` runs every task due now (and runs that come due during
@@ -103,17 +103,6 @@ class InlineScheduler(SchedulingAPI):
         if spec.key is not None:
             self._keys[spec.key] = handle
         return handle
-
-    def get(self, key_or_id: str | int) -> TaskHandle | None:
-        """The live task with this key (str) or id (int), or None."""
-        if isinstance(key_or_id, str):
-            handle = self._keys.get(key_or_id)
-            return handle if handle is not None and not handle.done() else None
-        return self._handles.get(v.task_id(key_or_id))
-
-    def jobs(self) -> list[TaskHandle]:
-        """The live tasks (not finished or cancelled), in submission order."""
-        return list(self._handles.values())
 
     def pause(self, task_id: int) -> bool:
         """Pause a task (see ``TaskHandle.pause``)."""

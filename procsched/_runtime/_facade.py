@@ -27,7 +27,7 @@ import weakref
 from typing import Any, Callable
 
 from .. import _validate as v
-from .._api import SchedulingAPI
+from .._api import LiveTasks, SchedulingAPI
 from .._clock import MonotonicClock
 from .._core import TaskState
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
@@ -58,7 +58,7 @@ def _default_start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-class Scheduler(SchedulingAPI, concurrent.futures.Executor):
+class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
     """Runs scheduled work on a pool of worker processes (or threads).
 
     Args:
@@ -385,17 +385,6 @@ class Scheduler(SchedulingAPI, concurrent.futures.Executor):
                 send((stored[0], task_id, *stored[2:]))
             send(message if extra is None else (*message, extra))
         return handle
-
-    def get(self, key_or_id: str | int) -> TaskHandle | None:
-        """The live task with this key (str) or id (int), or None."""
-        if isinstance(key_or_id, str):
-            handle = self._keys.get(key_or_id)
-            return handle if handle is not None and not handle.done() else None
-        return self._handles.get(v.task_id(key_or_id))
-
-    def jobs(self) -> list[TaskHandle]:
-        """The live tasks (not finished or cancelled), in submission order."""
-        return list(self._handles.values())
 
     def pause(self, task_id: int) -> bool:
         """Pause a task (see ``TaskHandle.pause``)."""
