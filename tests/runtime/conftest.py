@@ -94,7 +94,7 @@ def ray_cluster():
          "--include-dashboard", "false", "--include-log-monitor", "false", "--disable-usage-stats",
          "--object-store-memory", str(512 << 20),
          # ports that default to fixed numbers: free ones, so clusters can coexist
-         "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())],
+         *_client_port(), "--dashboard-agent-listen-port", str(_free_port())],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True,
     )  # fmt: skip
     started = _HeadOutput(head, os.path.join(temp_dir, "start.log"))
@@ -129,6 +129,15 @@ def ray_cluster():
                 os.environ[key] = value
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not strays, f"Ray processes left behind: {strays}"
+
+
+def _client_port() -> list[str]:
+    """``--ray-client-server-port`` on a free port where Ray Client is
+    installed (``ray[client]``); the minimal ``ray`` of the ray extra starts no
+    client server, and refuses the option."""
+    from ray._private.utils import get_ray_client_dependency_error
+
+    return [] if get_ray_client_dependency_error() is not None else ["--ray-client-server-port", str(_free_port())]
 
 
 def _free_port() -> int:
