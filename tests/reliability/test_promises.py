@@ -484,10 +484,12 @@ def test_ctrl_c_in_a_with_block_says_what_exit_waits_for(tmp_path):
     second one kills the runs; the second kills them."""
     proc = _program(tmp_path, """
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        import threading
+        started = threading.Event()
         with procsched.Scheduler(1) as s:
+            s.add_listener(lambda event: started.set(), events=["run_started"])
             s.submit(promise_tasks.hang)
-            while s.stats()["running"] == 0:
-                time.sleep(0.01)
+            started.wait(30)
             print(s.stats()["workers"][0]["pid"], flush=True)
             sys.stdin.read()
     """, start_new_session=True)
