@@ -701,9 +701,7 @@ class SchedulerCore:
         now_wall = now + self.wall_offset
         if following is None or following >= now_wall:
             return following, 0
-        mode = task.misfire
-        if mode is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
-            mode = Misfire.SKIP
+        mode = _misfire_mode(task, outcome)
         if mode is Misfire.CATCH_UP:
             return following, 0
         # Slots up to now: count them (up to a cap) and keep the last one.
@@ -745,11 +743,7 @@ class SchedulerCore:
         following = scheduled + period
         if following >= now:
             return following, 0
-        mode = task.misfire
-        if mode is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
-            # A run that crashed or timed out is not caught up back to back:
-            # a task that crashes every run would otherwise loop on its backlog.
-            mode = Misfire.SKIP
+        mode = _misfire_mode(task, outcome)
         if mode is Misfire.CATCH_UP:
             return following, 0
         if mode is Misfire.SKIP:
@@ -765,3 +759,12 @@ class SchedulerCore:
         heapify(self._ready)
         self._dead = 0
         assert len(self._timers) + len(self._ready) == sum(t.state is PENDING for t in self._tasks.values())
+
+
+def _misfire_mode(task: _Task, outcome: str) -> Misfire:
+    """The task's misfire policy for the run that just ended: a run that
+    crashed or timed out is not caught up back to back (a task that crashes
+    every run would otherwise loop on its backlog), so catch_up acts as skip."""
+    if task.misfire is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
+        return Misfire.SKIP
+    return task.misfire
