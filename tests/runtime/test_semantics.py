@@ -14,6 +14,10 @@ from rt_helpers import Waiter, release
 
 pytestmark = pytest.mark.timeout(60)
 TOLERANCE = 0.08  # seconds: generous, real time on a shared 2-core machine
+#: Ray adds its own latency to each run (a Ray task's scheduling, sometimes a
+#: Ray worker to start first; the start is read on the node's wall clock):
+#: wider, still under the 200 ms steps the timelines tell apart.
+TOLERANCE_RAY = 0.15
 
 
 def _warm_up(s):
@@ -39,7 +43,7 @@ def test_fixed_rate_catches_up_after_overrun(runner, make_scheduler):
     h.cancel()
     starts = [r.started_at - origin for r in h.runs[:5]]
     for got, want in zip(starts, [0.2, 1.2, 1.2, 1.4, 1.8]):
-        assert got == pytest.approx(want, abs=TOLERANCE), _ms_from(h, origin)
+        assert got == pytest.approx(want, abs=TOLERANCE_RAY if runner == "ray" else TOLERANCE), _ms_from(h, origin)
     assert [r.scheduled_for - origin for r in h.runs[:5]] == pytest.approx([0.2, 0.6, 1.0, 1.4, 1.8], abs=1e-6)
 
 
@@ -55,7 +59,7 @@ def test_fixed_delay_never_catches_up(runner, make_scheduler):
     h.cancel()
     starts = [r.started_at - origin for r in h.runs[:3]]
     for got, want in zip(starts, [0.2, 1.6, 2.0]):
-        assert got == pytest.approx(want, abs=TOLERANCE), _ms_from(h, origin)
+        assert got == pytest.approx(want, abs=TOLERANCE_RAY if runner == "ray" else TOLERANCE), _ms_from(h, origin)
 
 
 def test_priorities_when_all_workers_are_busy(runner, make_scheduler, fifo):
