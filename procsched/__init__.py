@@ -2,24 +2,32 @@
 
 See README.md and docs/DESIGN.md (the contract). Everything public is re-exported
 here; modules starting with an underscore are private.
+
+``import procsched`` imports nothing else: each public name loads its module
+on first use (PEP 562 ``__getattr__``, below), so the dispatcher and worker
+processes, which import only the private modules they use, start fast, and
+so does a program that imports procsched and never starts a scheduler. Type
+checkers and IDEs read the ``TYPE_CHECKING`` imports.
 """
 
-from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
-from ._clock import ManualClock as ManualClock
-from ._context import current_run as current_run, current_scheduler as current_scheduler
-from ._core import Priority as Priority, TaskState as TaskState
-from ._errors import (
-    SchedulerClosedError as SchedulerClosedError,
-    SchedulerError as SchedulerError,
-    StoreError as StoreError,
-    TaskTimeoutError as TaskTimeoutError,
-    WorkerCrashedError as WorkerCrashedError,
-)
-from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
-from ._inline import InlineScheduler as InlineScheduler
-from ._retry import Retry as Retry
-from ._jobs import cron as cron, every as every, once as once
-from ._runtime._facade import Scheduler as Scheduler
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._clock import ManualClock as ManualClock
+    from ._context import current_run as current_run, current_scheduler as current_scheduler
+    from ._core import Priority as Priority, TaskState as TaskState
+    from ._errors import (
+        SchedulerClosedError as SchedulerClosedError,
+        SchedulerError as SchedulerError,
+        StoreError as StoreError,
+        TaskTimeoutError as TaskTimeoutError,
+        WorkerCrashedError as WorkerCrashedError,
+    )
+    from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
+    from ._inline import InlineScheduler as InlineScheduler
+    from ._jobs import cron as cron, every as every, once as once
+    from ._retry import Retry as Retry
+    from ._runtime._facade import Scheduler as Scheduler
 
 __version__ = "0.1.0"
 
@@ -43,3 +51,43 @@ __all__ = [
     "every",
     "once",
 ]
+
+#: The module each public name lives in (the same as the imports above).
+_HOMES = {
+    "InlineScheduler": "._inline",
+    "ManualClock": "._clock",
+    "Priority": "._core",
+    "Retry": "._retry",
+    "RunInfo": "._handle",
+    "Scheduler": "._runtime._facade",
+    "SchedulerClosedError": "._errors",
+    "SchedulerError": "._errors",
+    "StoreError": "._errors",
+    "TaskHandle": "._handle",
+    "TaskState": "._core",
+    "TaskTimeoutError": "._errors",
+    "WorkerCrashedError": "._errors",
+    "cron": "._jobs",
+    "current_run": "._context",
+    "current_scheduler": "._context",
+    "every": "._jobs",
+    "once": "._jobs",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A public name's first use: import its module, keep the name here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'procsched' has no attribute {name!r}")
+    from importlib import import_module
+
+    from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
+
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

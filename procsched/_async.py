@@ -20,7 +20,6 @@ calling context into its main task, and the context variable is set there.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import threading
@@ -38,6 +37,8 @@ class AsyncCall:
         functools.update_wrapper(self, fn)  # __name__, __qualname__, __module__, __doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import asyncio  # here, not at the top: workers and the dispatcher import this module, few need asyncio
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -74,6 +75,7 @@ def _is_async(fn: Any) -> bool:
 
 
 def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import asyncio
     import contextvars
 
     box: dict[str, Any] = {}

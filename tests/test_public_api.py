@@ -33,10 +33,23 @@ NOT_YET_REQUIRED: frozenset[str] = frozenset()
 INIT = Path(procsched.__file__)
 
 
+def _init_body() -> list[ast.stmt]:
+    """The top level of procsched/__init__.py, with its ``if TYPE_CHECKING:``
+    block (the re-exports, which load lazily at run time) unrolled."""
+    body: list[ast.stmt] = []
+    for node in ast.parse(INIT.read_text()).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING":
+            assert not node.orelse
+            body.extend(node.body)
+        else:
+            body.append(node)
+    return body
+
+
 def names_defined_in_init() -> set[str]:
     """Public names bound at the top level of procsched/__init__.py."""
     names: set[str] = set()
-    for node in ast.parse(INIT.read_text()).body:
+    for node in _init_body():
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -83,15 +96,43 @@ def test_contract_names_are_exported() -> None:
 
 
 def test_init_only_reexports() -> None:
-    """__init__.py holds only imports, __all__ and metadata: no logic to hide."""
-    for node in ast.parse(INIT.read_text()).body:
+    """__init__.py holds only imports, __all__, metadata and the lazy loader
+    (PEP 562 ``__getattr__`` and ``__dir__``): no logic to hide."""
+    for node in _init_body():
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # the docstring
+        if isinstance(node, ast.Import):
+            assert ast.unparse(node) == "import typing as _typing", ast.unparse(node)
+            continue
         if isinstance(node, ast.ImportFrom):
             assert node.level == 1, ast.unparse(node)  # from ._x import ...
             assert all(a.asname in (None, a.name) for a in node.names), ast.unparse(node)
             continue
+        if isinstance(node, ast.FunctionDef):
+            assert node.name in ("__getattr__", "__dir__"), node.name
+            continue
         assert isinstance(node, (ast.Assign, ast.AnnAssign)), ast.unparse(node)
+
+
+def test_lazy_names_match_the_type_checking_imports() -> None:
+    """Each public name loads from the module its TYPE_CHECKING import names."""
+    imported = {}
+    for node in _init_body():
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            imported.update({a.asname or a.name: "." + (node.module or "") for a in node.names})
+    assert imported == procsched._HOMES
+    assert set(procsched._HOMES) == set(procsched.__all__)
+    assert set(procsched.__all__) <= set(dir(procsched))
+
+
+def test_import_procsched_imports_nothing_else() -> None:
+    """``import procsched`` alone loads no private module (they load on first use)."""
+    import subprocess
+    import sys
+
+    code = "import sys, procsched; print(sorted(m for m in sys.modules if m.startswith('procsched')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['procsched']"
 
 
 def test_exported_objects_come_from_private_modules() -> None:

@@ -35,7 +35,6 @@ from bisect import insort
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Callable, Iterator
 
-from cronsim import CronSim, CronSimError
 
 NS = 1_000_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -112,6 +111,8 @@ class CronTrigger:
         # and a skipped time at the end of the gap; "*", ranges and steps follow
         # real time.
         self._fixed_hour = not any(c in hour for c in "*-/")
+        from cronsim import CronSim, CronSimError  # here: only cron tasks need it (a fast start for the rest)
+
         try:
             probe = CronSim(self._cron, datetime(2000, 1, 1))
             next(probe)
@@ -149,6 +150,8 @@ class CronTrigger:
         start = naive - back - timedelta(seconds=1)
         deferred: list[int] = []
         last = after_s
+        from cronsim import CronSim, CronSimError
+
         try:
             for n in CronSim(self._cron, start):
                 first, second = self._map(n)

@@ -34,29 +34,67 @@ User code is never unpickled here: payloads and results are opaque bytes.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import multiprocessing
 import os
 import pickle
-import selectors
-import shutil
-import signal
 import sys
-import time
-import traceback
-from datetime import timezone
 from multiprocessing.connection import Connection
-from typing import Any
 
-import psutil
+#: What the forkserver imports before it forks the first worker.
+FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver"]
 
-from .._core import Kind, Misfire, Policy, Run
-from .._errors import SchedulerClosedError
-from . import _worker
-from ._gc import FreezeOnGrowth
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine
-from ._wire import PROTOCOL, CommandReader, FrameReader, recv
+
+def _boot() -> tuple[Connection, Connection, dict]:  # type: ignore[type-arg]
+    """The process's first steps, before it imports the rest of the package:
+    read the configuration and, with forkserver, start the forkserver now, so
+    that its interpreter start and preload (importing the worker's modules)
+    run alongside this process's own imports instead of after them - the
+    first result after ``Scheduler()`` waits for both."""
+    cmd = Connection(int(sys.argv[1]), writable=False)
+    evt = Connection(int(sys.argv[2]), readable=False)
+    try:
+        config = pickle.loads(cmd.recv_bytes())
+    except EOFError:
+        os._exit(0)
+    sys.path[:] = config["sys_path"]
+    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
+    # Started with `-m`, this module is __main__, and multiprocessing would
+    # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
+    main_module = sys.modules["__main__"]
+    main_module.__spec__ = None
+    vars(main_module).pop("__file__", None)
+    if config["start_method"] == "forkserver":
+        from multiprocessing import forkserver
+
+        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+        try:
+            forkserver.ensure_running()  # returns once it is started, not once it has imported
+        except Exception:  # noqa: BLE001 - the first worker's start tries again, and reports
+            pass
+    return cmd, evt, config
+
+
+if __name__ == "__main__":  # the dispatcher process (python -m), not an import
+    _BOOT = _boot()
+
+import collections  # noqa: E402 - after the boot, see _boot()
+import itertools  # noqa: E402
+import selectors  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from datetime import timezone  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psutil  # noqa: E402
+
+from .._core import Kind, Misfire, Policy, Run  # noqa: E402
+from .._errors import SchedulerClosedError  # noqa: E402
+from . import _worker_main  # noqa: E402 - the target, not the worker (see _worker_main.py)
+from ._gc import FreezeOnGrowth  # noqa: E402
+from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
+from ._wire import PROTOCOL, CommandReader, FrameReader  # noqa: E402
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -121,8 +159,7 @@ class ProcessCarrier:
         self.writing: set[_Worker] = set()  # workers with output waiting
         self.ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
-            preload = ["procsched._runtime._worker", "procsched._runtime._forkserver"]
-            self.ctx.set_forkserver_preload(preload)  # type: ignore[attr-defined]
+            self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
         self.by_sentinel: dict[int, _Worker] = {}
 
     def spawn(self, slot: int) -> _Worker:
@@ -130,7 +167,7 @@ class ProcessCarrier:
         capture = None
         if self.capture_dir is not None:
             capture = os.path.join(self.capture_dir, f"output-{slot}-{next(self.serial)}")
-        proc = self.ctx.Process(target=_worker.main, args=(child, capture), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
+        proc = self.ctx.Process(target=_worker_main.main, args=(child, capture), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
         try:
             proc.start()  # a dead forkserver is restarted by the next start()
         except BaseException:
@@ -713,19 +750,7 @@ def _check_extra(extra: Any) -> None:
 
 
 def main() -> None:
-    cmd = Connection(int(sys.argv[1]), writable=False)
-    evt = Connection(int(sys.argv[2]), readable=False)
-    try:
-        config = recv(cmd)
-    except EOFError:
-        os._exit(0)
-    sys.path[:] = config["sys_path"]
-    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
-    # Started with `-m`, this module is __main__, and multiprocessing would
-    # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
-    main_module = sys.modules["__main__"]
-    main_module.__spec__ = None
-    vars(main_module).pop("__file__", None)
+    cmd, evt, config = _BOOT
     dispatcher = Dispatcher(cmd, evt, config)
     code = 0
     try:

@@ -1,0 +1,22 @@
+"""The worker process's entry point, as the dispatcher names it.
+
+multiprocessing pickles a process's target by reference, and pickling a
+reference imports its module: naming ``_worker.main`` directly would make
+the dispatcher import the worker's whole stack (the scheduling API, the
+validation, the handles), which it never runs. This module imports nothing;
+the worker's modules are already loaded in the forkserver (its preload), and
+load here with the spawn and fork start methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+
+def main(conn: Connection, capture: str | None = None) -> None:
+    from ._worker import main as worker_main
+
+    worker_main(conn, capture)
