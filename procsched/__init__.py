@@ -10,9 +10,9 @@ so does a program that imports procsched and never starts a scheduler. Type
 checkers and IDEs read the ``TYPE_CHECKING`` imports.
 """
 
-import typing as _typing
+from typing import TYPE_CHECKING
 
-if _typing.TYPE_CHECKING:
+if TYPE_CHECKING:
     from ._clock import ManualClock as ManualClock
     from ._context import current_run as current_run, current_scheduler as current_scheduler
     from ._core import Priority as Priority, TaskState as TaskState
@@ -28,6 +28,7 @@ if _typing.TYPE_CHECKING:
     from ._jobs import cron as cron, every as every, once as once
     from ._retry import Retry as Retry
     from ._runtime._facade import Scheduler as Scheduler
+del TYPE_CHECKING  # not a public name
 
 __version__ = "0.1.0"
 

@@ -38,7 +38,7 @@ def _init_body() -> list[ast.stmt]:
     block (the re-exports, which load lazily at run time) unrolled."""
     body: list[ast.stmt] = []
     for node in ast.parse(INIT.read_text()).body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING":
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             assert not node.orelse
             body.extend(node.body)
         else:
@@ -50,6 +50,8 @@ def names_defined_in_init() -> set[str]:
     """Public names bound at the top level of procsched/__init__.py."""
     names: set[str] = set()
     for node in _init_body():
+        if isinstance(node, ast.ImportFrom) and node.module == "typing":
+            continue  # TYPE_CHECKING, deleted after use
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -101,8 +103,7 @@ def test_init_only_reexports() -> None:
     for node in _init_body():
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # the docstring
-        if isinstance(node, ast.Import):
-            assert ast.unparse(node) == "import typing as _typing", ast.unparse(node)
+        if ast.unparse(node) in ("from typing import TYPE_CHECKING", "del TYPE_CHECKING"):
             continue
         if isinstance(node, ast.ImportFrom):
             assert node.level == 1, ast.unparse(node)  # from ._x import ...

@@ -28,6 +28,9 @@ command pipe reads EOF and the dispatcher kills every worker and exits.
 Workers are started with the configured multiprocessing start method
 (forkserver by default, preloaded with the worker module, so a replacement
 is up in milliseconds); each dies with its parent (see ``_worker.py``).
+The forkserver is started first thing (``_boot``), so that its interpreter
+start and preload overlap this process's own imports: the first result
+after ``Scheduler()`` waits for both.
 
 User code is never unpickled here: payloads and results are opaque bytes.
 """
@@ -44,7 +47,7 @@ from multiprocessing.connection import Connection
 FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver"]
 
 
-def _boot() -> tuple[Connection, Connection, dict]:  # type: ignore[type-arg]
+def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
     """The process's first steps, before it imports the rest of the package:
     read the configuration and, with forkserver, start the forkserver now, so
     that its interpreter start and preload (importing the worker's modules)
@@ -56,7 +59,6 @@ def _boot() -> tuple[Connection, Connection, dict]:  # type: ignore[type-arg]
         config = pickle.loads(cmd.recv_bytes())
     except EOFError:
         os._exit(0)
-    sys.path[:] = config["sys_path"]
     multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
@@ -66,11 +68,18 @@ def _boot() -> tuple[Connection, Connection, dict]:  # type: ignore[type-arg]
     if config["start_method"] == "forkserver":
         from multiprocessing import forkserver
 
-        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
+        # The forkserver (so every worker) gets the user's sys.path; this
+        # process takes it only after its own imports (main()), so a module
+        # in the user's directories cannot shadow one the dispatcher imports.
+        own_path = sys.path[:]
+        sys.path[:] = config["sys_path"]
         try:
             forkserver.ensure_running()  # returns once it is started, not once it has imported
         except Exception:  # noqa: BLE001 - the first worker's start tries again, and reports
             pass
+        finally:
+            sys.path[:] = own_path
     return cmd, evt, config
 
 
@@ -751,6 +760,7 @@ def _check_extra(extra: Any) -> None:
 
 def main() -> None:
     cmd, evt, config = _BOOT
+    sys.path[:] = config["sys_path"]
     dispatcher = Dispatcher(cmd, evt, config)
     code = 0
     try:
