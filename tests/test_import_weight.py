@@ -42,3 +42,22 @@ def test_a_public_name_loads_its_module_on_first_use() -> None:
     assert "procsched._core" in loaded and "procsched._runtime._facade" not in loaded
     loaded = loaded_after("from procsched import Scheduler")
     assert "procsched._runtime._facade" in loaded
+
+
+@pytest.mark.timeout(60)
+def test_a_users_module_does_not_shadow_the_dispatchers_imports(tmp_path) -> None:
+    """The dispatcher starts the forkserver before its own imports, but takes
+    the user's sys.path only after them: a module in the user's directories
+    named like one the dispatcher imports (here ``psutil``) stays the user's."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "psutil.py").write_text("raise ImportError('the user module, not psutil')\n")
+    program = (
+        f"import sys; sys.path.insert(0, {str(shadow)!r})\n"
+        "import procsched\n"
+        "with procsched.Scheduler(workers=1) as s:\n"
+        "    print(s.submit(pow, 2, 5).result(30))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=50, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "32"
