@@ -14,7 +14,7 @@ the same due times, the same cancels and the same process settings:
   cancel cannot say whether the id was pending (unknown, already run and
   already cancelled ids are all "cancelled"), so it never looks at the
   million pending entries.
-- ``bare heapq+live`` (the peer the targets are checked against): the same
+- ``bare heapq+live`` (shown beside, not the target's peer): the same
   heap plus the set of pending ids, the least a lazy-deletion heap needs for
   a cancel that answers as ``SchedulerCore.cancel`` does (True only for a
   pending task): push = heappush + ``live.add(id)``; cancel = ``if id in
@@ -43,8 +43,10 @@ dispatcher runs it: with its GC policy (``procsched/_runtime/_gc.py``:
 Pairs mode: N x (add one task, cancel it) on one core, sampling RSS 20
 times; with lazy deletion plus compaction the heap and the RSS stay flat.
 
-Targets (issue 13): each op within 3x the bare heap (bare heapq+live), and at most
-400 bytes per pending task.
+Targets (issue 13): each op within 3x the bare heap (``bare heapq``, the
+issue's "bare heapq of int tuples"), and at most 400 bytes per pending task.
+The ``+live`` column says how much of the gap is the membership check that a
+cancel answering True/False needs; it does not move the bar.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ TARGET_BYTES = 400
 HORIZON_NS = 1_000 * 1_000_000_000  # due times spread over 1000 s
 CANCEL_EVERY = 10  # cancel 10%
 BATCH = 64  # adds between two calls of the dispatcher's GC policy (core+freeze)
-PEER = "bare heapq+live"  # the baseline the targets are checked against (see above)
+LIVE = "bare heapq+live"  # shown beside the target's peer (see above)
 
 
 def cpu_ns() -> int:
@@ -302,7 +304,7 @@ def main_mode(n: int, seed: int, policies: list[str], repeat: int, gc_modes: lis
 
 
 def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str) -> dict[str, Any]:
-    contenders = [("bare heapq", ["bare"]), (PEER, ["bare+live"])]
+    contenders = [("bare heapq", ["bare"]), (LIVE, ["bare+live"])]
     contenders += [(f"core[{p}]", ["core", "--policy", p]) for p in policies]
     if gc_mode == "on":  # the core as the dispatcher runs it: with its GC policy (procsched/_runtime/_gc.py)
         contenders += [(f"core[{p}]+freeze", ["core+freeze", "--policy", p]) for p in policies]
@@ -312,26 +314,26 @@ def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str)
             runs[name].append(run_child(*args, "-n", str(n), "--seed", str(seed), gc_mode=gc_mode))
             print(f"  gc {gc_mode} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
     results = {name: median_of(r) for name, r in runs.items()}
-    bare, peer = results["bare heapq"], results[PEER]
+    bare, live = results["bare heapq"], results[LIVE]
     rows = [
         ("schedule", "µs/op", "schedule_us"),
         ("cancel", "µs/op", "cancel_us"),
         ("run (claim + complete)", "µs/op", "run_us"),
         ("memory", "bytes/pending task", "bytes"),
     ]
-    header = ["measure", "unit", "bare heapq", PEER]
+    header = ["measure", "unit", "bare heapq", LIVE]
     for name in results:
-        if name not in ("bare heapq", PEER):
-            header += [name, "ratio", "vs bare heapq"]
+        if name not in ("bare heapq", LIVE):
+            header += [name, "ratio", "vs +live"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     misses = []
     for label, unit, key in rows:
-        cells = [label, unit, f"{bare[key]:.3g}", f"{peer[key]:.3g}"]
+        cells = [label, unit, f"{bare[key]:.3g}", f"{live[key]:.3g}"]
         for name, res in results.items():
-            if name in ("bare heapq", PEER):
+            if name in ("bare heapq", LIVE):
                 continue
-            ratio = res[key] / peer[key]
-            cells += [f"{res[key]:.3g}", f"{ratio:.2f}x", f"{res[key] / bare[key]:.2f}x"]
+            ratio = res[key] / bare[key]
+            cells += [f"{res[key]:.3g}", f"{ratio:.2f}x", f"{res[key] / live[key]:.2f}x"]
             if key == "bytes" and res[key] > TARGET_BYTES:
                 misses.append(f"{name} {label}: {res[key]:.0f} B > {TARGET_BYTES} B")
             elif key != "bytes" and ratio > TARGET_RATIO:
@@ -339,8 +341,8 @@ def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str)
         lines.append("| " + " | ".join(cells) + " |")
     print("\n".join(lines), flush=True)
     if gc_mode == "on":
-        print(f"\nRatios against {PEER} (see the module docstring); the last column against bare heapq.")
-        print(f"Targets: each op <= {TARGET_RATIO:g}x {PEER}, <= {TARGET_BYTES} bytes per pending task.")
+        print(f"\nRatios against bare heapq (see the module docstring); the last column against {LIVE}.")
+        print(f"Targets: each op <= {TARGET_RATIO:g}x bare heapq, <= {TARGET_BYTES} bytes per pending task.")
         print("All met." if not misses else "Missed:\n" + "\n".join(f"- {m}" for m in misses), flush=True)
     return {"results": results, "missed": misses if gc_mode == "on" else None}
 
