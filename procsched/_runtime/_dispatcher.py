@@ -439,17 +439,20 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for message in _unbatch(self.commands.messages(frames)):
+        for message in self.commands.messages(frames):
             tag = message[0]
             if tag == "add" and self.journal is not None and message[1] in self.journal.expected:
-                offset, now = self.wall_offset()
-                engine.set_wall_offset(offset, now)
-                message = self.journal.adopt(engine, message, offset)
+                self.journal.sync(engine)  # what came before (a replaced task's cancel) is journalled first
+                engine.set_wall_offset(*self.wall_offset())
                 if len(message) == 12:
                     engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
                 else:
                     engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-                self.journal.added(engine, message[1], offset)
+                self.journal.added(engine, message[1])
+            elif tag == "adopt" and self.journal is not None:  # a restart's stored tasks, a chunk at a time
+                offset, now = self.wall_offset()
+                engine.set_wall_offset(offset, now)
+                self.journal.adopt(engine, message[1], message[2], offset)
             elif tag == "durable" and self.journal is not None:
                 self.journal.expect(message[1], message[2:])
             elif tag == "unloadable" and self.journal is not None:
@@ -637,15 +640,6 @@ class Dispatcher:
                     del self.out[: os.write(self.evt.fileno(), self.out)]
             except OSError:
                 pass
-
-
-def _unbatch(messages: list[Any]) -> Any:
-    """The commands, with a ``("batch", [command, ...])`` (a restart's adopted tasks) unrolled."""
-    for message in messages:
-        if message[0] == "batch":
-            yield from message[1]
-        else:
-            yield message
 
 
 def _check_message(message: Any) -> str:

@@ -3,8 +3,9 @@
     user process (facade)                         dispatcher (Journal)
     Scheduler(store=...) ─ open_store, recover ─┐
       take over dead schedulers (runs -> crashed)│ config["store"]
-      stored tasks -> resume points -> _add ─────┼─▶ "durable" + "add" ─▶ adopt: due, run numbers, upsert
-    schedule(key=...) ─ definition ──────────────┘                   tick: keyed runs held (Engine.hold)
+      stored tasks -> resume points, handles ─────┼─▶ "adopt" (5,000 a command) ─▶ adopt: due, run numbers
+    schedule(key=...) ─ definition ──────────────┴─▶ "durable" + "add" ─▶ added: upsert
+                                                  tick: keyed runs held (Engine.hold)
                                                   turn: events -> finished / delete / update,
                                                         held runs -> started; ONE commit; then send
 
@@ -198,7 +199,8 @@ class Journal:
         self.holder = self.store.register(lease_ns=LEASE_NS, pid=owner_pid)
         self.log = log  # engine._log
         self.keys: dict[int, str] = {}  # live keyed task id -> key
-        self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> (definition, resume) awaiting its add
+        self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> its definition, awaiting its add
+        self.shapes: list[tuple[Any, ...]] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
         self.held: list[tuple[Any, Any]] = []  # (worker, run): sent once the turn commits
         self.cancelled: list[int] = []
@@ -213,50 +215,59 @@ class Journal:
     def expect(self, task_id: int, fields: tuple[Any, ...]) -> None:
         self.expected[task_id] = fields
 
-    def adopt(self, engine: Any, message: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
-        """Before Engine.add of a keyed task: its due time from the store."""
+    def adopt(self, engine: Any, shapes: list[tuple[Any, ...]], rows: list[list[Any]], offset: int) -> None:
+        """A restart's stored tasks (the facade's ``_recover`` / ``_adopt``):
+        ``shapes`` extend the add messages tasks share, each row is one task
+        ``[key, shape, runs, attempt, due, slot, paused, write, task_id]``
+        (due and slot UTC ns; slot is the regular slot of a retried run).
+        Nothing is written for a task whose stored state is already this
+        (``write`` False), and no event goes back: its handle was made with
+        the due time (a paused task's pause does send one)."""
         self.sync(engine)
-        resume = self.expected[message[1]][-1]
-        if resume is None or resume[2] is None:
-            return message
-        runs, attempt, due_wall, base_wall, paused = resume[:5]
-        msg = list(message)
-        if len(msg) == 12 and msg[11][0] is not None:  # cron: the first slot is the one after after_wall
-            extra = list(msg[11])
-            slot = (base_wall if attempt > 1 else due_wall) - 1
-            if extra[2] is not None:
-                extra[2] += extra[1] - slot  # until counts from after_wall
-            extra[1] = slot
-            msg[11] = tuple(extra)
-        else:
-            msg[2] = (base_wall if attempt > 1 else due_wall) - offset
-        return tuple(msg)
+        self.shapes.extend(shapes)
+        shapes, add, core = self.shapes, engine.add, engine.core
+        keys, runs_of, rate = self.keys, self.runs, self.rate
+        for key, shape, runs, attempt, due, slot, paused, write, task_id in rows:
+            priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra, period_ns = shapes[shape]
+            first = slot if attempt > 1 else due  # a retry: the core goes on from its regular slot
+            if extra is not None and extra[0] is not None:  # cron: the first slot is the one after after_wall
+                until = extra[2]
+                if until is not None:
+                    until += extra[1] - (first - 1)  # until counts from after_wall
+                extra = (extra[0], first - 1, until, *extra[3:])
+            add(task_id, first - offset, priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra)
+            if core.state(task_id) is None:
+                continue  # refused (Engine.add said why)
+            runs = max(runs_of.get(key, 0), runs)
+            if attempt > 1:
+                core.continue_runs(task_id, runs, attempt, due - offset, slot - offset)
+            elif runs:
+                core.continue_runs(task_id, runs)
+            keys[task_id] = key
+            runs_of[key] = runs
+            if period_ns:
+                rate[task_id] = period_ns
+            if paused:
+                engine.pause(task_id)
+            if write:
+                self.batch.update(key, run_count=runs, next_due_ns=due, next_attempt=attempt, paused=paused,
+                                  unloadable=None)  # fmt: skip
 
-    def added(self, engine: Any, task_id: int, offset: int) -> None:
-        key, fn_ref, args, schedule, options, def_hash, resume = self.expected.pop(task_id)
+    def added(self, engine: Any, task_id: int) -> None:
+        """After Engine.add of a keyed task scheduled by the program: store it."""
+        key, fn_ref, args, schedule, options, def_hash = self.expected.pop(task_id)
         core = engine.core
         if core.state(task_id) is None:
             return  # refused (Engine.add said why)
-        d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
-        runs = max(self.runs.get(key, 0), 0 if resume is None else resume[0])
-        attempt = 1 if resume is None else resume[1]
-        if attempt > 1:
-            core.continue_runs(task_id, runs, attempt, resume[2] - offset, resume[3] - offset)
-        elif runs:
+        runs = self.runs.get(key, 0)
+        if runs:
             core.continue_runs(task_id, runs)
         self.keys[task_id] = key
         self.runs[key] = runs
         if schedule["kind"] == "fixed_rate":
             self.rate[task_id] = schedule["period_ns"]
-        if resume is not None and resume[4]:
-            engine.pause(task_id)
-        due = core.next_wall(task_id) if resume is None or resume[2] is None else resume[2]
-        state = TaskState(runs, due, attempt, bool(resume and resume[4]))
-        if resume is None or len(resume) < 6 or resume[5] != state:  # adopted unchanged: nothing to write
-            self.batch.upsert(d, state)
-        if resume is not None:  # the handle learns the restored due time
-            engine.events.append((EV_STATE, task_id, core.state(task_id).value, core.due(task_id),
-                                  core.next_wall(task_id)))  # fmt: skip
+        d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
+        self.batch.upsert(d, TaskState(runs, core.next_wall(task_id)))
 
     def unloadable(self, key: str, why: str) -> None:
         self.batch.unloadable(key, why)

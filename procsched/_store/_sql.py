@@ -564,10 +564,12 @@ class Batch:
 
     def update(self, key: str, **fields: Any) -> None:
         """Set state fields of ``key``: ``next_due_ns``, ``paused``,
-        ``run_count``, ``next_attempt`` (pause/resume, a reschedule)."""
-        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt"}
+        ``run_count``, ``next_attempt`` (pause/resume, a reschedule), and
+        ``unloadable`` (None: a restart loaded it again)."""
+        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt", "unloadable"}
         if bad or not fields:
-            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt; got {sorted(fields)}")
+            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt, unloadable; "
+                             f"got {sorted(fields)}")  # fmt: skip
         self.ops.append(("update", key, fields))
 
     def delete(self, key: str, *, history: bool = False) -> None:
