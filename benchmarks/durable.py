@@ -2,6 +2,7 @@
 
     python -m benchmarks.durable                        # both measurements
     python -m benchmarks.durable --tasks 20000 --seconds 3
+    python -m benchmarks.durable --only restart --tasks 100000
 
 Throughput: a Scheduler with 2 workers and K tiny keyed fixed-rate tasks
 (``noop``, period P, misfire "skip": the pool is saturated, never a backlog
@@ -62,7 +63,7 @@ def throughput(store: str | None, tasks: int, period: float, seconds: float) -> 
     return n / t
 
 
-def restart(path: str, n: int) -> tuple[float, float]:
+def restart(path: str, n: int) -> tuple[float, float, float]:
     if not os.path.exists(path):
         store = open_store(path)
         due = time.time_ns() + 3600 * NS
@@ -75,14 +76,14 @@ def restart(path: str, n: int) -> tuple[float, float]:
                 b.upsert(TaskDefinition(f"k{i}", "benchmarks._tasks:noop", _NO_ARGS, sched, opts), TaskState(0, due))
             b.commit()
         store.close()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     s = procsched.Scheduler(2, store=path)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     s.stats()
     t2 = time.perf_counter()
     assert len(s.jobs()) == n, len(s.jobs())
     s.shutdown(wait=True, cancel_futures=True)
-    return t1 - t0, t2 - t0
+    return t1 - t0, t2 - t0, c1 - c0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=100_000, help="stored tasks in the restart run")
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--only", choices=("throughput", "restart"), help="one of the two measurements")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 return cluster.url_for(f"bench{i}")  # type: ignore[union-attr]
 
             kinds.append(("PostgreSQL", pg))
+        if args.only == "restart":
+            kinds = []
         try:
             base = None
             serial = 0
@@ -127,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             if cluster is not None:
                 cluster.stop()
         path = os.path.join(tmp, "restart.db")
-        for _ in range(2):
-            ctor, adopted = restart(path, args.tasks)
-            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s, all adopted by the "
-                  f"dispatcher {adopted:.2f} s", flush=True)
+        for _ in range(0 if args.only == "throughput" else args.repeat):
+            ctor, adopted, cpu = restart(path, args.tasks)
+            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s ({cpu:.2f} s CPU in this "
+                  f"process), all adopted by the dispatcher {adopted:.2f} s", flush=True)
     return 0
 
 

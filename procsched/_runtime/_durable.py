@@ -224,18 +224,29 @@ class Journal:
         (``write`` False), and no event goes back: its handle was made with
         the due time (a paused task's pause does send one)."""
         self.sync(engine)
-        self.shapes.extend(shapes)
+        default_timeout = engine.default_timeout_ns
+        for priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra, period_ns in shapes:
+            # A plain shape's tasks go to the core directly, its enums made
+            # once (Engine.add would make them per task); a calendar, retry
+            # or limits take Engine.add (per task: its trigger, its errors).
+            plain = None if extra is not None else (priority, Kind(kind), period, Misfire(misfire), stop_on_error,
+                                                    default_timeout if timeout is None else timeout, payload, name)
+            self.shapes.append((plain, (priority, kind, period, misfire, stop_on_error, timeout, name, payload),
+                                extra, period_ns))  # fmt: skip
         shapes, add, core = self.shapes, engine.add, engine.core
         keys, runs_of, rate = self.keys, self.runs, self.rate
         for key, shape, runs, attempt, due, slot, paused, write, task_id in rows:
-            priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra, period_ns = shapes[shape]
+            plain, fields, extra, period_ns = shapes[shape]
             first = slot if attempt > 1 else due  # a retry: the core goes on from its regular slot
-            if extra is not None and extra[0] is not None:  # cron: the first slot is the one after after_wall
-                until = extra[2]
-                if until is not None:
-                    until += extra[1] - (first - 1)  # until counts from after_wall
-                extra = (extra[0], first - 1, until, *extra[3:])
-            add(task_id, first - offset, priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra)
+            if plain is not None:
+                core.add(first - offset, *plain, task_id)
+            else:
+                if extra[0] is not None:  # cron: the first slot is the one after after_wall
+                    until = extra[2]
+                    if until is not None:
+                        until += extra[1] - (first - 1)  # until counts from after_wall
+                    extra = (extra[0], first - 1, until, *extra[3:])
+                add(task_id, first - offset, *fields, extra)
             if core.state(task_id) is None:
                 continue  # refused (Engine.add said why)
             runs = max(runs_of.get(key, 0), runs)
