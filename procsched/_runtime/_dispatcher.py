@@ -320,7 +320,7 @@ class ProcessCarrier:
             self.writing.discard(worker)
 
 
-ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE = range(5)
+ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
 
 
 def _frame_head(size: int) -> bytes:
@@ -362,6 +362,7 @@ class Dispatcher:
 
             self.journal = Journal(config["store"], config["owner_pid"], self.engine._log)
             self.engine.hold = self.journal.hold
+            self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
@@ -407,12 +408,16 @@ class Dispatcher:
                     if worker.sentinel in self.carrier.by_sentinel:
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
                         self.carrier.forget_output(worker)
-                        self.flush()  # the crash reaches the user before the replacement is started (next tick)
+                        # the crash reaches the user before the replacement is started (next tick)
+                        if self.journal is None or self.journal.may_flush(engine):
+                            self.flush()
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
                 elif what == ON_WRITABLE:
                     self.write_out()
+                elif what == ON_COMMIT:  # the store writer committed a turn: its keyed runs go out
+                    self.journal.committed(engine, self.carrier, clock(), self.emit)  # type: ignore[union-attr]
                 else:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
@@ -420,7 +425,7 @@ class Dispatcher:
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
-                self.journal.turn(engine, self.carrier, offset, now)
+                self.journal.drain(engine, self.carrier, offset, now, self.emit)
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:

@@ -7,7 +7,8 @@
     schedule(key=...) ─ definition ──────────────┴─▶ "durable" + "add" ─▶ added: upsert
                                                   tick: keyed runs held (Engine.hold)
                                                   turn: events -> finished / delete / update,
-                                                        held runs -> started; ONE commit; then send
+                                                        held runs -> started; the batch -> writer
+                                                  committed (writer thread done, _commit.py): send
 
 The facade opens the store first (a bad store is a StoreError at the call),
 recovers it (start-up belongs to one owner: the dispatcher is not started
@@ -28,6 +29,7 @@ from .._core import Kind, Misfire
 from .._core._scheduler import SchedulerCore
 from .._errors import StoreError
 from .._store import RunRecord, StoredTask, TaskDefinition, TaskState, dead_here, function_ref, open_store
+from ._commit import Writer
 from ._engine import EV_CANCELLED, EV_RUN, EV_STATE, BLOB_EXC
 
 NS = 1_000_000_000
@@ -205,8 +207,13 @@ class Journal:
         self.held: list[tuple[Any, Any]] = []  # (worker, run): sent once the turn commits
         self.cancelled: list[int] = []
         self.rate: dict[int, int] = {}  # fixed-rate keyed task id -> period (its next slot at shutdown)
-        self.batch = self.store.batch(self.holder)
+        # Commits run in the writer thread (see _commit.py), on its own connection.
+        self.writer = Writer(target)
+        self.waiting: list[tuple[Any, Any]] = []  # held runs whose start is in self.batch
+        self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
+        self.synced: list[Any] = []  # the engine.events list ``seen`` counts in
+        self.told: list[Any] = []  # journalled events for the user, sent once the commit recording them is done
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
         self.renew_at = 0
@@ -270,7 +277,13 @@ class Journal:
         core = engine.core
         if core.state(task_id) is None:
             return  # refused (Engine.add said why)
-        runs = self.runs.get(key, 0)
+        runs = self.runs.get(key)
+        if runs is None:  # the key's first task here: it may have a history (an ended one-shot's)
+            try:
+                runs = self.store.last_run(key)
+            except StoreError as exc:
+                engine._log(40, f"the store: reading the runs of {key!r} failed ({exc}); they start at 1")
+                runs = 0
         if runs:
             core.continue_runs(task_id, runs)
         self.keys[task_id] = key
@@ -291,9 +304,17 @@ class Journal:
         return True
 
     # the turn
+    def may_flush(self, engine: Any) -> bool:
+        """Between turns (a worker died): journal what happened; True if
+        its events may go to the user now (no earlier ones wait for a commit)."""
+        self.sync(engine)
+        return not (self.writer.busy or self.told)
+
     def sync(self, engine: Any) -> None:
         """Journal the engine's events since the last call, in order."""
         events = engine.events
+        if events is not self.synced:  # flushed since (a new list): all of it is new
+            self.synced, self.seen = events, 0
         for i in range(self.seen, len(events)):
             ev = events[i]
             tag = ev[0]
@@ -339,8 +360,10 @@ class Journal:
             self.rate.pop(tid, None)
 
     def turn(self, engine: Any, carrier: Any, offset: int, now: int) -> int | None:
-        """End of a dispatcher turn: commit the turn's changes, then send the
-        keyed runs whose start it recorded. Returns when to renew the lease."""
+        """End of a dispatcher turn: hand the turn's changes to the writer,
+        whose commit sends the keyed runs whose start it records (see
+        ``committed``). While a commit is in flight, the changes wait for the
+        next one. Returns when to renew the lease."""
         self.offset = offset
         self.sync(engine)
         self.seen = 0  # the dispatcher flushes the events next
@@ -349,34 +372,28 @@ class Journal:
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
             self.batch.started(self.keys[run.task_id], run.run, run.attempt, wall, now + offset)
             self.runs[self.keys[run.task_id]] = run.run
+        self.waiting.extend(held)
         if self.dead:
             return None
-        lost: set[tuple[str, int, int]] = set()
-        if len(self.batch):
-            batch, self.batch = self.batch, self.store.batch(self.holder)
-            try:
-                result = batch.commit()
-            except StoreError as exc:  # the scheduler keeps running; durability is degraded, and said so
-                engine._log(40, f"the store could not record this turn ({exc}); runs go on unrecorded")
-            else:
-                self.renew_at = now + LEASE_NS // 3
-                lost = set(result.lost)
-                if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
-                    engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
-                    lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+        if self.writer.busy or len(self.batch):
+            # The user hears of this turn's events (a keyed run's end among
+            # them) once the commit recording them is done: history() after
+            # result() finds the run. Later events wait behind them, in order.
+            self.told.extend(engine.events)
+            engine.events.clear()
+        if self.writer.busy:  # pipelined: this turn's changes go with the next commit (group commit)
+            pass
+        elif len(self.batch):
+            batch, self.batch = self.batch, self.writer.store.batch(self.holder)
+            waiting, self.waiting = self.waiting, []
+            told, self.told = self.told, []
+            self.writer.submit(batch, (waiting, told))
         elif now >= self.renew_at:
             try:
                 self.store.renew_lease(self.holder)
             except StoreError as exc:
                 engine._log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + LEASE_NS // 3
-        for worker, run in held:
-            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
-                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
-                                "another scheduler holds it)")
-                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
-            else:
-                carrier.send_run(worker, run)
         if self.cancelled:
             self.cancelled = [t for t in self.cancelled if engine.core.state(t) is not None]
             for tid in list(self.keys):
@@ -384,11 +401,47 @@ class Journal:
                     self.keys.pop(tid)
         return self.renew_at
 
+    def committed(self, engine: Any, carrier: Any, now: int, emit: Any) -> None:
+        """The writer's commit ended (its pipe was readable): send the runs
+        whose start it recorded - or, if the store says another scheduler
+        holds them, end them ``cancelled`` unrun - and ``emit`` the events
+        it recorded to the user."""
+        (held, told), result = self.writer.collect()
+        if told:
+            emit(told)
+        lost: set[tuple[str | None, int, int]] = set()
+        if isinstance(result, StoreError):  # the scheduler keeps running; durability is degraded, and said so
+            engine._log(40, f"the store could not record this turn ({result}); runs go on unrecorded")
+        elif isinstance(result, BaseException):
+            raise result  # a bug in the store layer: the dispatcher's crash handling takes it
+        else:
+            self.renew_at = now + LEASE_NS // 3
+            lost = set(result.lost)
+            if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
+                engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
+                lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+        for worker, run in held:
+            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
+                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
+                                "another scheduler holds it)")
+                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
+            else:
+                carrier.send_run(worker, run)
+
+    def drain(self, engine: Any, carrier: Any, offset: int, now: int, emit: Any) -> None:
+        """A clean end: every change committed (and its events emitted) before this returns."""
+        self.turn(engine, carrier, offset, now)
+        while self.writer.busy:
+            self.writer.wait()
+            self.committed(engine, carrier, now, emit)
+            self.turn(engine, carrier, offset, now)
+
     def close(self, clean: bool) -> None:
         """Shutdown (clean: unregister) or the user process died (leave the
         registration: the next start records the runs in flight crashed)."""
         self.dead = True
         try:
+            self.writer.close()  # after the commit in flight, if any
             if clean:
                 self.store.unregister(self.holder)
         except StoreError:
