@@ -7,10 +7,11 @@
 Throughput: a Scheduler with 2 workers and K tiny keyed fixed-rate tasks
 (``noop``, period P, misfire "skip": the pool is saturated, never a backlog
 to catch up); runs ended per second over --seconds, after a warm-up, with
-no store, with a SQLite store (synchronous FULL: an fsync per dispatcher
-turn), SQLite with ``?synchronous=NORMAL`` (no fsync: survives any
-process crash, not a power cut) and, with --postgres, a PostgreSQL store (a throwaway cluster, fsync
-on, Unix socket). Median of --repeat.
+no store, with a SQLite store (the default, synchronous=NORMAL: no fsync,
+survives any process crash, not a power cut), SQLite with
+``?synchronous=FULL`` (an fsync per commit) and, with --postgres, a
+PostgreSQL store (a throwaway cluster, fsync on, Unix socket). Median of
+--repeat.
 
 Restart: a SQLite store holding N keyed tasks (due in an hour) is opened by
 ``Scheduler(2, store=...)``; reported: the constructor's wall time (open,
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
                                         ("SQLite", lambda i: os.path.join(tmp, f"t{i}.db")),
-                                        ("SQLite NORMAL", lambda i: f"sqlite:///{tmp}/n{i}.db?synchronous=NORMAL")]  # fmt: skip
+                                        ("SQLite FULL", lambda i: f"sqlite:///{tmp}/f{i}.db?synchronous=FULL")]  # fmt: skip
         cluster = None
         if args.postgres:
             from procsched._store._pgcluster import ThrowawayCluster
