@@ -141,7 +141,6 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._store: Any = None
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
-        adopt: Any = None
         if store is not None:
             if runner != "processes":
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
@@ -149,8 +148,6 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
             self._store = open_store(store)  # StoreError now, at the call
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
-            with _gc_paused():
-                adopt = self._recover()
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
             config["store"] = target if "://" in target else self._store.path
             config["owner_pid"] = os.getpid()
@@ -188,9 +185,15 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
-        if adopt is not None:
-            with _gc_paused():
-                self._adopt(*adopt)
+        if self._store is not None:
+            # Recovery runs while the dispatcher starts (its imports, its
+            # workers): it waits for the stored tasks in its command pipe.
+            try:
+                with _gc_paused():
+                    self._adopt(*self._recover())
+            except BaseException:
+                self._abort(quiet=True)
+                raise
         for key, why in self._unloadable.items():
             self._backend.send(("unloadable", key, why))
 
