@@ -39,7 +39,7 @@ from procsched._runtime._wire import _NO_ARGS
 NS = 1_000_000_000
 
 
-def throughput(store: str | None, tasks: int, period: float, seconds: float) -> float:
+def throughput(store: str | None, tasks: int, period: float, seconds: float, workers: int = 2) -> float:
     ended = 0
     lock = threading.Lock()
 
@@ -49,7 +49,7 @@ def throughput(store: str | None, tasks: int, period: float, seconds: float) -> 
             with lock:
                 ended += 1
 
-    with procsched.Scheduler(2, store=store) as s:
+    with procsched.Scheduler(workers, store=store) as s:
         s.submit(int).result(60)  # workers up
         s.add_listener(count)
         for i in range(tasks):
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keyed", type=int, default=20, help="keyed tasks in the throughput run")
     parser.add_argument("--period", type=float, default=0.001)
+    parser.add_argument("--workers", type=int, default=2, help="workers in the throughput run")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=100_000, help="stored tasks in the restart run")
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 rates = []
                 for _ in range(args.repeat):
                     serial += 1
-                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds))
+                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds, args.workers))
                 rate = statistics.median(rates)
                 base = base or rate
                 print(f"{name:13s}  {rate:8.0f} runs/s  ({rate / base:.0%} of no store)  "

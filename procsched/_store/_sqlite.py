@@ -14,7 +14,7 @@ the last turns (the database stays consistent: SQLite's WAL is checksummed,
 a torn tail is dropped). ``synchronous="FULL"`` (``sqlite:///path?synchronous=FULL``)
 fsyncs each commit and survives those too, at one fsync per dispatcher turn
 (3-5x fewer keyed runs per second on this project's test machine). WAL
-checkpoints are taken off the commit path (``deferred_checkpoints``).
+checkpoints are taken off the commit path (``manual_checkpoints``).
 """
 
 from __future__ import annotations
@@ -139,24 +139,21 @@ class SQLiteStore(SQLStore):
         # reader reads a WAL snapshot and never blocks the writer.
         cur.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
 
-    def deferred_checkpoints(self) -> Callable[[], None]:
-        """Take WAL checkpoints off this connection's commits: SQLite copies
-        the WAL back into the database (and fsyncs it, whatever
-        ``synchronous`` says) in the commit that grows the WAL past 1,000
-        pages, a stall of milliseconds every ~150 turns (a fifth of a busy
-        writer's time). Returns the checkpoint, on a connection of its own,
-        for a thread beside the writer to run (a PASSIVE checkpoint never
-        blocks the writer, and the writer never waits for it)."""
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 0")
+    def manual_checkpoints(self) -> Callable[[], None]:
+        """Take WAL checkpoints out of this connection's commits, for a
+        caller that runs the returned checkpoint itself when it suits it.
+        SQLite otherwise copies the WAL back into the database (and fsyncs
+        it, whatever ``synchronous`` says) inside the commit that grows the
+        WAL past 1,000 pages: a stall of milliseconds every ~150 turns,
+        a fifth of a busy writer's time. The caller must checkpoint: the WAL
+        grows until a checkpoint with no other writer between completes."""
         self.conn.execute("PRAGMA wal_autocheckpoint = 0")
-        self._checkpoint_conn = conn
 
         def checkpoint() -> None:
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except sqlite3.Error:
-                pass  # busy or closed: the next one copies what this did not
+                pass  # busy: the next one copies what this one did not
 
         return checkpoint
 
@@ -172,9 +169,6 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self.conn.close()
-        conn = getattr(self, "_checkpoint_conn", None)
-        if conn is not None:
-            conn.close()
 
     def size_bytes(self) -> int:
         """Bytes of the database (its pages in use), for the benchmarks."""
