@@ -1,23 +1,30 @@
 """Durable keyed tasks: the facade's recovery and the dispatcher's journal.
 
-    user process (facade)                         dispatcher (Journal)
-    Scheduler(store=...) ─ open_store, recover ─┐
-      take over dead schedulers (runs -> crashed)│ config["store"]
+    user process (facade)                          dispatcher (Journal)
+    Scheduler(store=...) ─ open_store ───────────┐ config["store"]: the dispatcher starts
+      recover: take over dead schedulers          │
+        (their runs -> crashed)                   │
       stored tasks -> resume points, handles ─────┼─▶ "adopt" (5,000 a command) ─▶ adopt: due, run numbers
-    schedule(key=...) ─ definition ──────────────┴─▶ "durable" + "add" ─▶ added: upsert
+    schedule(key=...) ─ definition ───────────────┴─▶ "durable" + "add" ─▶ added: upsert
                                                   tick: keyed runs held (Engine.hold)
                                                   turn: events -> finished / delete / update,
                                                         held runs -> started; the batch -> writer
                                                   committed (writer thread done, _commit.py): send
 
 The facade opens the store first (a bad store is a StoreError at the call),
-recovers it (start-up belongs to one owner: the dispatcher is not started
-yet) and adopts every stored task as a live task; then the dispatcher owns
-the store: it writes each turn's changes in one transaction, and a keyed
-run reaches its worker only after the transaction that records it started
-committed. A run's end is recorded with the task's reschedule in one
-statement group (``Batch.finished``), so a SIGKILL at any instant leaves a
-store from which recovery is exact.
+starts the dispatcher, and meanwhile recovers the store (the dispatcher
+touches no stored task until the facade hands them over: start-up has one
+owner) and adopts every stored task as a live task - in bulk: tasks of one
+function, arguments, schedule and options share one import, one pickled
+call and one add message; a row per task carries only its key, run
+numbers and due time, and its handle is made in the facade, with no round
+trip. Then the dispatcher owns the store: each turn's changes go to the
+writer thread as one transaction (``_commit.py``), and a keyed run reaches
+its worker only after the transaction that records it started committed;
+the user hears of a turn's events once it has committed (``history()``
+after ``result()`` finds the run). A run's end is recorded with the
+task's reschedule in one statement group (``Batch.finished``), so a
+SIGKILL at any instant leaves a store from which recovery is exact.
 """
 
 from __future__ import annotations
