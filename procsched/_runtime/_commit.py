@@ -61,25 +61,27 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="procsched-store-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, batch: Any, held: list[Any]) -> None:
-        """Commit ``batch`` (``held``: the runs to send once it committed)."""
+    def submit(self, batch: Any, held: Any) -> None:
+        """Commit ``batch`` (``held``: what to give back with its result - the
+        runs to send and the events to emit once it committed)."""
         assert not self.busy, "one commit in flight at a time"
         self.busy = True
         self._done.clear()
         self._inbox.put((batch, held))
 
-    def collect(self) -> tuple[list[Any], Any]:
+    def collect(self) -> tuple[Any, Any]:
         """The batch in flight has ended (``fd`` was readable, or ``wait``
-        returned): (its runs, its BatchResult or the exception it raised)."""
+        said so): (what came with it, its BatchResult or the exception it raised)."""
         self._done.wait()
         os.read(self.fd, 1)
         self.busy = False
         result, self._result = self._result, None
         return result  # type: ignore[no-any-return]
 
-    def wait(self) -> None:
-        """Block until the batch in flight has ended (shutdown only)."""
-        self._done.wait()
+    def wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` s (None: until it ends) for the batch in
+        flight; True if it has ended (then ``collect`` it)."""
+        return self._done.wait(timeout)
 
     def close(self) -> None:
         """Let the batch in flight end, stop the thread, close the connection."""
@@ -100,8 +102,8 @@ class Writer:
             except BaseException as exc:  # noqa: BLE001 - StoreError (logged) or a bug (re-raised) in the dispatcher
                 outcome = exc
             self._result = (held, outcome)
+            os.write(self._wfd, b"c")  # before _done: collect() after wait() finds the byte there
             self._done.set()
-            os.write(self._wfd, b"c")
             self._written += len(batch)
             if self._checkpoint is not None and self._written >= CHECKPOINT_ROWS:
                 self._written = 0

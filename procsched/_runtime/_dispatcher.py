@@ -360,7 +360,7 @@ class Dispatcher:
         if config.get("store") is not None:  # keyed tasks are durable (see _durable.py)
             from ._durable import Journal
 
-            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log)
+            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit)
             self.engine.hold = self.journal.hold
             self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
@@ -417,7 +417,7 @@ class Dispatcher:
                 elif what == ON_WRITABLE:
                     self.write_out()
                 elif what == ON_COMMIT:  # the store writer committed a turn: its keyed runs go out
-                    self.journal.committed(engine, self.carrier, clock(), self.emit)  # type: ignore[union-attr]
+                    self.journal.committed(engine, self.carrier, clock())  # type: ignore[union-attr]
                 else:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
@@ -425,7 +425,7 @@ class Dispatcher:
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
-                self.journal.drain(engine, self.carrier, offset, now, self.emit)
+                self.journal.drain(engine, self.carrier, offset, now)
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:
