@@ -331,9 +331,15 @@ def test_adopted_tasks_answer_get_jobs_stats_and_cancel(tmp_path):
         for i in range(5):
             s.schedule_at_fixed_rate(jobs_mod.add, 3600, args=(i, 0), key=f"k{i}", initial_delay=3600)
         s.get("k3").pause()
+        s.schedule_cron(jobs_mod.add, "0 3 * * *", tz="Europe/Berlin", args=(1, 1), key="cron", name="nightly",
+                        retry=procsched.Retry(attempts=3))  # fmt: skip
         s.shutdown(cancel_futures=True)
     stored = {t.key: t for t in open_store(db).jobs()}
     with procsched.Scheduler(1, store=db) as s:
+        cron = s.get("cron")
+        assert cron is not None and cron.name == "nightly"
+        assert cron.next_run_at is not None and cron.next_run_at.timestamp() * 1e9 == stored["cron"].state.next_due_ns
+        assert cron.cancel()
         assert sorted(h.key for h in s.jobs()) == [f"k{i}" for i in range(5)]
         assert s.stats()["pending"] == 5
         h = s.get("k1")
