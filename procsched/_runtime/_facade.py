@@ -193,6 +193,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                     self._adopt(*self._recover())
             except BaseException:
                 self._abort(quiet=True)
+                self._store.close()
                 raise
         for key, why in self._unloadable.items():
             self._backend.send(("unloadable", key, why))
