@@ -101,9 +101,6 @@ class PostgresStore(SQLStore):
     # conditions as ``_op_started`` / ``_op_finished``; RETURNING says which
     # rows matched, so lost claims and stale finishes are known exactly.
     SET_OPS = frozenset({"started", "finished"})
-    # One op too: a claim is one round trip instead of two, an end one or two
-    # instead of three (2 workers, 1-run turns: ~1.5k -> ~1.7-2.1k keyed runs/s).
-    SET_MIN = 1
 
     def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
         values, params = _values([op[1:] for op in group], ("text", "bigint", "int", "bigint", "bigint"))

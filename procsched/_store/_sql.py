@@ -138,8 +138,6 @@ class SQLStore:
     #: Op kinds a store writes as one statement per group of consecutive
     #: ops (``_set_<kind>``) instead of one per op (``_op_<kind>``).
     SET_OPS: ClassVar[frozenset[str]] = frozenset()
-    #: ... for groups of at least this many ops.
-    SET_MIN: ClassVar[int] = 2
     describe: str = "store"
 
     def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None) -> None:
@@ -370,7 +368,7 @@ class SQLStore:
                     result.fenced_out = True
                     return result  # nothing written: the transaction commits no change
             for kind, group in _groups(batch.ops):
-                if len(group) >= self.SET_MIN and kind in self.SET_OPS:
+                if len(group) > 1 and kind in self.SET_OPS:
                     getattr(self, "_set_" + kind)(cur, now, holder, result, group)
                 else:
                     for op in group:
