@@ -2,14 +2,16 @@
 
     python -m benchmarks.durable                        # both measurements
     python -m benchmarks.durable --tasks 20000 --seconds 3
+    python -m benchmarks.durable --only restart --tasks 100000
 
 Throughput: a Scheduler with 2 workers and K tiny keyed fixed-rate tasks
 (``noop``, period P, misfire "skip": the pool is saturated, never a backlog
 to catch up); runs ended per second over --seconds, after a warm-up, with
-no store, with a SQLite store (synchronous FULL: an fsync per dispatcher
-turn), SQLite with ``?synchronous=NORMAL`` (no fsync: survives any
-process crash, not a power cut) and, with --postgres, a PostgreSQL store (a throwaway cluster, fsync
-on, Unix socket). Median of --repeat.
+no store, with a SQLite store (the default, synchronous=NORMAL: no fsync,
+survives any process crash, not a power cut), SQLite with
+``?synchronous=FULL`` (an fsync per commit) and, with --postgres, a
+PostgreSQL store (a throwaway cluster, fsync on, Unix socket). Median of
+--repeat.
 
 Restart: a SQLite store holding N keyed tasks (due in an hour) is opened by
 ``Scheduler(2, store=...)``; reported: the constructor's wall time (open,
@@ -37,7 +39,7 @@ from procsched._runtime._wire import _NO_ARGS
 NS = 1_000_000_000
 
 
-def throughput(store: str | None, tasks: int, period: float, seconds: float) -> float:
+def throughput(store: str | None, tasks: int, period: float, seconds: float, workers: int = 2) -> float:
     ended = 0
     lock = threading.Lock()
 
@@ -47,7 +49,7 @@ def throughput(store: str | None, tasks: int, period: float, seconds: float) -> 
             with lock:
                 ended += 1
 
-    with procsched.Scheduler(2, store=store) as s:
+    with procsched.Scheduler(workers, store=store) as s:
         s.submit(int).result(60)  # workers up
         s.add_listener(count)
         for i in range(tasks):
@@ -62,7 +64,7 @@ def throughput(store: str | None, tasks: int, period: float, seconds: float) -> 
     return n / t
 
 
-def restart(path: str, n: int) -> tuple[float, float]:
+def restart(path: str, n: int) -> tuple[float, float, float]:
     if not os.path.exists(path):
         store = open_store(path)
         due = time.time_ns() + 3600 * NS
@@ -75,29 +77,31 @@ def restart(path: str, n: int) -> tuple[float, float]:
                 b.upsert(TaskDefinition(f"k{i}", "benchmarks._tasks:noop", _NO_ARGS, sched, opts), TaskState(0, due))
             b.commit()
         store.close()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     s = procsched.Scheduler(2, store=path)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     s.stats()
     t2 = time.perf_counter()
     assert len(s.jobs()) == n, len(s.jobs())
     s.shutdown(wait=True, cancel_futures=True)
-    return t1 - t0, t2 - t0
+    return t1 - t0, t2 - t0, c1 - c0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keyed", type=int, default=20, help="keyed tasks in the throughput run")
     parser.add_argument("--period", type=float, default=0.001)
+    parser.add_argument("--workers", type=int, default=2, help="workers in the throughput run")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=100_000, help="stored tasks in the restart run")
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--only", choices=("throughput", "restart"), help="one of the two measurements")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
                                         ("SQLite", lambda i: os.path.join(tmp, f"t{i}.db")),
-                                        ("SQLite NORMAL", lambda i: f"sqlite:///{tmp}/n{i}.db?synchronous=NORMAL")]  # fmt: skip
+                                        ("SQLite FULL", lambda i: f"sqlite:///{tmp}/f{i}.db?synchronous=FULL")]  # fmt: skip
         cluster = None
         if args.postgres:
             from procsched._store._pgcluster import ThrowawayCluster
@@ -111,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 return cluster.url_for(f"bench{i}")  # type: ignore[union-attr]
 
             kinds.append(("PostgreSQL", pg))
+        if args.only == "restart":
+            kinds = []
         try:
             base = None
             serial = 0
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 rates = []
                 for _ in range(args.repeat):
                     serial += 1
-                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds))
+                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds, args.workers))
                 rate = statistics.median(rates)
                 base = base or rate
                 print(f"{name:13s}  {rate:8.0f} runs/s  ({rate / base:.0%} of no store)  "
@@ -127,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             if cluster is not None:
                 cluster.stop()
         path = os.path.join(tmp, "restart.db")
-        for _ in range(2):
-            ctor, adopted = restart(path, args.tasks)
-            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s, all adopted by the "
-                  f"dispatcher {adopted:.2f} s", flush=True)
+        for _ in range(0 if args.only == "throughput" else args.repeat):
+            ctor, adopted, cpu = restart(path, args.tasks)
+            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s ({cpu:.2f} s CPU in this "
+                  f"process), all adopted by the dispatcher {adopted:.2f} s", flush=True)
     return 0
 
 

@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally: stop the cluster
     tmp = tempfile.mkdtemp(prefix="procsched-bench-")
     stores: list[tuple[str, Any, dict[str, Any]]] = [
-        ("SQLite, synchronous=FULL", lambda name: os.path.join(tmp, name + ".db"), {}),
-        ("SQLite, synchronous=NORMAL", lambda name: os.path.join(tmp, name + "-n.db"), {"synchronous": "NORMAL"}),
+        ("SQLite, synchronous=FULL", lambda name: os.path.join(tmp, name + ".db"), {"synchronous": "FULL"}),
+        ("SQLite, synchronous=NORMAL (default)", lambda name: os.path.join(tmp, name + "-n.db"), {}),
     ]
     cluster = None
     if not args.no_postgres:

@@ -10,6 +10,7 @@ the Future "RUNNING" state, so that ``Future.cancel`` semantics stay ours:
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +48,14 @@ class RunInfo:
     output: str | None = None
 
 
+_PENDING = getattr(concurrent.futures._base, "PENDING", None)
+_CONDITION_LOCK = threading.Lock()
+#: Future's instance fields are the ones TaskHandle sets itself (checked, so a
+#: Python whose Future differs gets its plain __init__).
+_LAZY_CONDITION = _PENDING is not None and sorted(vars(concurrent.futures.Future())) == [
+    "_condition", "_done_callbacks", "_exception", "_result", "_state", "_waiters"]
+
+
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     """A scheduled task: a ``concurrent.futures.Future`` with task details.
 
@@ -59,7 +68,12 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self, owner: SchedulingAPI, task_id: int, name: str | None, next_run: float | None,
         key: str | None = None, next_wall: int | None = None,
     ) -> None:  # fmt: skip
-        super().__init__()
+        if _LAZY_CONDITION:  # Future.__init__ without its Condition (see __getattr__)
+            self._state, self._result, self._exception = _PENDING, None, None
+            self._waiters: list[Any] = []
+            self._done_callbacks: list[Any] = []
+        else:
+            super().__init__()
         self._owner = owner
         self.id = task_id
         self.name = name
@@ -68,6 +82,18 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.runs: list[RunInfo] = []
         self.next_run = next_run
         self._next_wall = next_wall  # ns since the epoch
+
+    def __getattr__(self, name: str) -> Any:
+        """A Future's ``_condition`` (an RLock in a Condition: 60% of making
+        a handle, and a restart makes 100,000 handles) is made when first
+        used - by whichever thread comes first, once, under a module lock."""
+        if name != "_condition":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with _CONDITION_LOCK:
+            condition = self.__dict__.get("_condition")
+            if condition is None:
+                condition = self.__dict__["_condition"] = threading.Condition()
+        return condition
 
     @property
     def state(self) -> TaskState:

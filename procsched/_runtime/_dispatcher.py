@@ -366,7 +366,7 @@ class ProcessCarrier:
             self.writing.discard(worker)
 
 
-ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE = range(5)
+ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
 
 
 def _frame_head(size: int) -> bytes:
@@ -406,8 +406,9 @@ class Dispatcher:
         if config.get("store") is not None:  # keyed tasks are durable (see _durable.py)
             from ._durable import Journal
 
-            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log)
+            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit)
             self.engine.hold = self.journal.hold
+            self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
@@ -453,12 +454,16 @@ class Dispatcher:
                     if worker.sentinel in self.carrier.by_sentinel:
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
                         self.carrier.forget_output(worker)
-                        self.flush()  # the crash reaches the user before the replacement is started (next tick)
+                        # the crash reaches the user before the replacement is started (next tick)
+                        if self.journal is None or self.journal.may_flush(engine):
+                            self.flush()
                 elif what == ON_COMMANDS:
                     if self.cmd is not None:
                         self.on_commands()
                 elif what == ON_WRITABLE:
                     self.write_out()
+                elif what == ON_COMMIT:  # the store writer committed a turn: its keyed runs go out
+                    self.journal.committed(engine, self.carrier, clock())  # type: ignore[union-attr]
                 else:
                     os.read(self.wakeup_r, 512)
                     engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
@@ -466,7 +471,7 @@ class Dispatcher:
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
-                self.journal.turn(engine, self.carrier, offset, now)
+                self.journal.drain(engine, self.carrier, offset, now)
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:
@@ -485,17 +490,20 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
-        for message in _unbatch(self.commands.messages(frames)):
+        for message in self.commands.messages(frames):
             tag = message[0]
             if tag == "add" and self.journal is not None and message[1] in self.journal.expected:
-                offset, now = self.wall_offset()
-                engine.set_wall_offset(offset, now)
-                message = self.journal.adopt(engine, message, offset)
+                self.journal.sync(engine)  # what came before (a replaced task's cancel) is journalled first
+                engine.set_wall_offset(*self.wall_offset())
                 if len(message) == 12:
                     engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
                 else:
                     engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-                self.journal.added(engine, message[1], offset)
+                self.journal.added(engine, message[1])
+            elif tag == "adopt" and self.journal is not None:  # a restart's stored tasks, a chunk at a time
+                offset, now = self.wall_offset()
+                engine.set_wall_offset(offset, now)
+                self.journal.adopt(engine, message[1], message[2], offset)
             elif tag == "durable" and self.journal is not None:
                 self.journal.expect(message[1], message[2:])
             elif tag == "unloadable" and self.journal is not None:
@@ -683,15 +691,6 @@ class Dispatcher:
                     del self.out[: os.write(self.evt.fileno(), self.out)]
             except OSError:
                 pass
-
-
-def _unbatch(messages: list[Any]) -> Any:
-    """The commands, with a ``("batch", [command, ...])`` (a restart's adopted tasks) unrolled."""
-    for message in messages:
-        if message[0] == "batch":
-            yield from message[1]
-        else:
-            yield message
 
 
 def _check_message(message: Any) -> str:

@@ -1,21 +1,30 @@
 """Durable keyed tasks: the facade's recovery and the dispatcher's journal.
 
-    user process (facade)                         dispatcher (Journal)
-    Scheduler(store=...) ─ open_store, recover ─┐
-      take over dead schedulers (runs -> crashed)│ config["store"]
-      stored tasks -> resume points -> _add ─────┼─▶ "durable" + "add" ─▶ adopt: due, run numbers, upsert
-    schedule(key=...) ─ definition ──────────────┘                   tick: keyed runs held (Engine.hold)
+    user process (facade)                          dispatcher (Journal)
+    Scheduler(store=...) ─ open_store ───────────┐ config["store"]: the dispatcher starts
+      recover: take over dead schedulers          │
+        (their runs -> crashed)                   │
+      stored tasks -> resume points, handles ─────┼─▶ "adopt" (5,000 a command) ─▶ adopt: due, run numbers
+    schedule(key=...) ─ definition ───────────────┴─▶ "durable" + "add" ─▶ added: upsert
+                                                  tick: keyed runs held (Engine.hold)
                                                   turn: events -> finished / delete / update,
-                                                        held runs -> started; ONE commit; then send
+                                                        held runs -> started; the batch -> writer
+                                                  committed (writer thread done, _commit.py): send
 
 The facade opens the store first (a bad store is a StoreError at the call),
-recovers it (start-up belongs to one owner: the dispatcher is not started
-yet) and adopts every stored task as a live task; then the dispatcher owns
-the store: it writes each turn's changes in one transaction, and a keyed
-run reaches its worker only after the transaction that records it started
-committed. A run's end is recorded with the task's reschedule in one
-statement group (``Batch.finished``), so a SIGKILL at any instant leaves a
-store from which recovery is exact.
+starts the dispatcher, and meanwhile recovers the store (the dispatcher
+touches no stored task until the facade hands them over: start-up has one
+owner) and adopts every stored task as a live task - in bulk: tasks of one
+function, arguments, schedule and options share one import, one pickled
+call and one add message; a row per task carries only its key, run
+numbers and due time, and its handle is made in the facade, with no round
+trip. Then the dispatcher owns the store: each turn's changes go to the
+writer thread as one transaction (``_commit.py``), and a keyed run reaches
+its worker only after the transaction that records it started committed;
+the user hears of a turn's events once it has committed (``history()``
+after ``result()`` finds the run). A run's end is recorded with the
+task's reschedule in one statement group (``Batch.finished``), so a
+SIGKILL at any instant leaves a store from which recovery is exact.
 """
 
 from __future__ import annotations
@@ -27,12 +36,15 @@ from .._core import Kind, Misfire
 from .._core._scheduler import SchedulerCore
 from .._errors import StoreError
 from .._store import RunRecord, StoredTask, TaskDefinition, TaskState, dead_here, function_ref, open_store
+from ._commit import Writer
 from ._engine import EV_CANCELLED, EV_RUN, EV_STATE, BLOB_EXC
 
 NS = 1_000_000_000
 logger = logging.getLogger("procsched")
 #: The dispatcher renews its registration this often (a third of the lease).
 LEASE_NS = 30 * NS
+#: A turn waits this long for its commit before going on (see Journal.turn).
+COMMIT_WAIT_S = 0.0002
 
 # -- the facade's side ---------------------------------------------------------
 
@@ -193,18 +205,25 @@ def _cron(d: TaskDefinition, wall_now: int) -> Any:
 class Journal:
     """The dispatcher's store: keyed tasks' changes, one transaction a turn."""
 
-    def __init__(self, target: str, owner_pid: int, log: Any) -> None:
+    def __init__(self, target: str, owner_pid: int, log: Any, emit: Any) -> None:
         self.store = open_store(target)
         self.holder = self.store.register(lease_ns=LEASE_NS, pid=owner_pid)
         self.log = log  # engine._log
+        self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
-        self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> (definition, resume) awaiting its add
+        self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> its definition, awaiting its add
+        self.shapes: list[tuple[Any, ...]] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
         self.held: list[tuple[Any, Any]] = []  # (worker, run): sent once the turn commits
         self.cancelled: list[int] = []
         self.rate: dict[int, int] = {}  # fixed-rate keyed task id -> period (its next slot at shutdown)
-        self.batch = self.store.batch(self.holder)
+        # Commits run in the writer thread (see _commit.py), on its own connection.
+        self.writer = Writer(target)
+        self.waiting: list[tuple[Any, Any]] = []  # held runs whose start is in self.batch
+        self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
+        self.synced: list[Any] = []  # the engine.events list ``seen`` counts in
+        self.told: list[Any] = []  # journalled events for the user, sent once the commit recording them is done
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
         self.renew_at = 0
@@ -213,50 +232,76 @@ class Journal:
     def expect(self, task_id: int, fields: tuple[Any, ...]) -> None:
         self.expected[task_id] = fields
 
-    def adopt(self, engine: Any, message: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
-        """Before Engine.add of a keyed task: its due time from the store."""
+    def adopt(self, engine: Any, shapes: list[tuple[Any, ...]], rows: list[list[Any]], offset: int) -> None:
+        """A restart's stored tasks (the facade's ``_recover`` / ``_adopt``):
+        ``shapes`` extend the add messages tasks share, each row is one task
+        ``[key, shape, runs, attempt, due, slot, paused, write, task_id]``
+        (due and slot UTC ns; slot is the regular slot of a retried run).
+        Nothing is written for a task whose stored state is already this
+        (``write`` False), and no event goes back: its handle was made with
+        the due time (a paused task's pause does send one)."""
         self.sync(engine)
-        resume = self.expected[message[1]][-1]
-        if resume is None or resume[2] is None:
-            return message
-        runs, attempt, due_wall, base_wall, paused = resume[:5]
-        msg = list(message)
-        if len(msg) == 12 and msg[11][0] is not None:  # cron: the first slot is the one after after_wall
-            extra = list(msg[11])
-            slot = (base_wall if attempt > 1 else due_wall) - 1
-            if extra[2] is not None:
-                extra[2] += extra[1] - slot  # until counts from after_wall
-            extra[1] = slot
-            msg[11] = tuple(extra)
-        else:
-            msg[2] = (base_wall if attempt > 1 else due_wall) - offset
-        return tuple(msg)
+        default_timeout = engine.default_timeout_ns
+        for priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra, period_ns in shapes:
+            # A plain shape's tasks go to the core directly, its enums made
+            # once (Engine.add would make them per task); a calendar, retry
+            # or limits take Engine.add (per task: its trigger, its errors).
+            plain = None if extra is not None else (priority, Kind(kind), period, Misfire(misfire), stop_on_error,
+                                                    default_timeout if timeout is None else timeout, payload, name)
+            self.shapes.append((plain, (priority, kind, period, misfire, stop_on_error, timeout, name, payload),
+                                extra, period_ns))  # fmt: skip
+        shapes, add, core = self.shapes, engine.add, engine.core
+        keys, runs_of, rate = self.keys, self.runs, self.rate
+        for key, shape, runs, attempt, due, slot, paused, write, task_id in rows:
+            plain, fields, extra, period_ns = shapes[shape]
+            first = slot if attempt > 1 else due  # a retry: the core goes on from its regular slot
+            if plain is not None:
+                core.add(first - offset, *plain, task_id)
+            else:
+                if extra[0] is not None:  # cron: the first slot is the one after after_wall
+                    until = extra[2]
+                    if until is not None:
+                        until += extra[1] - (first - 1)  # until counts from after_wall
+                    extra = (extra[0], first - 1, until, *extra[3:])
+                add(task_id, first - offset, *fields, extra)
+            if core.state(task_id) is None:
+                continue  # refused (Engine.add said why)
+            runs = max(runs_of.get(key, 0), runs)
+            if attempt > 1:
+                core.continue_runs(task_id, runs, attempt, due - offset, slot - offset)
+            elif runs:
+                core.continue_runs(task_id, runs)
+            keys[task_id] = key
+            runs_of[key] = runs
+            if period_ns:
+                rate[task_id] = period_ns
+            if paused:
+                engine.pause(task_id)
+            if write:
+                self.batch.update(key, run_count=runs, next_due_ns=due, next_attempt=attempt, paused=paused,
+                                  unloadable=None)  # fmt: skip
 
-    def added(self, engine: Any, task_id: int, offset: int) -> None:
-        key, fn_ref, args, schedule, options, def_hash, resume = self.expected.pop(task_id)
+    def added(self, engine: Any, task_id: int) -> None:
+        """After Engine.add of a keyed task scheduled by the program: store it."""
+        key, fn_ref, args, schedule, options, def_hash = self.expected.pop(task_id)
         core = engine.core
         if core.state(task_id) is None:
             return  # refused (Engine.add said why)
-        d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
-        runs = max(self.runs.get(key, 0), 0 if resume is None else resume[0])
-        attempt = 1 if resume is None else resume[1]
-        if attempt > 1:
-            core.continue_runs(task_id, runs, attempt, resume[2] - offset, resume[3] - offset)
-        elif runs:
+        runs = self.runs.get(key)
+        if runs is None:  # the key's first task here: it may have a history (an ended one-shot's)
+            try:
+                runs = self.store.last_run(key)
+            except StoreError as exc:
+                engine._log(40, f"the store: reading the runs of {key!r} failed ({exc}); they start at 1")
+                runs = 0
+        if runs:
             core.continue_runs(task_id, runs)
         self.keys[task_id] = key
         self.runs[key] = runs
         if schedule["kind"] == "fixed_rate":
             self.rate[task_id] = schedule["period_ns"]
-        if resume is not None and resume[4]:
-            engine.pause(task_id)
-        due = core.next_wall(task_id) if resume is None or resume[2] is None else resume[2]
-        state = TaskState(runs, due, attempt, bool(resume and resume[4]))
-        if resume is None or len(resume) < 6 or resume[5] != state:  # adopted unchanged: nothing to write
-            self.batch.upsert(d, state)
-        if resume is not None:  # the handle learns the restored due time
-            engine.events.append((EV_STATE, task_id, core.state(task_id).value, core.due(task_id),
-                                  core.next_wall(task_id)))  # fmt: skip
+        d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
+        self.batch.upsert(d, TaskState(runs, core.next_wall(task_id)))
 
     def unloadable(self, key: str, why: str) -> None:
         self.batch.unloadable(key, why)
@@ -269,9 +314,17 @@ class Journal:
         return True
 
     # the turn
+    def may_flush(self, engine: Any) -> bool:
+        """Between turns (a worker died): journal what happened; True if
+        its events may go to the user now (no earlier ones wait for a commit)."""
+        self.sync(engine)
+        return not (self.writer.busy or self.told)
+
     def sync(self, engine: Any) -> None:
         """Journal the engine's events since the last call, in order."""
         events = engine.events
+        if events is not self.synced:  # flushed since (a new list): all of it is new
+            self.synced, self.seen = events, 0
         for i in range(self.seen, len(events)):
             ev = events[i]
             tag = ev[0]
@@ -317,8 +370,10 @@ class Journal:
             self.rate.pop(tid, None)
 
     def turn(self, engine: Any, carrier: Any, offset: int, now: int) -> int | None:
-        """End of a dispatcher turn: commit the turn's changes, then send the
-        keyed runs whose start it recorded. Returns when to renew the lease."""
+        """End of a dispatcher turn: hand the turn's changes to the writer,
+        whose commit sends the keyed runs whose start it records (see
+        ``committed``). While a commit is in flight, the changes wait for the
+        next one. Returns when to renew the lease."""
         self.offset = offset
         self.sync(engine)
         self.seen = 0  # the dispatcher flushes the events next
@@ -327,34 +382,34 @@ class Journal:
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
             self.batch.started(self.keys[run.task_id], run.run, run.attempt, wall, now + offset)
             self.runs[self.keys[run.task_id]] = run.run
+        self.waiting.extend(held)
         if self.dead:
             return None
-        lost: set[tuple[str, int, int]] = set()
-        if len(self.batch):
-            batch, self.batch = self.batch, self.store.batch(self.holder)
-            try:
-                result = batch.commit()
-            except StoreError as exc:  # the scheduler keeps running; durability is degraded, and said so
-                engine._log(40, f"the store could not record this turn ({exc}); runs go on unrecorded")
-            else:
-                self.renew_at = now + LEASE_NS // 3
-                lost = set(result.lost)
-                if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
-                    engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
-                    lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+        if self.writer.busy or len(self.batch):
+            # The user hears of this turn's events (a keyed run's end among
+            # them) once the commit recording them is done: history() after
+            # result() finds the run. Later events wait behind them, in order.
+            self.told.extend(engine.events)
+            engine.events.clear()
+        if self.writer.busy:  # pipelined: this turn's changes go with the next commit (group commit)
+            pass
+        elif len(self.batch):
+            batch, self.batch = self.batch, self.writer.store.batch(self.holder)
+            waiting, self.waiting = self.waiting, []
+            told, self.told = self.told, []
+            self.writer.submit(batch, (waiting, told))
+            # A quick commit is waited for here: cheaper than a turn of the
+            # loop for it, and the runs that end meanwhile go with the next
+            # commit (two workers: 6-7k -> 8-9k keyed runs/s). A slow one (an
+            # fsync, a network round trip) is not: select wakes us for it.
+            if self.writer.wait(COMMIT_WAIT_S):
+                self.committed(engine, carrier, now)
         elif now >= self.renew_at:
             try:
                 self.store.renew_lease(self.holder)
             except StoreError as exc:
                 engine._log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + LEASE_NS // 3
-        for worker, run in held:
-            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
-                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
-                                "another scheduler holds it)")
-                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
-            else:
-                carrier.send_run(worker, run)
         if self.cancelled:
             self.cancelled = [t for t in self.cancelled if engine.core.state(t) is not None]
             for tid in list(self.keys):
@@ -362,11 +417,49 @@ class Journal:
                     self.keys.pop(tid)
         return self.renew_at
 
+    def committed(self, engine: Any, carrier: Any, now: int) -> None:
+        """The writer's commit ended (its pipe was readable): send the runs
+        whose start it recorded - or, if the store says another scheduler
+        holds them, end them ``cancelled`` unrun - and emit the events it
+        recorded to the user."""
+        if not self.writer.busy:
+            return  # collected already (Journal.turn waited for it)
+        (held, told), result = self.writer.collect()
+        if told:
+            self.emit(told)
+        lost: set[tuple[str | None, int, int]] = set()
+        if isinstance(result, StoreError):  # the scheduler keeps running; durability is degraded, and said so
+            engine._log(40, f"the store could not record this turn ({result}); runs go on unrecorded")
+        elif isinstance(result, BaseException):
+            raise result  # a bug in the store layer: the dispatcher's crash handling takes it
+        else:
+            self.renew_at = now + LEASE_NS // 3
+            lost = set(result.lost)
+            if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
+                engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
+                lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+        for worker, run in held:
+            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
+                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
+                                "another scheduler holds it)")
+                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
+            else:
+                carrier.send_run(worker, run)
+
+    def drain(self, engine: Any, carrier: Any, offset: int, now: int) -> None:
+        """A clean end: every change committed (and its events emitted) before this returns."""
+        self.turn(engine, carrier, offset, now)
+        while self.writer.busy:
+            self.writer.wait(None)
+            self.committed(engine, carrier, now)
+            self.turn(engine, carrier, offset, now)
+
     def close(self, clean: bool) -> None:
         """Shutdown (clean: unregister) or the user process died (leave the
         registration: the next start records the runs in flight crashed)."""
         self.dead = True
         try:
+            self.writer.close()  # after the commit in flight, if any
             if clean:
                 self.store.unregister(self.holder)
         except StoreError:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -24,6 +26,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from .. import _validate as v
@@ -136,10 +139,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 "use InlineScheduler(clock=ManualClock()) for virtual time"
             )
         self._store: Any = None
-        self._outbox = None  # start-up: commands collected here, sent in batches
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
-        adopt: list[tuple[Any, ...]] = []
         if store is not None:
             if runner != "processes":
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
@@ -147,7 +148,6 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
             self._store = open_store(store)  # StoreError now, at the call
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
-            adopt = self._recover()
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
             config["store"] = target if "://" in target else self._store.path
             config["owner_pid"] = os.getpid()
@@ -185,62 +185,70 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
         _live.add(self)
-        # Adopted tasks go to the dispatcher in batches of commands (one pipe
-        # write per thousand tasks, not two per task: a restart with 100,000
-        # stored tasks spent most of its time in pipe writes).
-        self._outbox: list[tuple[Any, ...]] | None = []
-        for spec, fn, args, kwargs, resume in adopt:
-            self._add(spec, fn, args, kwargs, resume)
-            if len(self._outbox) >= 2000:
-                self._backend.send(("batch", self._outbox))
-                self._outbox = []
-        if self._outbox:
-            self._backend.send(("batch", self._outbox))
-        self._outbox = None
+        if self._store is not None:
+            # Recovery runs while the dispatcher starts (its imports, its
+            # workers): it waits for the stored tasks in its command pipe.
+            try:
+                with _gc_paused():
+                    self._adopt(*self._recover())
+            except BaseException:
+                self._abort(quiet=True)
+                self._store.close()
+                raise
         for key, why in self._unloadable.items():
             self._backend.send(("unloadable", key, why))
 
-    def _recover(self) -> list[tuple[Any, ...]]:
+    def _recover(self) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
         """Start-up on a store (before the dispatcher owns it): take over dead
         schedulers (their runs in flight -> crashed), and for each stored
         task what to adopt it with; tasks that cannot load are logged and
-        kept (``stats()["unloadable"]``); one-shots that ended are dropped."""
+        kept (``stats()["unloadable"]``); one-shots that ended are dropped.
+
+        Returns (shapes, rows) for ``_adopt``: a *shape* is what tasks of one
+        function, arguments, schedule and options share - the import, the
+        unpickled and re-pickled call, the spec and the dispatcher's add
+        message are made once per shape, not once per task (100,000 stored
+        tasks are typically of a few shapes; ``load()`` shares equal
+        schedule and options dicts, so a shape is found by identity). A row
+        is one task: [key, shape, runs, attempt, due, slot, paused, write]."""
         import pickle
 
         from .._store import resolve_ref
         from . import _durable
+        from ._wire import pack_call
 
         tasks, crashed, slots = _durable.recover(self._store)
         wall = time.time_ns()
-        adopt = []
-        ended = []
-        # Memos for 100,000 tasks of a few kinds: one import, one unpickling of
-        # a small argument blob, one spec per distinct schedule and options
-        # (load() shares equal dicts among tasks).
+        now = time.monotonic_ns()
+        shapes: list[tuple[Any, ...]] = []
+        by_shape: dict[tuple[Any, ...], Any] = {}  # -> index into shapes, or why it cannot load
         fns: dict[str, Any] = {}
-        calls: dict[bytes, Any] = {}
-        specs: dict[tuple[int, int], Any] = {}
+        rows = []
+        ended = []
         for task in tasks:
             d = task.definition
-            try:
-                fn = fns.get(d.fn_ref)
-                if fn is None:
-                    fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
-                call = calls.get(d.args)
-                if call is None:
-                    call = pickle.loads(d.args)
-                    if len(d.args) < 256:
-                        calls[d.args] = call
-                args, kwargs = call
-                shape = (id(d.schedule), id(d.options))
-                spec = specs.get(shape)
-                if spec is None:
-                    spec = specs[shape] = _durable.spec_of(d, wall)
-                spec = spec._replace(key=d.key)
-            except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
-                why = f"{type(exc).__name__}: {exc}"
-                logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, why)
-                self._unloadable[d.key] = why
+            shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))
+            index = by_shape.get(shape)
+            if index is None:
+                try:
+                    fn = fns.get(d.fn_ref)
+                    if fn is None:
+                        fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
+                    args, kwargs = pickle.loads(d.args)
+                    spec = _durable.spec_of(d, wall)
+                    payload = pack_call(fn, tuple(args), dict(kwargs))  # the processes runner's (the only one with a store)
+                    timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
+                    extra = v.wire_extra(spec, now, True)
+                    rate = d.schedule["period_ns"] if d.schedule["kind"] == "fixed_rate" else 0
+                    index = len(shapes)
+                    shapes.append((spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
+                                   spec.stop_on_error, timeout, spec.name, payload, extra, rate))  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
+                    index = f"{type(exc).__name__}: {exc}"
+                by_shape[shape] = index
+            if type(index) is str:
+                logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, index)
+                self._unloadable[d.key] = index
                 continue
             resume = _durable.resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
             if resume is None:
@@ -248,14 +256,41 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                                "(recorded crashed); it ends", d.key)  # fmt: skip
                 ended.append(d.key)
                 continue
-            adopt.append((spec, fn, tuple(args), dict(kwargs), (d, (*resume, task.state))))
+            runs, attempt, due, slot, paused = resume
+            st = task.state
+            write = task.unloadable is not None or (runs, due, attempt, paused) != (
+                st.run_count, st.next_due_ns, st.next_attempt, st.paused)  # adopted unchanged: nothing to write
+            rows.append([d.key, index, runs, attempt, due, slot, paused, write])
             self._adopted[d.key] = d.def_hash
         if ended:
             batch = self._store.batch()
             for key in ended:
                 batch.delete(key)
             batch.commit()
-        return adopt
+        return shapes, rows
+
+    def _adopt(self, shapes: list[tuple[Any, ...]], rows: list[list[Any]]) -> None:
+        """Give each stored task a handle and hand them all to the dispatcher
+        in ``("adopt", new shapes, rows)`` commands of ADOPT_CHUNK rows, each
+        row with its task id appended (see ``Journal.adopt``). A handle is
+        registered before its command goes, since its events may come at
+        once. A paused task's handle learns it from the dispatcher."""
+        offset = time.time_ns() - time.monotonic_ns()
+        handles, keys, ids = self._handles, self._keys, self._ids
+        names = [shape[6] for shape in shapes]
+        sent_shapes = 0
+        for lo in range(0, len(rows), ADOPT_CHUNK):
+            chunk = rows[lo : lo + ADOPT_CHUNK]
+            for row in chunk:
+                key = row[0]
+                task_id = next(ids)
+                due = row[4]
+                handle = TaskHandle(self, task_id, names[row[1]], (due - offset) / NS, key, due)
+                handles[task_id] = handle
+                keys[key] = handle
+                row.append(task_id)
+            self._backend.send(("adopt", shapes[sent_shapes:], chunk))
+            sent_shapes = len(shapes)
 
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
@@ -337,26 +372,23 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if self._closed:
             raise SchedulerClosedError("this Scheduler was shut down; it accepts no new tasks")
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-             durable: Any = None) -> TaskHandle:  # fmt: skip
+    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> TaskHandle:  # fmt: skip
         payload = self._backend.pack(fn, args, kwargs)
         stored: tuple[Any, ...] | None = None
         if self._store is not None and spec.key is not None:
             from ._durable import definition
 
-            if durable is not None:  # adopted from the store
-                d, resume = durable
-            else:
-                d, resume = definition(spec, fn, payload[1], time.time_ns()), None  # TypeError: not importable
-                known = self._adopted.pop(spec.key, None)
-                holder = self._keys.get(spec.key)
-                if known is not None and holder is not None and not holder.done():
-                    if known == d.def_hash:
-                        return holder  # the same definition: the stored task goes on
-                    logger.warning("keyed task %r: its definition changed; the new one replaces the stored one",
-                                   spec.key)  # fmt: skip
-                    spec = spec._replace(replace_existing=True)
-            stored = ("durable", 0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, resume)
+            d = definition(spec, fn, payload[1], time.time_ns())  # TypeError: not importable
+            known = self._adopted.pop(spec.key, None)
+            holder = self._keys.get(spec.key)
+            if known is not None and holder is not None and not holder.done():
+                if known == d.def_hash:
+                    return holder  # the same definition: the stored task goes on
+                logger.warning("keyed task %r: its definition changed; the new one replaces the stored one",
+                               spec.key)  # fmt: skip
+                spec = spec._replace(replace_existing=True)
+            stored = ("durable", 0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
             payload = self._backend.with_options(payload, spec.ray_options)
         timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
@@ -380,7 +412,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 "add", task_id, due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
                 spec.stop_on_error, timeout, spec.name, payload,
             )  # fmt: skip
-            send = self._backend.send if self._outbox is None else self._outbox.append
+            send = self._backend.send
             if stored is not None:  # the definition first: the dispatcher adopts the add with it
                 send((stored[0], task_id, *stored[2:]))
             send(message if extra is None else (*message, extra))
@@ -676,6 +708,26 @@ _FORKED = (
     "this Scheduler belongs to the process that made it; a forked child cannot use it "
     "(make a new Scheduler in the child)"
 )
+
+
+#: Adopted tasks per "adopt" command (one pipe write per chunk, not two per
+#: task; the dispatcher adopts a chunk while the next is being made).
+ADOPT_CHUNK = 5000
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic GC off while a restart makes its 100,000s of long-lived
+    objects (stored tasks, handles): each full collection would walk all of
+    them again, about half of the adoption's time. Restored after (one
+    collection of them follows, once)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _listen(ref: weakref.ReferenceType[Scheduler], backend: Any) -> None:

@@ -15,11 +15,12 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> SQLStore:
     for an absolute one, as SQLAlchemy writes it; ``sqlite:///rel`` is
     relative to the current directory) -> SQLiteStore;
     ``"postgresql://..."`` or ``"postgres://..."`` -> PostgresStore.
-    A SQLite URL may end in ``?synchronous=NORMAL``: a commit is not
-    fsynced (WAL survives any process crash, SIGKILL included; a power cut
-    or an OS crash may lose the last turns) - about twice the runs per
-    second of the default ``FULL`` on a small disk.
-    ``options`` go to the store's constructor.
+    A SQLite URL may end in ``?synchronous=FULL``: each commit is fsynced,
+    so a power cut or an OS crash loses nothing either (the default,
+    ``NORMAL``, survives any process crash, SIGKILL included; see
+    ``_sqlite``). Any store URL may carry ``keep_runs=N`` (``?keep_runs=500``,
+    ``&`` between options): the history kept per task (the last N runs,
+    default 100). ``options`` go to the store's constructor.
 
     Raises:
         TypeError, ValueError: ``target`` is not a path or a known URL.
@@ -30,19 +31,14 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> SQLStore:
     text = os.fspath(target)
     if not isinstance(text, str) or not text:
         raise ValueError(f"store must be a non-empty path or URL, got {target!r}")
+    if "://" in text and "?" in text:
+        text = _url_options(text, options)
     if text.startswith(("postgresql://", "postgres://")):
         from ._postgres import PostgresStore
 
         return PostgresStore(text, **options)
     from ._sqlite import SQLiteStore
 
-    if text.startswith("sqlite://") and "?" in text:  # sqlite:///path?synchronous=NORMAL
-        text, _, query = text.partition("?")
-        for item in filter(None, query.split("&")):
-            name, _, value = item.partition("=")
-            if name != "synchronous" or value.upper() not in ("FULL", "NORMAL"):
-                raise ValueError(f"a SQLite URL takes ?synchronous=FULL|NORMAL only, got {item!r} in {target!r}")
-            options.setdefault("synchronous", value.upper())
     if text.startswith("sqlite://"):
         path = text[len("sqlite://"):]
         if not path.startswith("/") or path == "/":
@@ -51,3 +47,26 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> SQLStore:
     if "://" in text:
         raise ValueError(f"store URL scheme not supported: {text!r} (use a path, sqlite:///path or postgresql://...)")
     return SQLiteStore(text, **options)
+
+
+def _url_options(url: str, options: dict[str, Any]) -> str:
+    """Take procsched's own options out of a store URL's query (``keep_runs``;
+    for SQLite also ``synchronous``) into ``options``; the URL without them.
+    A PostgreSQL URL keeps its other parameters (they are libpq's)."""
+    base, _, query = url.partition("?")
+    sqlite = base.startswith("sqlite://")
+    rest = []
+    for item in filter(None, query.split("&")):
+        name, _, value = item.partition("=")
+        if name == "keep_runs":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"keep_runs must be an int >= 1, got {value!r} in {url!r}")
+            options.setdefault("keep_runs", int(value))
+        elif sqlite and name == "synchronous" and value.upper() in ("FULL", "NORMAL"):
+            options.setdefault("synchronous", value.upper())
+        elif sqlite:
+            raise ValueError(f"a SQLite URL takes ?synchronous=FULL|NORMAL and keep_runs=N only, got {item!r} "
+                             f"in {url!r}")  # fmt: skip
+        else:
+            rest.append(item)
+    return base + ("?" + "&".join(rest) if rest else "")

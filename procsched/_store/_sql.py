@@ -317,6 +317,14 @@ class SQLStore:
                 rows = self._x(cur, sql, (key, n)).fetchall()
         return [_run(r) for r in reversed(rows)]
 
+    def last_run(self, key: str) -> int:
+        """The highest run number in ``key``'s history (0: none). A new task
+        with the key of one that ended (a one-shot, a cancelled task) goes
+        on from it, so its runs never overwrite that history."""
+        with self._tx("reading history", write=False) as cur:
+            row = self._x(cur, "SELECT MAX(run) FROM procsched_runs WHERE key = ?", (key,)).fetchone()
+        return int(row[0] or 0)
+
     def now_ns(self) -> int:
         """The store clock, UTC ns."""
         with self._tx("reading the clock", write=False) as cur:
@@ -564,10 +572,12 @@ class Batch:
 
     def update(self, key: str, **fields: Any) -> None:
         """Set state fields of ``key``: ``next_due_ns``, ``paused``,
-        ``run_count``, ``next_attempt`` (pause/resume, a reschedule)."""
-        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt"}
+        ``run_count``, ``next_attempt`` (pause/resume, a reschedule), and
+        ``unloadable`` (None: a restart loaded it again)."""
+        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt", "unloadable"}
         if bad or not fields:
-            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt; got {sorted(fields)}")
+            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt, unloadable; "
+                             f"got {sorted(fields)}")  # fmt: skip
         self.ops.append(("update", key, fields))
 
     def delete(self, key: str, *, history: bool = False) -> None:

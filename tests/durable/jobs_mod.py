@@ -21,3 +21,10 @@ def record(path: str) -> None:
 
 def add(a: int, b: int) -> int:
     return a + b
+
+
+def crash_on_first_run(path: str) -> None:
+    """Record the run, then kill the worker on run 1 (a real crash)."""
+    record(path)
+    if procsched.current_run().run == 1:  # type: ignore[union-attr]
+        os._exit(3)

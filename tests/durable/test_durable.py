@@ -284,12 +284,79 @@ def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
     assert sorted(runs) == list(range(1, len(runs) + 1))
 
 
-def test_a_sqlite_url_may_ask_for_synchronous_normal(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL")
+def test_sqlite_is_normal_by_default_full_on_request(tmp_path):
+    store = open_store(f"{tmp_path}/n.db")
     assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     store.close()
-    assert open_store(f"sqlite:///{tmp_path}/f.db").conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    full = open_store(f"sqlite:///{tmp_path}/f.db?synchronous=FULL")
+    assert full.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    full.close()
     with pytest.raises(ValueError, match="synchronous"):
         open_store(f"sqlite:///{tmp_path}/x.db?journal=off")
-    with procsched.Scheduler(1, store=f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL") as s:
+    with procsched.Scheduler(1, store=f"sqlite:///{tmp_path}/f.db?synchronous=FULL") as s:
         assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
+
+
+def test_keep_runs_is_a_store_url_option(tmp_path):
+    from procsched._store._open import _url_options
+
+    options: dict[str, object] = {}
+    assert _url_options("postgresql://u@h/db?sslmode=disable&keep_runs=7", options) == "postgresql://u@h/db?sslmode=disable"
+    assert options == {"keep_runs": 7}
+    for bad in ("0", "x", "-1"):
+        with pytest.raises(ValueError, match="keep_runs"):
+            open_store(f"sqlite:///{tmp_path}/b.db?keep_runs={bad}")
+    url = f"sqlite:///{tmp_path}/k.db?keep_runs=2&synchronous=NORMAL"
+    with procsched.Scheduler(1, store=url) as s:
+        h = s.schedule_at_fixed_rate(jobs_mod.add, 0.01, args=(1, 1), key="k", max_runs=5)
+        h.result(30)
+        assert [r.run for r in s.history("k")] == [4, 5]  # the last 2 of 5
+
+
+def test_a_key_reused_after_its_one_shot_ended_goes_on_with_its_run_numbers(tmp_path):
+    db = str(tmp_path / "s.db")
+    with procsched.Scheduler(1, store=db) as s:
+        assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
+        h = s.schedule(jobs_mod.add, 0, args=(2, 2), key="k")  # same scheduler
+        assert h.result(30) == 4 and h.runs[0].run == 2
+    with procsched.Scheduler(1, store=db) as s:  # after a restart: from the history
+        h = s.schedule(jobs_mod.add, 0, args=(3, 2), key="k")
+        assert h.result(30) == 5 and h.runs[0].run == 3
+        assert [(r.run, r.outcome) for r in s.history("k")] == [(1, "ok"), (2, "ok"), (3, "ok")]
+
+
+def test_adopted_tasks_answer_get_jobs_stats_and_cancel(tmp_path):
+    db = str(tmp_path / "s.db")
+    with procsched.Scheduler(1, store=db) as s:
+        for i in range(5):
+            s.schedule_at_fixed_rate(jobs_mod.add, 3600, args=(i, 0), key=f"k{i}", initial_delay=3600)
+        s.get("k3").pause()
+        s.schedule_cron(jobs_mod.add, "0 3 * * *", tz="Europe/Berlin", args=(1, 1), key="cron", name="nightly",
+                        retry=procsched.Retry(attempts=3))  # fmt: skip
+        s.shutdown(cancel_futures=True)
+    stored = {t.key: t for t in open_store(db).jobs()}
+    with procsched.Scheduler(1, store=db) as s:
+        cron = s.get("cron")
+        assert cron is not None and cron.name == "nightly"
+        assert cron.next_run_at is not None and cron.next_run_at.timestamp() * 1e9 == stored["cron"].state.next_due_ns
+        assert cron.cancel()
+        assert sorted(h.key for h in s.jobs()) == [f"k{i}" for i in range(5)]
+        assert s.stats()["pending"] == 5
+        h = s.get("k1")
+        assert h is not None and not h.done()
+        assert abs(h.next_run_at.timestamp() * 1e9 - stored["k1"].state.next_due_ns) < 10**9
+        Waiter(s).until(lambda: s.get("k3").state is procsched.TaskState.PAUSED)
+        assert h.cancel() and h.cancelled() and s.get("k1") is None
+        assert len(s.jobs()) == 4
+        s.shutdown(cancel_futures=True)
+    assert sorted(t.key for t in open_store(db).jobs()) == ["k0", "k2", "k3", "k4"]  # the cancel was stored
+    assert open_store(db).get("k3").state.paused
+
+
+def test_a_keyed_run_that_kills_its_worker_is_recorded_crashed_and_the_task_goes_on(tmp_path):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    with procsched.Scheduler(1, store=db) as s:
+        h = s.schedule_at_fixed_rate(jobs_mod.crash_on_first_run, 0.02, args=(out,), key="k", max_runs=3)
+        h.result(30)  # its third run ends it
+    runs = [(r.run, r.outcome) for r in open_store(db).history("k")]
+    assert runs == [(1, "crashed"), (2, "ok"), (3, "ok")]
