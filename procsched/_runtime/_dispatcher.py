@@ -82,11 +82,14 @@ SMALL_RUN = 64 * 1024
 #: Runs a busy worker may hold queued behind its current one (see _engine.py,
 #: "Prefetch"); PROCSCHED_PREFETCH overrides it (0: off), for measurements.
 PREFETCH = int(os.environ.get("PROCSCHED_PREFETCH", "2"))
+#: An idle worker gets a run this long before it is due, and waits for the
+#: due time itself (see _engine.py, "Early hand-off"); PROCSCHED_EARLY_US overrides it.
+EARLY_NS = int(os.environ.get("PROCSCHED_EARLY_US", "3000")) * 1000
 
 
 class _Worker:
     __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture",
-                 "tickets", "ticket_w")  # fmt: skip
+                 "tickets", "ticket_w", "unwritten")  # fmt: skip
 
     def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
         self.proc = proc
@@ -105,6 +108,7 @@ class _Worker:
         self.capture = capture  # the file the worker's stdout/stderr go to
         self.tickets = -1  # the read and write ends of its ticket pipe (see ProcessCarrier)
         self.ticket_w = -1
+        self.unwritten = 0  # tickets of this turn's runs, written by flush before the runs
 
     def __repr__(self) -> str:
         return f"<worker {self.ident}>"
@@ -128,9 +132,11 @@ class ProcessCarrier:
     engine gives a worker nothing new until it has passed over the runs
     revoked from it (it says "skipped"), so a revoked run cannot take the
     byte of a later one. Runs are written once per turn of the loop
-    (``flush``): a turn's runs for one worker go in one write."""
+    (``flush``): a turn's tickets for one worker in one write, then its runs
+    in one write; a run revoked before that takes back an unwritten ticket."""
 
     prefetch = PREFETCH
+    early_ns = EARLY_NS
     reports_start = True  # workers send "started" for runs with a timeout
 
     def __init__(
@@ -178,9 +184,10 @@ class ProcessCarrier:
         """One frame; or, for a large payload, a small header frame, then the
         function and the arguments as two raw frames, written from the
         task's own bytes (never copied here)."""
-        # The ticket goes first (the worker may start the run once it sees
-        # it), and always: to a dying worker too, so that revoke counts right.
-        os.write(worker.ticket_w, b"t")
+        # Its ticket goes out first (flush), and always: to a dying worker
+        # too, so that revoke counts right.
+        worker.unwritten += 1
+        self.unflushed.add(worker)
         if worker.conn is None:
             return
         fn_blob, arg_blob = run.payload
@@ -198,11 +205,13 @@ class ProcessCarrier:
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(_frame_head(len(blob))))
                 out.append(memoryview(blob))
-        self.unflushed.add(worker)
 
     def flush(self) -> None:
-        """Write the runs given this turn: one write per worker."""
+        """Write the runs given this turn, each worker's tickets before its runs."""
         for worker in self.unflushed:
+            if worker.unwritten and worker.ticket_w >= 0:
+                os.write(worker.ticket_w, b"t" * worker.unwritten)  # (a pipe takes 64 KiB: never blocks)
+                worker.unwritten = 0
             if worker.conn is not None:
                 self.write(worker)
         self.unflushed.clear()
@@ -211,6 +220,9 @@ class ProcessCarrier:
         """Take back ``run``, the last run given to ``worker`` and not
         revoked: True if the worker will never start it (its ticket was
         still there), False if it has started it. Works after its death too."""
+        if worker.unwritten:  # given this turn, not written yet: the last runs' tickets
+            worker.unwritten -= 1
+            return True
         try:
             return os.read(worker.tickets, 1) != b""
         except BlockingIOError:
@@ -479,6 +491,7 @@ class Dispatcher:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
                 self.journal.turn(engine, self.carrier, offset, now)
+                self.carrier.flush()
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:

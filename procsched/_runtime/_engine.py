@@ -45,6 +45,17 @@ first). So:
 - keyed runs (the durable store's ``hold``) and ``max_worker_memory`` turn
   prefetch off; ``max_tasks_per_worker`` bounds the queue so a worker's last
   run is never followed by one it will not run.
+
+Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
+an idle worker is given the next run up to ``early_ns`` before it is due;
+the worker waits for the due time itself and then takes the run's ticket,
+so the run starts on time without the dispatcher's wake-up and a pipe in
+between. Until then it is revocable like a queued run: a cancel takes it
+back (True: it never starts), and so does any other run becoming due
+meanwhile (it would otherwise wait behind a run due later). The worker
+passes over a taken-back run when its wait ends, so a run due meanwhile
+that finds no other idle worker starts up to ``early_ns`` late (3 ms by
+default), never after the run taken back.
 """
 
 from __future__ import annotations
@@ -207,6 +218,7 @@ class Engine:
         self.staged: list[tuple[Any, int, Run]] = []  # heap (rank, n, run): claimed runs taken back, not started
         self._staged_n = itertools.count()
         self.interrupting: set[tuple[int, int]] = set()  # queued runs cancelled with interrupt after they started
+        self.early_ns = int(getattr(carrier, "early_ns", 0)) if self.prefetch else 0
 
     # -- inputs ------------------------------------------------------------
 
@@ -267,6 +279,10 @@ class Engine:
         return accepted
 
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+        if self.early_ns:
+            for slot in self.slots:
+                if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
+                    self._take_back(slot, head=True)  # given before its due time: still revocable
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
             if taken is not None:  # its run was given ahead and never started: as if it were pending
@@ -479,6 +495,12 @@ class Engine:
                 self._take_back_task(gone.task_id)  # (cancelled by a path that did not know it was staged)
                 self.core.complete(gone.task_id, gone.run, "cancelled", now)
                 self._forget_crash_loop(gone.task_id)
+        if self.early_ns and any(self._is_early(s, now) for s in self.slots):
+            due = self.core.next_deadline()
+            if self.staged or self.parked or (due is not None and due <= now):
+                for slot in self.slots:  # another run is due now: it must not wait behind one due later
+                    if self._is_early(slot, now):
+                        self._take_back(slot, head=True)
         busy = False
         for slot in self.slots:
             if slot.worker is None:
@@ -509,7 +531,14 @@ class Engine:
         if self.prefetch and busy:
             self._fill(now)
         if any(s.worker is not None and s.run is None for s in self.slots):
-            wake = _earliest(wake, self.core.next_deadline())
+            due = self.core.next_deadline()
+            if due is not None and self._early_ok():
+                if due - self.early_ns <= now:
+                    busy = self._give_early(due, now) or busy
+                    due = self.core.next_deadline()
+                if due is not None and due - self.early_ns > now:
+                    due -= self.early_ns
+            wake = _earliest(wake, due)
         if busy:  # a stopped (SIGSTOP) worker has no sentinel to show it: look
             if self._health_at is not None and self._health_at <= now:
                 self._check_health()
@@ -554,6 +583,32 @@ class Engine:
         if not victim.queue or not self._revoke_tail(victim, len(victim.queue)):
             return None
         return self._claim(now)
+
+    def _early_ok(self) -> bool:
+        return bool(self.early_ns) and not (
+            self.prio or self.parked or self.staged or self.held or self.closing or self.hold is not None)
+
+    def _is_early(self, slot: Slot, now: int) -> bool:
+        """The slot's run was given before its due time, which has not come."""
+        return slot.run is not None and slot.run[1] < slot.run[0].scheduled_ns and now < slot.run[0].scheduled_ns
+
+    def _give_early(self, due: int, now: int) -> bool:
+        """Give idle workers the runs due by ``due`` (within ``early_ns``)."""
+        given = False
+        for slot in self.slots:
+            if slot.worker is None or slot.run is not None or slot.unskipped or slot.note:
+                continue
+            run = self.core.claim(due)
+            if run is None:
+                break
+            self._assign(slot, run, now)
+            self.carrier.send_run(slot.worker, run)
+            given = True
+            nxt = self.core.next_deadline()
+            if nxt is None or nxt - self.early_ns > now:
+                break
+            due = nxt
+        return given
 
     def _assign(self, slot: Slot, run: Run, now: int) -> None:
         """``run`` is the slot's run from now (sent now, or queued and next)."""

@@ -95,6 +95,9 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
         if ticket_fd >= 0:
             if retiring:
                 continue
+            wait = scheduled - clock()
+            if wait > 0:  # given early (see _engine.py, "Early hand-off"): start on time, if not revoked by then
+                time.sleep(wait / NS)
             try:
                 ticket = os.read(ticket_fd, 1)
             except BlockingIOError:

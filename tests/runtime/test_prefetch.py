@@ -17,6 +17,7 @@ import procsched
 from procsched import TaskState, TaskTimeoutError, WorkerCrashedError
 
 import prefetch_tasks as pt
+from prefetch_helpers import until_stats
 from rt_helpers import Waiter, release
 
 DEPTH = 2
@@ -25,6 +26,10 @@ DEPTH = 2
 @pytest.fixture(autouse=True)
 def _depth(monkeypatch):
     monkeypatch.setenv("PROCSCHED_PREFETCH", str(DEPTH))  # the default, stated
+
+
+def _queued_is(n, slot=0):
+    return lambda stats: stats["workers"][slot]["queued"] == n
 
 
 def _queued(s, slot=0):
@@ -43,7 +48,7 @@ def test_runs_are_given_ahead_only_as_deep_as_the_prefetch(make_scheduler, fifo,
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     handles = [s.submit(pt.mark, out, f"r{i}") for i in range(5)]
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     assert s.stats()["pending"] == 5 + 1  # the queued runs are not started: still counted pending by the core
     release(fifo)
     assert [h.result(30) for h in handles] == [f"r{i}" for i in range(5)]
@@ -56,7 +61,7 @@ def test_a_cancelled_queued_run_never_starts_and_the_cancel_is_answered_while_th
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     a, b, c = (s.submit(pt.mark, out, tag) for tag in "abc")
-    waiter.until(lambda: _queued(s) == DEPTH)  # a and b given ahead; c in the core
+    until_stats(s, _queued_is(DEPTH))  # a and b given ahead; c in the core
     assert b.cancel() is True  # the blocker still runs: answered by the ticket, not the worker
     assert a.cancel() is True
     assert c.cancel() is True
@@ -75,7 +80,7 @@ def test_a_cancelled_periodic_task_queued_never_starts_again(make_scheduler, fif
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     tick = s.schedule_at_fixed_rate(pt.mark, 0.001, args=(out, "tick"))
-    waiter.until(lambda: _queued(s) == 1)  # its first run is given ahead
+    until_stats(s, _queued_is(1))  # its first run is given ahead
     assert tick.cancel() is True
     release(fifo)
     blocker.result(30)
@@ -87,7 +92,7 @@ def test_a_higher_priority_run_is_never_passed_by_runs_given_ahead(make_schedule
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     lows = [s.submit(pt.mark, out, f"low{i}") for i in range(3)]
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     high = s.schedule(pt.mark, args=(out, "high"), priority=5)
     assert _queued(s) == 0  # revoked as the first task with another priority came in
     release(fifo)
@@ -99,7 +104,7 @@ def test_a_higher_priority_run_is_never_passed_by_runs_given_ahead(make_schedule
     s2_blocker = s.submit(pt.gate, fifo)
     waiter.until(lambda: s2_blocker.state is TaskState.RUNNING)
     more = [s.submit(pt.mark, out, f"m{i}") for i in range(3)]
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     release(fifo)
     for h in more:
         h.result(30)
@@ -109,7 +114,7 @@ def test_a_low_priority_task_does_not_pass_queued_runs_either(make_scheduler, fi
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     normal = [s.submit(pt.mark, out, f"n{i}") for i in range(2)]
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     low = s.schedule(pt.mark, args=(out, "low"), priority=-5)
     release(fifo)
     low.result(30)
@@ -123,7 +128,7 @@ def test_a_crash_costs_only_the_running_run_and_queued_runs_go_back_untouched(ma
     s, waiter, blocker = _blocked(make_scheduler, fifo, fn=pt.gate_then_exit)
     dead = s.stats()["workers"][0]["pid"]
     a, b = s.submit(pt.mark, out, "a"), s.submit(pt.mark, out, "b")
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     release(fifo)
     assert isinstance(blocker.exception(30), WorkerCrashedError)
     assert (a.result(30), b.result(30)) == ("a", "b")
@@ -150,12 +155,11 @@ def test_an_idle_worker_takes_over_runs_queued_behind_a_long_one(make_scheduler,
 def test_a_queued_run_s_timeout_counts_from_its_real_start(make_scheduler, tmp_path):
     out = str(tmp_path / "marks")
     s = make_scheduler(1)
-    waiter = Waiter(s)
     s.submit(pt.mark, out, "warm").result(30)
     first = s.submit(pt.mark, out, "first", 1.5)
     fits = s.schedule(pt.mark, args=(out, "fits", 0.2), timeout=1.0)  # 1.7 s after it was given, 0.2 s of its own
     overruns = s.schedule(pt.mark, args=(out, "overruns", 5.0), timeout=0.5)
-    waiter.until(lambda: _queued(s) == 2)
+    until_stats(s, _queued_is(2))
     assert first.result(30) == "first"
     assert fits.result(30) == "fits"
     assert isinstance(overruns.exception(30), TaskTimeoutError)
@@ -188,7 +192,7 @@ def test_shutdown_with_cancel_futures_cancels_runs_given_ahead(make_scheduler, f
     out = str(tmp_path / "marks")
     s, waiter, blocker = _blocked(make_scheduler, fifo)
     handles = [s.submit(pt.mark, out, f"r{i}") for i in range(3)]
-    waiter.until(lambda: _queued(s) == DEPTH)
+    until_stats(s, _queued_is(DEPTH))
     s.shutdown(wait=False, cancel_futures=True)
     release(fifo)
     s.shutdown(wait=True)
