@@ -539,6 +539,8 @@ class Engine:
                 if due is not None and due - self.early_ns > now:
                     due -= self.early_ns
             wake = _earliest(wake, due)
+        elif self.early_ns and any(self._is_early(s, now) for s in self.slots):
+            wake = _earliest(wake, self.core.next_deadline())  # a run due before it takes it back (above)
         if busy:  # a stopped (SIGSTOP) worker has no sentinel to show it: look
             if self._health_at is not None and self._health_at <= now:
                 self._check_health()

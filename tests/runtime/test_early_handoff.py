@@ -84,3 +84,16 @@ def test_a_run_due_now_does_not_wait_behind_one_given_early(make_scheduler, tmp_
     assert pt.marks(out) == ["now", "later"]
     (run,) = later.runs
     assert run.started_at >= run.scheduled_for
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_run_that_comes_due_before_one_given_early_is_not_passed_by_it(make_scheduler, tmp_path):
+    out = str(tmp_path / "marks")
+    s = _warm(make_scheduler, out)
+    later = s.schedule(pt.mark, 4, args=(out, "later"))
+    until_stats(s, _given_early(later))
+    sooner = s.schedule(pt.mark, 2, args=(out, "sooner"))  # the only worker is reserved for "later"
+    assert sooner.result(30) == "sooner"
+    assert later.result(30) == "later"
+    assert pt.marks(out) == ["sooner", "later"]
