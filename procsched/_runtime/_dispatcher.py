@@ -126,10 +126,17 @@ IOV_MAX = 512
 #: A run whose function and arguments are smaller than this goes out as one
 #: joined buffer (copying a few KiB is cheaper than a writev of six).
 SMALL_RUN = 64 * 1024
+#: Runs a busy worker may hold queued behind its current one (see _engine.py,
+#: "Prefetch"); PROCSCHED_PREFETCH overrides it (0: off), for measurements.
+PREFETCH = int(os.environ.get("PROCSCHED_PREFETCH", "2"))
+#: An idle worker gets a run this long before it is due, and waits for the
+#: due time itself (see _engine.py, "Early hand-off"); PROCSCHED_EARLY_US overrides it.
+EARLY_NS = int(os.environ.get("PROCSCHED_EARLY_US", "3000")) * 1000
 
 
 class _Worker:
-    __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture")
+    __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture",
+                 "tickets", "ticket_w", "unwritten")  # fmt: skip
 
     def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
         self.proc = proc
@@ -146,6 +153,9 @@ class _Worker:
         self.out: collections.deque[memoryview] = collections.deque()
         self.out_since = 0  # when the pipe last took something (while out is not empty)
         self.capture = capture  # the file the worker's stdout/stderr go to
+        self.tickets = -1  # the read and write ends of its ticket pipe (see ProcessCarrier)
+        self.ticket_w = -1
+        self.unwritten = 0  # tickets of this turn's runs, written by flush before the runs
 
     def __repr__(self) -> str:
         return f"<worker {self.ident}>"
@@ -154,9 +164,26 @@ class _Worker:
 class ProcessCarrier:
     """Starts, feeds and kills worker processes for the engine. Never blocks
     on a worker's pipe: what a pipe cannot take at once waits in the
-    worker's ``out`` and goes as the selector says the pipe is writable."""
+    worker's ``out`` and goes as the selector says the pipe is writable.
 
-    prefetch = 0
+    The atomic hand-off of prefetched runs: each worker has a *ticket pipe*
+    whose read end both the worker and we hold (one open file, non-blocking).
+    ``send_run`` writes one byte to it before the run. The worker starts a
+    run only if it reads a byte for it; ``revoke`` reads one byte back. A
+    byte is read by exactly one of the two (the kernel's pipe lock), so
+    either the worker starts the run or ``revoke`` returns True and it never
+    starts - decided at once, without waiting for the worker, even while it
+    is busy with a long run or dead. Bytes carry no names: the worker takes
+    them for its runs in order, and we only revoke the last runs given, so
+    the bytes left always belong to the first runs not yet started. The
+    engine gives a worker nothing new until it has passed over the runs
+    revoked from it (it says "skipped"), so a revoked run cannot take the
+    byte of a later one. Runs are written once per turn of the loop
+    (``flush``): a turn's tickets for one worker in one write, then its runs
+    in one write; a run revoked before that takes back an unwritten ticket."""
+
+    prefetch = PREFETCH
+    early_ns = EARLY_NS
     reports_start = True  # workers send "started" for runs with a timeout
 
     def __init__(
@@ -170,22 +197,30 @@ class ProcessCarrier:
         if start_method == "forkserver":
             self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
         self.by_sentinel: dict[int, _Worker] = {}
+        self.unflushed: set[_Worker] = set()  # workers given runs this turn (see flush)
 
     def spawn(self, slot: int) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
+        tickets, ticket_w = os.pipe()
+        os.set_blocking(tickets, False)
+        child_tickets = Connection(os.dup(tickets), writable=False)  # the same open file, for the worker
         capture = None
         if self.capture_dir is not None:
             capture = os.path.join(self.capture_dir, f"output-{slot}-{next(self.serial)}")
-        proc = self.ctx.Process(target=_worker_main.main, args=(child, capture), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
+        proc = self.ctx.Process(target=_worker_main.main, args=(child, capture, child_tickets), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
         try:
             proc.start()  # a dead forkserver is restarted by the next start()
         except BaseException:
             parent.close()
+            os.close(tickets)
+            os.close(ticket_w)
             raise
         finally:
             child.close()
+            child_tickets.close()
         os.set_blocking(parent.fileno(), False)
         worker = _Worker(proc, parent, capture)
+        worker.tickets, worker.ticket_w = tickets, ticket_w
         self.by_sentinel[worker.sentinel] = worker
         self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
         self.selector.register(worker.sentinel, selectors.EVENT_READ, (ON_EXIT, worker))
@@ -195,6 +230,10 @@ class ProcessCarrier:
         """One frame; or, for a large payload, a small header frame, then the
         function and the arguments as two raw frames, written from the
         task's own bytes (never copied here)."""
+        # Its ticket goes out first (flush), and always: to a dying worker
+        # too, so that revoke counts right.
+        worker.unwritten += 1
+        self.unflushed.add(worker)
         if worker.conn is None:
             return
         fn_blob, arg_blob = run.payload
@@ -212,7 +251,28 @@ class ProcessCarrier:
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(_frame_head(len(blob))))
                 out.append(memoryview(blob))
-        self.write(worker)
+
+    def flush(self) -> None:
+        """Write the runs given this turn, each worker's tickets before its runs."""
+        for worker in self.unflushed:
+            if worker.unwritten and worker.ticket_w >= 0:
+                os.write(worker.ticket_w, b"t" * worker.unwritten)  # (a pipe takes 64 KiB: never blocks)
+                worker.unwritten = 0
+            if worker.conn is not None:
+                self.write(worker)
+        self.unflushed.clear()
+
+    def revoke(self, worker: _Worker, run: Run) -> bool:
+        """Take back ``run``, the last run given to ``worker`` and not
+        revoked: True if the worker will never start it (its ticket was
+        still there), False if it has started it. Works after its death too."""
+        if worker.unwritten:  # given this turn, not written yet: the last runs' tickets
+            worker.unwritten -= 1
+            return True
+        try:
+            return os.read(worker.tickets, 1) != b""
+        except BlockingIOError:
+            return False
 
     def retire(self, worker: _Worker) -> None:
         # What its tasks left running (even in sessions of their own) ends
@@ -306,6 +366,12 @@ class ProcessCarrier:
         return code
 
     def forget_output(self, worker: _Worker) -> None:
+        """The engine is done with the dead worker: close its ticket pipe, remove its output file."""
+        for fd in (worker.tickets, worker.ticket_w):
+            if fd >= 0:
+                os.close(fd)
+        worker.tickets = worker.ticket_w = -1
+        self.unflushed.discard(worker)
         if worker.capture is not None:
             try:
                 os.unlink(worker.capture)
@@ -433,6 +499,8 @@ class Dispatcher:
                 renew = self.journal.turn(engine, self.carrier, offset, now)
                 if renew is not None and (wake is None or renew < wake):
                     wake = renew
+            if self.carrier.unflushed:
+                self.carrier.flush()
             self.flush()
             if engine.closed:
                 break
@@ -452,6 +520,8 @@ class Dispatcher:
                         self.on_worker(worker)
                 elif what == ON_EXIT:
                     if worker.sentinel in self.carrier.by_sentinel:
+                        while worker.conn is not None:  # what it said before it died (results of runs it ended)
+                            self.on_worker(worker)
                         engine.worker_exited(worker, self.carrier.forget(worker), clock())
                         self.carrier.forget_output(worker)
                         # the crash reaches the user before the replacement is started (next tick)
@@ -472,6 +542,7 @@ class Dispatcher:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
                 self.journal.drain(engine, self.carrier, offset, now)
+                self.carrier.flush()
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:
@@ -571,6 +642,8 @@ class Dispatcher:
                 return
             if tag == "started":
                 engine.started(worker, message[1], message[2], message[3])
+            elif tag == "skipped":
+                engine.skipped(worker)
             elif tag == "done":
                 engine.finished(worker, *message[1:9])
                 if len(message) > 9:  # the worker is no longer fit to run tasks
@@ -702,6 +775,9 @@ def _check_message(message: Any) -> str:
     if tag == "started":
         if len(message) != 4 or not all(type(x) is int for x in message[1:]):
             raise TypeError("malformed started")
+    elif tag == "skipped":
+        if len(message) != 1:
+            raise TypeError("malformed skipped")
     elif tag == "done":
         if not (
             len(message) in (9, 10)

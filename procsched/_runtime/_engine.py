@@ -17,10 +17,52 @@ just the core.
 Every run is known by (task id, run number). A result or a death is matched
 against the run its worker holds, so a late report can never land on a later
 run, and a run that ends is reported exactly once.
+
+Prefetch (a carrier with ``prefetch > 0``): when more runs are due than
+workers are idle, a busy worker is given up to ``prefetch`` runs ahead
+(``Slot.queue``), which it starts in order as soon as its current run ends,
+with no round trip through here. What keeps that exact is the carrier's
+atomic hand-off: ``revoke(worker, run)`` takes back the *last* run given to
+a worker and answers True only if the worker will never start it (for
+processes, a ticket byte that either the worker or the dispatcher reads
+first). So:
+
+- a cancel of a queued run revokes it (and the runs queued behind it, which
+  go back to ``staged``): True means it never starts; if the worker got to
+  it first it was running, and the cancel is decided as for a running run;
+- a crash costs only the run the worker had started; the runs queued behind
+  it are revoked from the dead worker and go back to ``staged`` untouched;
+- a timeout counts from the run's real start (the head of the queue gets its
+  deadline when it becomes the head, refined by the carrier's ``started``);
+- priority order: prefetch only runs while no live task has a priority
+  other than 0 (``prio``), so a run that becomes due later can never rank
+  ahead of a queued one (equal priority: it is due later, so it ranks behind
+  it). The first task with another priority revokes every queued run back to
+  ``staged``, and ``_claim`` merges ``staged`` with the core by rank, so no
+  run passes another it should not. (Revoking on each injection instead
+  would need a peek at the core's best due run, which the core does not
+  offer; and the decision is simple to test.)
+- keyed runs (the durable store's ``hold``) and ``max_worker_memory`` turn
+  prefetch off; ``max_tasks_per_worker`` bounds the queue so a worker's last
+  run is never followed by one it will not run.
+
+Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
+an idle worker is given the next run up to ``early_ns`` before it is due;
+the worker waits for the due time itself and then takes the run's ticket,
+so the run starts on time without the dispatcher's wake-up and a pipe in
+between. Until then it is revocable like a queued run: a cancel takes it
+back (True: it never starts), and so does any other run becoming due
+meanwhile (it would otherwise wait behind a run due later). The worker
+passes over a taken-back run when its wait ends, so a run due meanwhile
+that finds no other idle worker starts up to ``early_ns`` late (3 ms by
+default), never after the run taken back.
 """
 
 from __future__ import annotations
 
+import collections
+import heapq
+import itertools
 from typing import Any, Protocol
 
 from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore, TaskState
@@ -79,7 +121,7 @@ class Carrier(Protocol):
         """Start a worker for ``slot``; return its worker object (with ``.ident``)."""
 
     def send_run(self, worker: Any, run: Run) -> None:
-        """Give ``run`` to an idle ``worker``."""
+        """Give ``run`` to ``worker`` (idle, or with ``prefetch``: to run after its current runs)."""
 
     def kill(self, worker: Any, hard: bool) -> None:
         """Stop ``worker`` and everything it started (hard: no grace)."""
@@ -94,14 +136,20 @@ class Carrier(Protocol):
         """``"ok"``, ``"stopped"`` or ``"dead"``."""
 
     # Optional: ``reports_start = True`` (the carrier calls Engine.started for
-    # runs with a timeout) and ``output(worker) -> str | None`` (the captured
-    # output of the worker's last run).
+    # runs with a timeout), ``output(worker) -> str | None`` (the captured
+    # output of the worker's last run), and ``prefetch: int`` (how many runs
+    # a busy worker may hold queued; 0 by default) with
+    # ``revoke(worker, run) -> bool`` (take back the last run given to the
+    # worker and not revoked yet: True if it will never start, False if the
+    # worker has started it; also after the worker died) and
+    # ``Engine.skipped`` (the worker passed over a revoked run).
 
 
 class Slot:
     """One place in the pool, filled by successive workers."""
 
-    __slots__ = ("index", "worker", "run", "deadline", "loading", "runs", "restarts", "streak", "respawn_at", "note")
+    __slots__ = ("index", "worker", "run", "deadline", "loading", "runs", "restarts", "streak", "respawn_at", "note",
+                 "queue", "unskipped")  # fmt: skip
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -114,6 +162,10 @@ class Slot:
         self.streak = 0  # crashes in a row
         self.respawn_at: int | None = None
         self.note = ""  # "stopped", "backoff", ... for stats
+        self.queue: collections.deque[Run] = collections.deque()  # prefetched: runs given after ``run``
+        # Revoked runs the worker has not passed over yet: until it has, it
+        # gets nothing new (a new run's ticket could be taken for a revoked one).
+        self.unskipped = 0
 
 
 class Engine:
@@ -158,6 +210,15 @@ class Engine:
         # run back; the carrier sends it once the turn's transaction recording
         # its start has committed.
         self.hold: Any = None
+        # Prefetch (see the module docstring).
+        self.prefetch = int(getattr(carrier, "prefetch", 0))
+        self.policy = Policy(policy)
+        self.ranked = self.policy is not Policy.FIFO
+        self.prio: dict[int, int] = {}  # live tasks whose priority is not 0 (priority policies only)
+        self.staged: list[tuple[Any, int, Run]] = []  # heap (rank, n, run): claimed runs taken back, not started
+        self._staged_n = itertools.count()
+        self.interrupting: set[tuple[int, int]] = set()  # queued runs cancelled with interrupt after they started
+        self.early_ns = int(getattr(carrier, "early_ns", 0)) if self.prefetch else 0
 
     # -- inputs ------------------------------------------------------------
 
@@ -172,6 +233,10 @@ class Engine:
         """Add a task; ``extra`` is ``wire_extra``'s tuple (calendar, retry, limits) or None."""
         if timeout is None:
             timeout = self.default_timeout_ns
+        if priority and self.ranked and self.prefetch:
+            if not self.prio:  # from now on a later run may rank ahead of a queued one
+                self._take_back_all(None)
+            self.prio[task_id] = priority
         if extra is None:
             self.core.add(
                 due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id
@@ -214,6 +279,16 @@ class Engine:
         return accepted
 
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+        if self.early_ns:
+            for slot in self.slots:
+                if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
+                    self._take_back(slot, head=True)  # given before its due time: still revocable
+        if self.staged or self.prefetch:
+            taken = self._take_back_task(task_id)
+            if taken is not None:  # its run was given ahead and never started: as if it were pending
+                self._silent_cancel(taken, now)
+                self.events.append((EV_CANCELLED, task_id))
+                return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
             self.events.append((EV_CANCELLED, task_id))
@@ -221,9 +296,22 @@ class Engine:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
             slot = next((s for s in self.slots if s.run is not None and s.run[0].task_id == task_id), None)
-            if slot is not None:  # else its run is parked: tick() ends it
+            if slot is not None:  # else its run is parked (tick() ends it) or queued and started:
                 self._abort_run(slot, "cancelled", now)
+            else:
+                for s in self.slots:
+                    for run in s.queue:
+                        if run.task_id == task_id:  # the worker got to it first: ended when it becomes the head
+                            self.interrupting.add((task_id, run.run))
+        if decision is CancelResult.CANCELLED or decision.accepted and interrupt:
+            self.prio.pop(task_id, None)
         return decision.accepted
+
+    def skipped(self, worker: Any) -> None:
+        """The worker passed over a revoked run (see ``Slot.unskipped``)."""
+        slot = self._slot_of(worker)
+        if slot is not None and slot.unskipped:
+            slot.unskipped -= 1
 
     def started(self, worker: Any, task_id: int, run_no: int, at: int) -> None:
         """The worker is about to run the run's code (it is up, the function
@@ -254,18 +342,24 @@ class Engine:
         output = None if self._output is None else self._output(worker)
         self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output, matched)
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
-            self._replace(slot, finished, f"recycled after {slot.runs} runs")
+            self._replace(slot, finished, f"recycled after {slot.runs} runs")  # (its queue is empty: see _fill)
         elif self.max_worker_memory is not None:
             rss = self.carrier.rss(worker)
             if rss is not None and rss > self.max_worker_memory:
                 self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
+        elif slot.queue:  # the worker goes on with its next queued run by itself
+            self._assign(slot, slot.queue.popleft(), finished)
+            head = slot.run[0]  # type: ignore[index]
+            if (head.task_id, head.run) in self.interrupting:
+                self.interrupting.discard((head.task_id, head.run))
+                self._abort_run(slot, "cancelled", finished)
 
     def replace_worker(self, worker: Any, now: int, why: str) -> None:
         """An idle worker asked to go (e.g. after a MemoryError: whatever the
         task did to its process - a lowered rlimit, a wrecked heap - must not
         reach the next run): retire it and start a fresh one."""
         slot = self._slot_of(worker)
-        if slot is not None and slot.run is None:
+        if slot is not None and (slot.run is None or not self._take_back(slot, head=True)):
             self._replace(slot, now, why)
 
     def worker_exited(self, worker: Any, exitcode: int | None, now: int, detail: str | None = None) -> None:
@@ -282,6 +376,15 @@ class Engine:
         how = detail or (f"signal {signame}" if signame else f"exit code {exitcode}")
         self.carrier.kill(worker, hard=True)  # whatever it left behind
         self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
+        # Runs given ahead that it never started go back, untouched; its
+        # current run (the head, as without prefetch: given = running) and a
+        # queued run it had started (its result lost) crashed with it.
+        started = self._take_back(slot, head=False)
+        slot.queue.clear()
+        for extra_run in started[1:]:
+            self._record(extra_run, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
+                f"worker {worker.ident} died ({how}) while running task {extra_run.task_id} run {extra_run.run}",
+                task_id=extra_run.task_id, run=extra_run.run, exitcode=exitcode, signal=signame))  # fmt: skip
         slot.worker = None
         slot.restarts += 1
         if slot.run is not None:
@@ -316,6 +419,13 @@ class Engine:
         ``cancel_futures``), let running runs and remaining one-shots finish,
         then stop the workers."""
         self.closing = True
+        # Runs given ahead are not started: cancelled like pending ones.
+        self._take_back_all(None)
+        for _, _, run in list(self.staged):
+            if cancel_futures or self.core.kind(run.task_id) is not Kind.ONCE:
+                self._take_back_task(run.task_id)
+                self._silent_cancel(run, now)
+                self.events.append((EV_CANCELLED, run.task_id))
         for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
             if decision.accepted:
                 self.events.append((EV_CANCELLED, task_id))
@@ -348,6 +458,7 @@ class Engine:
                 "restarts": slot.restarts,
                 "crash_streak": slot.streak,
                 "task": None if slot.run is None else slot.run[0].task_id,
+                "queued": len(slot.queue),  # runs given ahead (prefetch), not started
             })  # fmt: skip
         return {
             "pending": len(self.core),
@@ -379,6 +490,17 @@ class Engine:
             self.parked.remove(gone)
             self._forget_crash_loop(gone.task_id)
             self.core.complete(gone.task_id, gone.run, "cancelled", now)
+        if self.staged and any(self.core.state(r.task_id) is not TaskState.RUNNING for _, _, r in self.staged):
+            for _, _, gone in [e for e in self.staged if self.core.state(e[2].task_id) is not TaskState.RUNNING]:
+                self._take_back_task(gone.task_id)  # (cancelled by a path that did not know it was staged)
+                self.core.complete(gone.task_id, gone.run, "cancelled", now)
+                self._forget_crash_loop(gone.task_id)
+        if self.early_ns and any(self._is_early(s, now) for s in self.slots):
+            due = self.core.next_deadline()
+            if self.staged or self.parked or (due is not None and due <= now):
+                for slot in self.slots:  # another run is due now: it must not wait behind one due later
+                    if self._is_early(slot, now):
+                        self._take_back(slot, head=True)
         busy = False
         for slot in self.slots:
             if slot.worker is None:
@@ -394,21 +516,31 @@ class Engine:
                     busy = True
                     wake = _earliest(wake, slot.deadline)
                     continue
+            if slot.unskipped:
+                continue  # it has not passed over its revoked runs yet: it says so soon
             run = self._claim(now)
+            if run is None and self.prefetch:
+                run = self._steal(now)
             if run is None:
                 continue
-            slot.run = (run, now)
-            slot.deadline = None
-            if run.timeout_ns is not None:
-                slot.loading = self.load_grace_ns is not None
-                slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
+            self._assign(slot, run, now)
             busy = True
             wake = _earliest(wake, slot.deadline)
             if self.hold is None or not self.hold(slot.worker, run):
                 self.carrier.send_run(slot.worker, run)
-            self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
+        if self.prefetch and busy:
+            self._fill(now)
         if any(s.worker is not None and s.run is None for s in self.slots):
-            wake = _earliest(wake, self.core.next_deadline())
+            due = self.core.next_deadline()
+            if due is not None and self._early_ok():
+                if due - self.early_ns <= now:
+                    busy = self._give_early(due, now) or busy
+                    due = self.core.next_deadline()
+                if due is not None and due - self.early_ns > now:
+                    due -= self.early_ns
+            wake = _earliest(wake, due)
+        elif self.early_ns and any(self._is_early(s, now) for s in self.slots):
+            wake = _earliest(wake, self.core.next_deadline())  # a run due before it takes it back (above)
         if busy:  # a stopped (SIGSTOP) worker has no sentinel to show it: look
             if self._health_at is not None and self._health_at <= now:
                 self._check_health()
@@ -428,9 +560,149 @@ class Engine:
             wake = _earliest(wake, self.held.get(parked.task_id))
         return wake
 
+    def _fill(self, now: int) -> None:
+        """Prefetch: give busy workers runs ahead, one level of queue at a
+        time across the pool, while runs are due (see the module docstring)."""
+        if self.prio or self.hold is not None or self.max_worker_memory is not None or self.closing:
+            return
+        limit = self.max_tasks_per_worker
+        for depth in range(self.prefetch):
+            for slot in self.slots:
+                if slot.run is None or slot.unskipped or len(slot.queue) != depth or slot.note:
+                    continue
+                if limit is not None and slot.runs + 2 + depth > limit:
+                    continue  # its last run must not be followed by one it will not run
+                run = self._claim(now)
+                if run is None:
+                    return
+                slot.queue.append(run)
+                self.carrier.send_run(slot.worker, run)
+
+    def _steal(self, now: int) -> Run | None:
+        """An idle worker while runs wait queued behind busy ones (a long
+        run, a hang): take them back, so no run waits while a worker idles."""
+        victim = max(self.slots, key=lambda s: len(s.queue))
+        if not victim.queue or not self._revoke_tail(victim, len(victim.queue)):
+            return None
+        return self._claim(now)
+
+    def _early_ok(self) -> bool:
+        return bool(self.early_ns) and not (
+            self.prio or self.parked or self.staged or self.held or self.closing or self.hold is not None)
+
+    def _is_early(self, slot: Slot, now: int) -> bool:
+        """The slot's run was given before its due time, which has not come."""
+        return slot.run is not None and slot.run[1] < slot.run[0].scheduled_ns and now < slot.run[0].scheduled_ns
+
+    def _give_early(self, due: int, now: int) -> bool:
+        """Give idle workers the runs due by ``due`` (within ``early_ns``)."""
+        given = False
+        for slot in self.slots:
+            if slot.worker is None or slot.run is not None or slot.unskipped or slot.note:
+                continue
+            run = self.core.claim(due)
+            if run is None:
+                break
+            self._assign(slot, run, now)
+            self.carrier.send_run(slot.worker, run)
+            given = True
+            nxt = self.core.next_deadline()
+            if nxt is None or nxt - self.early_ns > now:
+                break
+            due = nxt
+        return given
+
+    def _assign(self, slot: Slot, run: Run, now: int) -> None:
+        """``run`` is the slot's run from now (sent now, or queued and next)."""
+        slot.run = (run, now)
+        slot.deadline = None
+        slot.loading = False
+        if run.timeout_ns is not None:
+            slot.loading = self.load_grace_ns is not None
+            slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
+        self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
+
+    def _revoke_tail(self, slot: Slot, count: int) -> int:
+        """Take back up to ``count`` of the slot's queued runs, last first,
+        into ``staged``; stop at the first one its worker has started."""
+        done = 0
+        while done < count and slot.queue:
+            if not self.carrier.revoke(slot.worker, slot.queue[-1]):
+                break
+            self._stage(slot.queue.pop())
+            slot.unskipped += 1
+            done += 1
+        return done
+
+    def _take_back(self, slot: Slot, head: bool) -> list[Run]:
+        """Take back all the slot's queued runs (and its current run, with
+        ``head``) that its worker has not started; return the ones it has,
+        current run first (they stay where they are)."""
+        if slot.run is None:
+            return []
+        self._revoke_tail(slot, len(slot.queue))
+        if head and not slot.queue and self.prefetch and self.carrier.revoke(slot.worker, slot.run[0]):
+            self._stage(slot.run[0])
+            slot.unskipped += 1
+            slot.run = slot.deadline = None
+            slot.loading = False
+            return []
+        return [slot.run[0], *slot.queue]
+
+    def _take_back_all(self, _reason: Any) -> None:
+        for slot in self.slots:
+            if slot.queue:
+                self._revoke_tail(slot, len(slot.queue))
+
+    def _take_back_task(self, task_id: int) -> Run | None:
+        """The task's run if it was given ahead and is now taken back (never
+        started), removed from ``staged``; else None."""
+        for slot in self.slots:
+            for i, run in enumerate(slot.queue):
+                if run.task_id == task_id:
+                    self._revoke_tail(slot, len(slot.queue) - i)
+                    break
+        for i, (_, _, run) in enumerate(self.staged):
+            if run.task_id == task_id:
+                self.staged[i] = self.staged[-1]
+                self.staged.pop()
+                heapq.heapify(self.staged)
+                return run
+        return None
+
+    def _stage(self, run: Run) -> None:
+        heapq.heappush(self.staged, (self._rank(run), next(self._staged_n), run))
+
+    def _rank(self, run: Run) -> tuple[int, ...]:
+        """Where ``run`` stands among due runs under the policy (lower first)."""
+        if self.policy is Policy.PRIORITY:
+            return (-self.prio.get(run.task_id, 0), run.scheduled_ns)
+        if self.policy is Policy.DUE:
+            return (run.scheduled_ns, -self.prio.get(run.task_id, 0))
+        return (run.scheduled_ns,)
+
+    def _silent_cancel(self, run: Run, now: int) -> None:
+        """Cancel the task of a claimed run that never started: the task's
+        cancellation is reported, not the run (as for a parked run)."""
+        self.core.cancel(run.task_id, True)
+        self.core.complete(run.task_id, run.run, "cancelled", now)
+        self._forget_crash_loop(run.task_id)
+        self.prio.pop(run.task_id, None)
+
     def _claim(self, now: int) -> Run | None:
         """The next run to start: a parked run whose hold is over, else the
-        core's next due run - parked instead if its task is held."""
+        core's next due run - parked instead if its task is held - or a
+        staged one (given ahead, taken back) that ranks before it."""
+        run = self._claim_core(now)
+        staged = self.staged
+        if staged and (run is None or staged[0][0] <= self._rank(run)):
+            best = heapq.heappop(staged)[2]
+            if run is not None:
+                self._stage(run)
+            return best
+        return run
+
+    def _claim_core(self, now: int) -> Run | None:
         for i, parked in enumerate(self.parked):
             if self.held.get(parked.task_id, now) <= now:
                 del self.parked[i]
@@ -491,6 +763,7 @@ class Engine:
         slot.respawn_at = None
         slot.note = ""
         slot.runs = 0
+        slot.unskipped = 0
         try:
             slot.worker = self.carrier.spawn(slot.index)
         except Exception as exc:  # noqa: BLE001 - fork failed (EAGAIN, ENOMEM), the forkserver died, ...
@@ -517,9 +790,15 @@ class Engine:
     def _abort_run(self, slot: Slot, outcome: str, now: int) -> None:
         """End the slot's run now (timeout or interrupt): kill its worker's whole
         tree and give the slot a fresh worker."""
+        started = self._take_back(slot, head=False)
+        slot.queue.clear()
         run, dispatched = slot.run  # type: ignore[misc]
         worker = slot.worker
         loading = slot.loading
+        for other in started[1:]:  # it had finished the run that timed out, its result unread: killed too
+            self._record(other, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
+                f"worker {worker.ident} was killed ({outcome} of task {run.task_id}) while running task "
+                f"{other.task_id} run {other.run}", task_id=other.task_id, run=other.run))  # fmt: skip
         slot.run = slot.deadline = None
         slot.loading = False
         self.carrier.kill(worker, hard=False)
@@ -556,6 +835,8 @@ class Engine:
         if done is None:
             return
         self._track_crash_loop(run, outcome, finished, done.state.terminal)
+        if done.state.terminal and self.prio:
+            self.prio.pop(run.task_id, None)
         if done.next_due_ns is not None and done.next_due_ns < finished:
             self.behind.add(run.task_id)
         elif self.behind:

@@ -4,6 +4,8 @@
                  or, for a large payload, ("run+", task, run, scheduled,
                  report_start[, attempt, wall, retry_on]) + 2 raw frames (the
                  pickled function, arguments)
+               ──ticket pipe: one byte per run ──▶ taken as the run starts
+               ◀─("skipped",)                    a run without its byte (revoked): passed over
                ◀─("started", task, run, at)      only when report_start (a timeout counts from here)
                ◀─("done", task, run, outcome, started, finished, blob, matched)──
                ◀─("add" | "cancel", ...) ─▶ ("reply" | "error", value)   current_scheduler()
@@ -26,6 +28,13 @@ idle worker also exits on EOF from its pipe). With output capture, file
 descriptors 1 and 2 point at a file the dispatcher reads when a run ends
 (even by a crash: the faulthandler trace is in it); it is emptied as each
 run starts.
+
+Runs may arrive ahead of time (prefetch): they wait in the pipe, in order.
+A run starts only if its ticket - one byte the dispatcher wrote to the
+ticket pipe before the run - is still there to read; the dispatcher reads it
+back to revoke a run that has not started (see ``ProcessCarrier`` in
+``_dispatcher.py``). Its result goes out before the next run's ticket is
+taken, so at most one run is started and unreported.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pac
 NS = 1_000_000_000
 
 
-def main(conn: Connection, capture: str | None = None) -> None:
+def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
     """Entry point of a worker process (the target of its multiprocessing.Process)."""
     _become_worker()
     if capture is not None:
@@ -64,6 +73,11 @@ def main(conn: Connection, capture: str | None = None) -> None:
     send, dumps = channel.send, pickle.dumps
     pid = os.getpid()
     clock = time.monotonic_ns
+    ticket_fd = -1 if tickets is None else tickets.fileno()
+    if ticket_fd >= 0:
+        os.set_blocking(ticket_fd, False)
+    skipped = dumps(("skipped",), PROTOCOL)
+    retiring = False  # after a MemoryError: start nothing more (the dispatcher takes back what we hold)
     while True:
         try:
             message = channel.order()
@@ -78,6 +92,19 @@ def main(conn: Connection, capture: str | None = None) -> None:
             task_id, run_no, scheduled, report_start = message[1:5]
             more = message[5:]
             fn_blob, arg_blob = channel.order(), channel.order()
+        if ticket_fd >= 0:
+            if retiring:
+                continue
+            wait = scheduled - clock()
+            if wait > 0:  # given early (see _engine.py, "Early hand-off"): start on time, if not revoked by then
+                time.sleep(wait / NS)
+            try:
+                ticket = os.read(ticket_fd, 1)
+            except BlockingIOError:
+                ticket = b""
+            if not ticket:  # revoked: it never starts
+                send(skipped)
+                continue
         # (attempt, wall, retry_on) travel only when they are not the defaults
         attempt, wall, retry_on = more if more else (1, None, None)
         if capture is not None:
@@ -115,6 +142,7 @@ def main(conn: Connection, capture: str | None = None) -> None:
         done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob, matched)
         if unfit:
             done += ("replaced after a MemoryError",)
+            retiring = True
         try:
             proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):

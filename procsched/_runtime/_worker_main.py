@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 
-def main(conn: Connection, capture: str | None = None) -> None:
+def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
     from ._worker import main as worker_main
 
-    worker_main(conn, capture)
+    worker_main(conn, capture, tickets)
