@@ -61,7 +61,10 @@ def test_worker_replacements_leak_nothing_in_the_dispatcher(new_scheduler, how):
     replaced = stats["spawned"] - spawned0
     print(f"\n{how}: {replaced} replacements; dispatcher before {before}, after {after}")
     assert replaced >= REPLACEMENTS * 0.95 if how == "recycled" else replaced >= REPLACEMENTS // 2
-    assert after["fds"] <= before["fds"] + 2, (before, after)
+    # A worker still being retired at either snapshot holds its 4 fds (its
+    # pipe, both ends of its ticket pipe, its sentinel): one worker's worth of
+    # slack; a leak grows with the 2,000 replacements.
+    assert after["fds"] <= before["fds"] + 4, (before, after)
     assert after["threads"] <= before["threads"], (before, after)
     assert after["rss"] - before["rss"] < 4 * MiB, (before, after)
 
