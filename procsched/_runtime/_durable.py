@@ -24,6 +24,7 @@ import logging
 from typing import Any
 
 from .._core import Kind, Misfire
+from .._core import TaskState as RunState
 from .._core._scheduler import SchedulerCore
 from .._errors import StoreError
 from .._store import RunRecord, StoredTask, TaskDefinition, TaskState, dead_here, function_ref, open_store
@@ -148,6 +149,10 @@ def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int, slo
     sched = d.schedule
     kind = sched["kind"]
     runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
+    if crashed is None and task.holder is not None and attempt == 1 and due is not None and kind != "once":
+        from ._peers import next_after
+
+        due = next_after(sched, due, now_wall)  # its run in flight is another scheduler's: the slot after it
     retry = d.options.get("retry")
     if crashed is not None:
         base = crashed.scheduled_ns if slot is None else slot
@@ -193,9 +198,14 @@ def _cron(d: TaskDefinition, wall_now: int) -> Any:
 class Journal:
     """The dispatcher's store: keyed tasks' changes, one transaction a turn."""
 
-    def __init__(self, target: str, owner_pid: int, log: Any) -> None:
+    def __init__(self, target: str, owner_pid: int, log: Any, lease_ns: int = LEASE_NS) -> None:
+        from ._peers import Peers
+
         self.store = open_store(target)
-        self.holder = self.store.register(lease_ns=LEASE_NS, pid=owner_pid)
+        self.lease_ns = lease_ns
+        self.owner_pid = owner_pid
+        self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
+        self.peers = Peers(self, lease_ns)
         self.log = log  # engine._log
         self.keys: dict[int, str] = {}  # live keyed task id -> key
         self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> (definition, resume) awaiting its add
@@ -210,6 +220,10 @@ class Journal:
         self.renew_at = 0
 
     # commands
+    def expecting(self, key: str) -> bool:
+        """A keyed task of this key is on its way to the engine."""
+        return any(fields[0] == key for fields in self.expected.values())
+
     def expect(self, task_id: int, fields: tuple[Any, ...]) -> None:
         self.expected[task_id] = fields
 
@@ -320,6 +334,11 @@ class Journal:
         """End of a dispatcher turn: commit the turn's changes, then send the
         keyed runs whose start it recorded. Returns when to renew the lease."""
         self.offset = offset
+        peers = self.peers
+        if peers.sync_at is None:
+            peers.sync_at = now + peers.interval
+        elif now >= peers.sync_at and not self.dead:
+            peers.sync(engine, now, offset)
         self.sync(engine)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
@@ -337,22 +356,25 @@ class Journal:
             except StoreError as exc:  # the scheduler keeps running; durability is degraded, and said so
                 engine._log(40, f"the store could not record this turn ({exc}); runs go on unrecorded")
             else:
-                self.renew_at = now + LEASE_NS // 3
+                if batch.fenced:  # a batch with claims or finishes renewed the lease
+                    self.renew_at = now + self.lease_ns // 3
                 lost = set(result.lost)
                 if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
-                    engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
                     lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
-        elif now >= self.renew_at:
+                    self._fenced_out(engine)
+                    # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
+                    self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
+        if now >= self.renew_at:
             try:
-                self.store.renew_lease(self.holder)
+                if not self.store.renew_lease(self.holder):
+                    self._fenced_out(engine)
             except StoreError as exc:
                 engine._log(40, f"the store: renewing the lease failed ({exc})")
-            self.renew_at = now + LEASE_NS // 3
+            self.renew_at = now + self.lease_ns // 3
         for worker, run in held:
-            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
-                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
-                                "another scheduler holds it)")
-                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
+            key = self.keys.get(run.task_id)
+            if (key, run.run, run.attempt) in lost:  # another scheduler has it: the next slot
+                peers.lost(engine, worker, run, key, now, offset)  # type: ignore[arg-type]
             else:
                 carrier.send_run(worker, run)
         if self.cancelled:
@@ -360,7 +382,30 @@ class Journal:
             for tid in list(self.keys):
                 if engine.core.state(tid) is None and tid not in self.expected:
                     self.keys.pop(tid)
-        return self.renew_at
+        return min(self.renew_at, peers.sync_at)
+
+    def _fenced_out(self, engine: Any) -> None:
+        """Our registration was taken over (our lease expired: we were
+        stopped or cut off): what we held is recorded crashed by another
+        scheduler, and nothing of ours was written since. Register again and
+        realign every keyed task with the store at once."""
+        engine._log(40, f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
+                        "its runs in flight were recorded crashed by another scheduler and their ends are not "
+                        "recorded; registering again")  # fmt: skip
+        self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
+        self.batch.holder = self.holder
+        self.peers.sync_at = 0  # a re-read at the next turn
+
+    def stats(self, engine: Any) -> dict[str, Any]:
+        """Who this scheduler is on the store, what it holds, who else is there."""
+        h = self.holder
+        running = engine.core.state
+        return {
+            "scheduler": {"id": h.id, "host": h.host, "pid": h.pid, "lease": self.lease_ns / NS},
+            "holding": sorted(k for t, k in self.keys.items() if running(t) is RunState.RUNNING),
+            "peers": [{"id": p.id, "host": p.host, "pid": p.pid} for p in self.peers.holders if p.id != h.id],
+            "taken_over": self.peers.takeovers,
+        }
 
     def close(self, clean: bool) -> None:
         """Shutdown (clean: unregister) or the user process died (leave the

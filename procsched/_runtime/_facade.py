@@ -39,6 +39,7 @@ from .._handle import RunInfo, TaskHandle, wall_datetime
 from ._engine import (
     BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_STATE, EV_WORKER,
 )  # fmt: skip
+from ._peers import EV_ADOPT
 from ._wire import unpack
 
 NS = 1_000_000_000
@@ -92,6 +93,10 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             definitions, state and runs live in it, stored tasks are resumed
             at once, runs in flight when a previous scheduler died are
             recorded ``crashed`` (see README, "Durable schedules").
+        lease: seconds (default 30) a scheduler sharing its store with
+            others holds its runs without renewing: when it dies, the others
+            record its runs in flight ``crashed`` and carry its schedules on
+            within about this long (see README, "Running several instances").
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         max_worker_memory: int | None = None,
         capture_output: bool = False,
         store: str | os.PathLike[str] | None = None,
+        lease: float = 30.0,
     ) -> None:
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
@@ -140,6 +146,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
         adopt: list[tuple[Any, ...]] = []
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
+            raise ValueError(f"lease must be seconds between 0.1 and 86400, got {lease!r}")
+        lease_ns = int(lease * NS)
         if store is not None:
             if runner != "processes":
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
@@ -151,6 +160,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
             config["store"] = target if "://" in target else self._store.path
             config["owner_pid"] = os.getpid()
+            config["lease_ns"] = lease_ns
         self.runner = runner
         self._ray_runner = runner == "ray"
         self.workers = workers
@@ -222,6 +232,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         specs: dict[tuple[int, int], Any] = {}
         for task in tasks:
             d = task.definition
+            if task.holder is not None and d.schedule["kind"] == "once":
+                continue  # its only run is another live scheduler's
             try:
                 fn = fns.get(d.fn_ref)
                 if fn is None:
@@ -256,6 +268,35 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 batch.delete(key)
             batch.commit()
         return adopt
+
+    def _adopt_stored(self, key: str) -> None:
+        """Another scheduler on the store added the keyed task ``key``: run it
+        here too (its runs are claimed like ours; issue 11). Listener thread."""
+        import pickle
+
+        from .._store import resolve_ref
+        from . import _durable
+
+        holder = self._keys.get(key)
+        if self._closed or key in self._adopted or key in self._unloadable or (holder is not None and not holder.done()):
+            return
+        try:
+            with self._store_lock:
+                task = self._store.get(key)
+            if task is None or task.unloadable is not None:
+                return
+            d = task.definition
+            wall = time.time_ns()
+            fn = resolve_ref(d.fn_ref)
+            args, kwargs = pickle.loads(d.args)
+            spec = _durable.spec_of(d, wall)._replace(key=key)
+            resume = _durable.resume_point(task, None, wall)
+            if resume is None or (task.holder is not None and d.schedule["kind"] == "once"):
+                return
+            self._add(spec, fn, tuple(args), dict(kwargs), (d, (*resume, task.state)))
+        except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
+            logger.warning("stored task %r added by another scheduler cannot be run here (%s: %s)",
+                           key, type(exc).__name__, exc)  # fmt: skip
 
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
@@ -633,6 +674,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                              signal=signal_name(exitcode), crashed=what == "crashed")  # fmt: skip
         elif tag == EV_LOG:
             logger.log(event[1], event[2])
+        elif tag == EV_ADOPT:
+            self._adopt_stored(event[1])
 
     def _notify(self, kind: str, **fields: Any) -> None:
         """Deliver one event to the listeners (see ``_events.py``); never raises."""
