@@ -392,7 +392,11 @@ class Journal:
         engine._log(40, f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
                         "its runs in flight were recorded crashed by another scheduler and their ends are not "
                         "recorded; registering again")  # fmt: skip
-        self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
+        try:
+            self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
+        except StoreError as exc:  # the old registration stays: fenced again next turn, registered again then
+            engine._log(40, f"the store: registering again failed ({exc})")
+            return
         self.batch.holder = self.holder
         self.peers.sync_at = 0  # a re-read at the next turn
 

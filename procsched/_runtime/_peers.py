@@ -98,10 +98,10 @@ class Peers:
         engine.skip(worker, run, now)
         try:
             task = self.journal.store.get(key)
-        except StoreError:
-            return
-        if task is not None:
-            self.apply(engine, run.task_id, task, now, offset)
+            if task is not None:
+                self.apply(engine, run.task_id, task, now, offset)
+        except Exception as exc:  # noqa: BLE001 - the next re-read tries again
+            engine._log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
     # -- the bounded re-read ---------------------------------------------------------
 
@@ -138,6 +138,8 @@ class Peers:
                     self.take_over(engine, dead, now, offset, by_key)
         except StoreError as exc:
             engine._log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
+        except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
+            engine._log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
         journal.seen = len(engine.events)  # what this pass did to local tasks is the store's already
 
     def take_over(self, engine: Any, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
