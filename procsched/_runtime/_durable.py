@@ -16,6 +16,12 @@ run reaches its worker only after the transaction that records it started
 committed. A run's end is recorded with the task's reschedule in one
 statement group (``Batch.finished``), so a SIGKILL at any instant leaves a
 store from which recovery is exact.
+
+Several schedulers on one store (issue 11): a claim the store refuses is
+another scheduler's run - the task skips to its next slot (Engine.skip) and
+realigns with the store; the bounded re-read, take-over of expired
+schedulers and adoption of others' tasks are in ``_peers.py``; a fenced-out
+turn (our lease was taken over) registers again.
 """
 
 from __future__ import annotations

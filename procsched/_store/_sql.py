@@ -15,7 +15,9 @@ in ``procsched_version``, so tokens never repeat).
 
 - *Claiming* a run (``Batch.started``) is a conditional update of the task
   row - only if nobody holds it, it is not paused, and (run, attempt) is
-  exactly its next claim - followed by the insert of the run row, whose
+  exactly its next claim, and for a slot at least ``SLOT_GAP_NS`` after the
+  previous run's (a scheduler whose run numbers drifted cannot run a slot
+  twice under another number) - followed by the insert of the run row, whose
   primary key is a second guard. Both in one transaction: SQLite's ``BEGIN
   IMMEDIATE`` serialises writers; PostgreSQL's row lock on the task row
   makes a second claimer wait, re-check and find the row taken. So each
