@@ -66,15 +66,33 @@ def next_after(schedule: dict[str, Any], slot_ns: int, now_wall: int) -> int | N
     return trigger.next_ns(slot_ns)
 
 
+def not_before(schedule: dict[str, Any], due: int, floor: int) -> int:
+    """The first regular slot at or after ``floor``, from ``due`` on (UTC ns)."""
+    if due >= floor:
+        return due
+    kind = schedule["kind"]
+    if kind == "fixed_rate":
+        period = schedule["period_ns"]
+        return due + -(-(floor - due) // period) * period
+    if kind == "cron":
+        following = next_after(schedule, floor - 1, floor)
+        return floor if following is None else following
+    return floor
+
+
 def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
     """Where the store says a task's next claim is: (runs claimed, attempt,
-    due UTC ns); None if it says nothing usable (no next due time)."""
+    due UTC ns); None if it says nothing usable (no next due time). While
+    another scheduler holds a run, the next claim is not before now: the
+    slots its run overlaps are that holder's to catch up when it ends (its
+    misfire policy), and a claim of a past slot would only lose again and
+    again until then."""
     st = task.state
     if st.next_due_ns is None:
         return None
     if task.holder is not None:  # a run in flight: next_due_ns is its slot
         due = next_after(task.definition.schedule, st.next_due_ns, now_wall)
-        return None if due is None else (st.run_count, 1, due)
+        return None if due is None else (st.run_count, 1, not_before(task.definition.schedule, due, now_wall))
     return st.run_count, st.next_attempt, st.next_due_ns
 
 
@@ -99,7 +117,7 @@ class Peers:
         try:
             task = self.journal.store.get(key)
             if task is not None:
-                self.apply(engine, run.task_id, task, now, offset)
+                self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
         except Exception as exc:  # noqa: BLE001 - the next re-read tries again
             engine._log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
@@ -171,8 +189,12 @@ class Peers:
 
     # -- local tasks follow the store ---------------------------------------------------
 
-    def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int) -> None:
-        """Bring the local task ``tid`` to where the stored ``task`` is."""
+    def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int,
+              lost: tuple[int, int] | None = None) -> None:  # fmt: skip
+        """Bring the local task ``tid`` to where the stored ``task`` is.
+        ``lost``: the (run, attempt) whose claim was just lost; realigning to
+        that very claim again is not before now (no tight loop of claims the
+        store refuses: a crash recorded at start-up, before its reschedule)."""
         core = engine.core
         state = core.state(tid)
         if state is None or task.holder == self.journal.holder.id:
@@ -189,8 +211,11 @@ class Peers:
         if point is None:
             return
         runs, attempt, due_wall = point
-        if core.next_claim(tid) == ((runs + 1, 1) if attempt == 1 else (runs, attempt)):
+        claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
+        if core.next_claim(tid) == claim:
             return  # the same claim next: leave its due time (clock readings differ by microseconds)
+        if claim == lost:
+            due_wall = not_before(task.definition.schedule, due_wall, now + offset)
         calendar = task.definition.schedule["kind"] == "cron"
         core.realign(tid, runs, attempt, due_wall - offset, due_wall if calendar and attempt == 1 else None)
         self.journal.runs[task.key] = runs

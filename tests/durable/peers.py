@@ -116,12 +116,13 @@ def lines(path: str) -> list[tuple[int, int, int, str, int]]:
         return out
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
+def wait_for(predicate: Any, timeout: float, what: str, peers: list[Peer] = ()) -> Any:  # type: ignore[assignment]
     """Wait (on a file or a store the processes write) until ``predicate()``; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not (result := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            logs = "".join(f"\n--- {p.name} stderr:\n{p.stderr()[-2000:]}" for p in peers)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{logs}")
         time.sleep(0.02)
     return result
 
