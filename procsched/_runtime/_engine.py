@@ -275,8 +275,8 @@ class Engine:
                 del self.events[i]
                 break
         done = self.core.skip(run.task_id, run.run, now)
-        if done is None:
-            return
+        if done is None or (done.state is TaskState.CANCELLED and not done.ended):
+            return  # cancelled during the claim: its cancellation was said already
         if done.ended:
             self.events.append((EV_CANCELLED, run.task_id))  # it ended here: another scheduler ran its last run
         elif done.state is TaskState.PAUSED:

@@ -226,3 +226,4 @@ class Peers:
         if engine.core.state(tid) is not TaskState.RUNNING:
             self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
         engine.cancel(tid, False, now)
+        self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)
