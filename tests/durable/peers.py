@@ -67,7 +67,11 @@ class Peer:
             return []
 
     def dispatcher(self) -> psutil.Process:
-        return psutil.Process(self.pid).children()[0]
+        """The dispatcher process (the one holding the store registration and lease)."""
+        for p in psutil.Process(self.pid).children():
+            if "procsched._runtime._dispatcher" in " ".join(p.cmdline()):
+                return p
+        raise AssertionError(f"{self.name}: no dispatcher among {psutil.Process(self.pid).children()}")
 
     def signal(self, sig: int, procs: list[psutil.Process] | None = None) -> None:
         for p in self.tree() if procs is None else procs:
