@@ -208,6 +208,8 @@ class Journal:
         from ._peers import Peers
 
         self.store = open_store(target)
+        if hasattr(self.store, "bound_idle_transactions"):  # PostgreSQL: a stopped scheduler's locks go with its lease
+            self.store.bound_idle_transactions(max(1, lease_ns // 2_000_000))
         self.lease_ns = lease_ns
         self.owner_pid = owner_pid
         self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)

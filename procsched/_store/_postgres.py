@@ -71,6 +71,13 @@ class PostgresStore(SQLStore):
         except self.psycopg.Error as exc:
             raise StoreError(f"{self.describe}: cannot connect: {str(exc).strip()}") from exc
 
+    def bound_idle_transactions(self, ms: int) -> None:
+        """Have the server end this session if it sits inside a transaction
+        for ``ms`` without a statement (the process was stopped or hangs):
+        its row locks would otherwise stall the schedulers taking it over."""
+        with self._tx("bounding idle transactions", write=False) as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {int(ms)}")
+
     def _cursor(self) -> Any:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self._connect()

@@ -111,6 +111,12 @@ def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_
     with open_store(store_url) as store:
         old = next(h for h in store.schedulers() if h.pid == a.pid)
         stopped = [a.tree()[0], a.dispatcher()]  # the scheduler (user process and dispatcher); workers idle
+        # Stopped between two slots, not inside a transaction: a SQLite writer
+        # stopped mid-transaction holds the file's write lock and stalls every
+        # other scheduler until it goes on or dies (README: the SQLite limit).
+        n = len(lines(out))
+        wait_for(lambda: len(lines(out)) > n, 10, "a slot to start")
+        time.sleep(0.04)  # its claim committed, its end (a few ms) too; the next slot is 60 ms away
         a.signal(signal.SIGSTOP, stopped)
         t_stop = time.time()
         wait_for(lambda: all(h.id != old.id for h in store.schedulers()), lease + 10, "b to take a over")
