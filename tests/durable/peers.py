@@ -141,7 +141,12 @@ def check_once(rows: list[tuple[int, int, int, str, int]], period_us: int | None
     dup_slots = sorted({s for s in slots if slots.count(s) > 1})
     assert not dup_slots, f"slots run twice: {dup_slots}"
     gaps = [b - a for a, b in zip(slots, slots[1:])]
-    assert all(g >= 1000 for g in gaps), f"two runs of one slot (times within 1 ms): {gaps}"
+    # A worker reads its run's wall time as scheduled + (time_ns() - its monotonic
+    # start): a preemption between the two readings makes it late by that much
+    # (milliseconds on a loaded machine). So two runs of one slot are two lines
+    # within half a period, and a slot is on the grid within a quarter period.
+    near = 1000 if period_us is None else period_us // 2
+    assert all(g >= near for g in gaps), f"two runs of one slot (times within {near} us): {gaps}"
     if period_us is not None:
-        off = [g for g in gaps if abs(g - period_us * round(g / period_us)) > 2000]
+        off = [g for g in gaps if abs(g - period_us * round(g / period_us)) > period_us // 4]
         assert not off, f"slots off the grid of {period_us} us: {off[:10]}"
