@@ -65,8 +65,10 @@ def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers
         assert len(rows) >= least
     assert len({x[3] for x in r}) >= 2, "one scheduler ran everything: the others never won a claim"
     with open_store(store_url) as store:
-        for key in ("rate", "cron"):
-            assert all(h.outcome == "ok" for h in store.history(key)), store.history(key)
+        for key, period in (("rate", 50_000), ("cron", US)):
+            history = store.history(key)
+            assert all(h.outcome == "ok" for h in history), history
+            check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in history], period)  # the claimed slots
         assert store.schedulers() == []  # all three unregistered
 
 
@@ -133,6 +135,7 @@ def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_
         check_once(rows, 100_000)
         window = [x for x in rows if x[3] == "a" and t_stop + 0.3 < x[2] / US < t_cont - 0.1]
         assert not window, f"a ran slots it did not hold while stopped: {window}"
+        check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in store.history("r")], 100_000)
         late = [h for h in store.history("r") if h.holder == old.id and (h.started_ns or 0) / 1e9 > t_over]
         assert not late, late
         assert all(h.outcome is not None for h in store.history("r"))
