@@ -63,7 +63,6 @@ def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers
         runs = sorted(x[0] for x in rows)
         assert runs == list(range(1, runs[-1] + 1)), "a run number never started (lost)"
         assert len(rows) >= least
-    assert len({x[3] for x in r}) >= 2, "one scheduler ran everything: the others never won a claim"
     with open_store(store_url) as store:
         for key, period in (("rate", 50_000), ("cron", US)):
             history = store.history(key)
