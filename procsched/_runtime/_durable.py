@@ -36,6 +36,7 @@ commit (our lease was taken over) registers again.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from .._core import Kind, Misfire
@@ -312,11 +313,13 @@ class Journal:
         if core.state(task_id) is None:
             return  # refused (Engine.add said why)
         runs = self.runs.get(key)
-        if runs is None:  # the key's first task here: it may have a history (an ended one-shot's)
+        stored = None
+        if runs is None:  # the key's first task here: it may be stored already, or have a history
             try:
+                stored = self.store.get(key)
                 runs = self.store.last_run(key)
             except StoreError as exc:
-                engine._log(40, f"the store: reading the runs of {key!r} failed ({exc}); they start at 1")
+                engine._log(40, f"the store: reading {key!r} failed ({exc}); its runs start at 1")
                 runs = 0
         if runs:
             core.continue_runs(task_id, runs)
@@ -324,6 +327,14 @@ class Journal:
         self.runs[key] = runs
         if schedule["kind"] == "fixed_rate":
             self.rate[task_id] = schedule["period_ns"]
+        if stored is not None and stored.definition.def_hash == def_hash and stored.unloadable is None:
+            # The same task, stored after this scheduler started (another
+            # scheduler sharing the store added it meanwhile): this one goes
+            # on from the stored state - the same grid, the same run numbers -
+            # and writes none of its own.
+            now = time.monotonic_ns()
+            self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
+            return
         d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
         self.batch.upsert(d, TaskState(runs, core.next_wall(task_id)))
 

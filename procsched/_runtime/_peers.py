@@ -190,11 +190,13 @@ class Peers:
     # -- local tasks follow the store ---------------------------------------------------
 
     def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int,
-              lost: tuple[int, int] | None = None) -> None:  # fmt: skip
+              lost: tuple[int, int] | None = None, force: bool = False) -> None:  # fmt: skip
         """Bring the local task ``tid`` to where the stored ``task`` is.
         ``lost``: the (run, attempt) whose claim was just lost; realigning to
         that very claim again is not before now (no tight loop of claims the
-        store refuses: a crash recorded at start-up, before its reschedule)."""
+        store refuses: a crash recorded at start-up, before its reschedule).
+        ``force``: take the stored due time even for the same next claim (a
+        task just scheduled here, on a grid of its own)."""
         core = engine.core
         state = core.state(tid)
         if state is None or task.holder == self.journal.holder.id:
@@ -212,7 +214,7 @@ class Peers:
             return
         runs, attempt, due_wall = point
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
-        if core.next_claim(tid) == claim:
+        if core.next_claim(tid) == claim and not force:
             return  # the same claim next: leave its due time (clock readings differ by microseconds)
         if claim == lost:
             due_wall = not_before(task.definition.schedule, due_wall, now + offset)
