@@ -83,17 +83,35 @@ def jobs_command(args: argparse.Namespace) -> int:
         return EXIT_STORE
     with store:
         tasks = store.jobs()
+        schedulers = {h.id: h for h in store.schedulers()}
     rows = [{
         "key": t.key, "schedule": _schedule(t.definition.schedule), "function": t.definition.fn_ref,
         "next_run": _iso(t.state.next_due_ns), "runs": t.state.run_count, "last_outcome": t.last_outcome,
-        "paused": t.state.paused, "unloadable": t.unloadable,
+        "paused": t.state.paused, "unloadable": t.unloadable, "held_by": _holder(t.holder, schedulers),
     } for t in tasks]  # fmt: skip
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return 0
-    _table(["key", "schedule", "next_run", "runs", "last_outcome", "paused", "unloadable"], rows)
+    for row in rows:
+        held = row["held_by"]
+        row["held_by"] = None if held is None else f"{held['host']}/{held['pid']}"
+    _table(["key", "schedule", "next_run", "runs", "last_outcome", "paused", "held_by", "unloadable"], rows)
     return 0
+
+
+def _holder(holder_id: str | None, schedulers: dict[str, Any]) -> dict[str, Any] | None:
+    """Which scheduler (host, pid) holds a task's run in flight (several
+    schedulers may share a store); ``registered`` False: its lease was not
+    renewed and nobody took it over yet (it is probably dead)."""
+    if holder_id is None:
+        return None
+    h = schedulers.get(holder_id)
+    if h is not None:
+        return {"host": h.host, "pid": h.pid, "registered": True}
+    host, _, rest = holder_id.partition(":")
+    pid = rest.partition(":")[0]
+    return {"host": host, "pid": int(pid) if pid.isdigit() else None, "registered": False}
 
 
 def history_command(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ A runner drives the core with four calls and one question:
     cancel(id, interrupt)    -> CancelResult        what to do about a cancel
     next_deadline()          -> int | None          the earliest due time
     pause(id) / resume(id, now) / set_wall_offset(offset)
+    skip(id, run, now) / realign(id, runs, attempt, due)   several schedulers on one store
 
 ``claim`` returns ``None`` when nothing is due. ``complete`` returns ``None``
 for a stale report (a run that is not the task's current one), so a late
@@ -458,6 +459,51 @@ class SchedulerCore:
             task.due = retry_due
             self._repush(task)
             self._bury()  # the entry add() pushed is dead
+
+    def skip(self, task_id: int, run: int, now: int) -> Completion | None:
+        """Run ``run`` of ``task_id`` does not happen here: another scheduler
+        sharing a durable store claimed that slot. Nothing is counted: no
+        outcome, no retry, no misfire; the run number stays used (the other
+        scheduler ran it). A periodic task goes on to its next slot as after a
+        run that went well (a limit it reached ends it, DONE); a one-shot is
+        CANCELLED here (it ran there). Returns what changed, or None if that
+        run is not in flight."""
+        task = self._tasks.get(task_id)
+        if task is None or not task.active or task.runs != run:
+            return None
+        if task.kind is Kind.ONCE and task.state is RUNNING:
+            task.active = False
+            task.state = transition(task.state, "cancel")
+            self._drop(task)
+            return Completion(task_id, run, "cancelled", CANCELLED, None, 0, True)
+        return self.complete(task_id, run, "ok", now)
+
+    def realign(self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None = None) -> bool:
+        """A task shared through a durable store, where other schedulers
+        claimed its runs: the next claim here is run ``runs + 1`` due at
+        ``due`` (``attempt`` 1), or attempt ``attempt`` of run ``runs`` (a
+        retry) due at ``due``. A calendar task's regular slot is
+        ``slot_wall`` (its due time follows it). PENDING tasks only; True if
+        it was realigned."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state is not PENDING:
+            return False
+        task.runs = runs
+        extra = task.extra
+        if attempt > 1:
+            extra = self._extra(task)
+            extra.retrying = True
+            extra.attempt = attempt - 1
+            extra.base = due
+        elif extra is not None:
+            extra.retrying = False
+            if extra.trigger is not None and slot_wall is not None:
+                extra.slot = slot_wall
+                due = slot_wall - self.wall_offset
+        task.due = due
+        self._repush(task)
+        self._bury()  # the entry it had is dead
+        return True
 
     def next_claim(self, task_id: int) -> tuple[int, int] | None:
         """(run, attempt) of the task's next claim, or None if it has none queued."""

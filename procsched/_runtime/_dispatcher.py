@@ -472,7 +472,8 @@ class Dispatcher:
         if config.get("store") is not None:  # keyed tasks are durable (see _durable.py)
             from ._durable import Journal
 
-            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit)
+            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit,
+                                   config.get("lease_ns", 30 * NS))  # fmt: skip
             self.engine.hold = self.journal.hold
             self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
@@ -598,7 +599,10 @@ class Dispatcher:
                 _, request, task_id, interrupt = message
                 engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
             elif tag == "stats":
-                engine.events.append((EV_REPLY, message[1], engine.stats(time.monotonic_ns())))
+                stats = engine.stats(time.monotonic_ns())
+                if self.journal is not None:
+                    stats["store"] = self.journal.stats(engine)
+                engine.events.append((EV_REPLY, message[1], stats))
             elif tag == "shutdown":
                 if self.journal is not None:  # what shutdown cancels stays stored
                     self.journal.sync(engine)

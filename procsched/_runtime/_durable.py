@@ -25,19 +25,27 @@ the user hears of a turn's events once it has committed (``history()``
 after ``result()`` finds the run). A run's end is recorded with the
 task's reschedule in one statement group (``Batch.finished``), so a
 SIGKILL at any instant leaves a store from which recovery is exact.
+
+Several schedulers on one store (issue 11): a claim the store refuses is
+another scheduler's run - the task skips to its next slot (Engine.skip) and
+realigns with the store; the bounded re-read, take-over of expired
+schedulers and adoption of others' tasks are in ``_peers.py``; a fenced-out
+commit (our lease was taken over) registers again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from .._core import Kind, Misfire
+from .._core import TaskState as RunState
 from .._core._scheduler import SchedulerCore
 from .._errors import StoreError
 from .._store import RunRecord, StoredTask, TaskDefinition, TaskState, dead_here, function_ref, open_store
 from ._commit import Writer
-from ._engine import EV_CANCELLED, EV_RUN, EV_STATE, BLOB_EXC
+from ._engine import EV_CANCELLED, EV_RUN, EV_STARTED, EV_STATE, BLOB_EXC
 
 NS = 1_000_000_000
 logger = logging.getLogger("procsched")
@@ -160,6 +168,10 @@ def resume_point(task: StoredTask, crashed: RunRecord | None, now_wall: int, slo
     sched = d.schedule
     kind = sched["kind"]
     runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
+    if crashed is None and task.holder is not None and attempt == 1 and due is not None and kind != "once":
+        from ._peers import next_after
+
+        due = next_after(sched, due, now_wall)  # its run in flight is another scheduler's: the slot after it
     retry = d.options.get("retry")
     if crashed is not None:
         base = crashed.scheduled_ns if slot is None else slot
@@ -205,9 +217,16 @@ def _cron(d: TaskDefinition, wall_now: int) -> Any:
 class Journal:
     """The dispatcher's store: keyed tasks' changes, one transaction a turn."""
 
-    def __init__(self, target: str, owner_pid: int, log: Any, emit: Any) -> None:
+    def __init__(self, target: str, owner_pid: int, log: Any, emit: Any, lease_ns: int = LEASE_NS) -> None:
+        from ._peers import Peers
+
         self.store = open_store(target)
-        self.holder = self.store.register(lease_ns=LEASE_NS, pid=owner_pid)
+        if hasattr(self.store, "bound_idle_transactions"):  # PostgreSQL: a stopped scheduler's locks go with its lease
+            self.store.bound_idle_transactions(max(1, lease_ns // 2_000_000))
+        self.lease_ns = lease_ns
+        self.owner_pid = owner_pid
+        self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
+        self.peers = Peers(self, lease_ns)
         self.log = log  # engine._log
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
@@ -219,6 +238,8 @@ class Journal:
         self.rate: dict[int, int] = {}  # fixed-rate keyed task id -> period (its next slot at shutdown)
         # Commits run in the writer thread (see _commit.py), on its own connection.
         self.writer = Writer(target)
+        if hasattr(self.writer.store, "bound_idle_transactions"):  # its row locks too (PostgreSQL)
+            self.writer.store.bound_idle_transactions(max(1, lease_ns // 2_000_000))
         self.waiting: list[tuple[Any, Any]] = []  # held runs whose start is in self.batch
         self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
@@ -229,6 +250,10 @@ class Journal:
         self.renew_at = 0
 
     # commands
+    def expecting(self, key: str) -> bool:
+        """A keyed task of this key is on its way to the engine."""
+        return any(fields[0] == key for fields in self.expected.values())
+
     def expect(self, task_id: int, fields: tuple[Any, ...]) -> None:
         self.expected[task_id] = fields
 
@@ -288,11 +313,13 @@ class Journal:
         if core.state(task_id) is None:
             return  # refused (Engine.add said why)
         runs = self.runs.get(key)
-        if runs is None:  # the key's first task here: it may have a history (an ended one-shot's)
+        stored = None
+        if runs is None:  # the key's first task here: it may be stored already, or have a history
             try:
+                stored = self.store.get(key)
                 runs = self.store.last_run(key)
             except StoreError as exc:
-                engine._log(40, f"the store: reading the runs of {key!r} failed ({exc}); they start at 1")
+                engine._log(40, f"the store: reading {key!r} failed ({exc}); its runs start at 1")
                 runs = 0
         if runs:
             core.continue_runs(task_id, runs)
@@ -300,6 +327,14 @@ class Journal:
         self.runs[key] = runs
         if schedule["kind"] == "fixed_rate":
             self.rate[task_id] = schedule["period_ns"]
+        if stored is not None and stored.definition.def_hash == def_hash and stored.unloadable is None:
+            # The same task, stored after this scheduler started (another
+            # scheduler sharing the store added it meanwhile): this one goes
+            # on from the stored state - the same grid, the same run numbers -
+            # and writes none of its own.
+            now = time.monotonic_ns()
+            self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
+            return
         d = TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash)
         self.batch.upsert(d, TaskState(runs, core.next_wall(task_id)))
 
@@ -375,6 +410,11 @@ class Journal:
         ``committed``). While a commit is in flight, the changes wait for the
         next one. Returns when to renew the lease."""
         self.offset = offset
+        peers = self.peers
+        if peers.sync_at is None:
+            peers.sync_at = now + peers.interval
+        elif now >= peers.sync_at and not self.dead:
+            peers.sync(engine, now, offset)
         self.sync(engine)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
@@ -397,52 +437,85 @@ class Journal:
             batch, self.batch = self.batch, self.writer.store.batch(self.holder)
             waiting, self.waiting = self.waiting, []
             told, self.told = self.told, []
-            self.writer.submit(batch, (waiting, told))
+            self.writer.submit(batch, (waiting, told, batch))
             # A quick commit is waited for here: cheaper than a turn of the
             # loop for it, and the runs that end meanwhile go with the next
             # commit (two workers: 6-7k -> 8-9k keyed runs/s). A slow one (an
             # fsync, a network round trip) is not: select wakes us for it.
             if self.writer.wait(COMMIT_WAIT_S):
                 self.committed(engine, carrier, now)
-        elif now >= self.renew_at:
+        if now >= self.renew_at and not self.dead:  # on the dispatcher's own connection
             try:
-                self.store.renew_lease(self.holder)
+                if not self.store.renew_lease(self.holder):
+                    self._fenced_out(engine)
             except StoreError as exc:
                 engine._log(40, f"the store: renewing the lease failed ({exc})")
-            self.renew_at = now + LEASE_NS // 3
+            self.renew_at = now + self.lease_ns // 3
         if self.cancelled:
             self.cancelled = [t for t in self.cancelled if engine.core.state(t) is not None]
             for tid in list(self.keys):
                 if engine.core.state(tid) is None and tid not in self.expected:
                     self.keys.pop(tid)
-        return self.renew_at
+        return min(self.renew_at, peers.sync_at)
+
+    def _fenced_out(self, engine: Any) -> None:
+        """Our registration was taken over (our lease expired: we were
+        stopped or cut off): what we held is recorded crashed by another
+        scheduler, and nothing of ours was written since. Register again and
+        realign every keyed task with the store at once."""
+        engine._log(40, f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
+                        "its runs in flight were recorded crashed by another scheduler and their ends are not "
+                        "recorded; registering again")  # fmt: skip
+        try:
+            self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
+        except StoreError as exc:  # the old registration stays: fenced again next turn, registered again then
+            engine._log(40, f"the store: registering again failed ({exc})")
+            return
+        self.batch.holder = self.holder
+        self.peers.sync_at = 0  # a re-read at the next turn
+
+    def stats(self, engine: Any) -> dict[str, Any]:
+        """Who this scheduler is on the store, what it holds, who else is there."""
+        h = self.holder
+        running = engine.core.state
+        return {
+            "scheduler": {"id": h.id, "host": h.host, "pid": h.pid, "lease": self.lease_ns / NS},
+            "holding": sorted(k for t, k in self.keys.items() if running(t) is RunState.RUNNING),
+            "peers": [{"id": p.id, "host": p.host, "pid": p.pid} for p in self.peers.holders if p.id != h.id],
+            "taken_over": self.peers.takeovers,
+        }
 
     def committed(self, engine: Any, carrier: Any, now: int) -> None:
         """The writer's commit ended (its pipe was readable): send the runs
         whose start it recorded - or, if the store says another scheduler
-        holds them, end them ``cancelled`` unrun - and emit the events it
-        recorded to the user."""
+        holds them, skip them here (``Peers.lost``: the task goes on to its
+        next slot) - and emit the events it recorded to the user."""
         if not self.writer.busy:
             return  # collected already (Journal.turn waited for it)
-        (held, told), result = self.writer.collect()
-        if told:
-            self.emit(told)
+        (held, told, batch), result = self.writer.collect()
         lost: set[tuple[str | None, int, int]] = set()
         if isinstance(result, StoreError):  # the scheduler keeps running; durability is degraded, and said so
             engine._log(40, f"the store could not record this turn ({result}); runs go on unrecorded")
         elif isinstance(result, BaseException):
             raise result  # a bug in the store layer: the dispatcher's crash handling takes it
         else:
-            self.renew_at = now + LEASE_NS // 3
+            if batch.fenced:  # a batch with claims or finishes renewed the lease
+                self.renew_at = now + self.lease_ns // 3
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
-                engine._log(40, "this scheduler's store registration was taken over: its keyed runs are not run")
                 lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+                self._fenced_out(engine)
+                # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
+                self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
+        if lost and told:  # a run another scheduler holds never started here: the user hears nothing of it
+            gone = {(r.task_id, r.run) for _w, r in held if (self.keys.get(r.task_id), r.run, r.attempt) in lost}
+            told = [ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in gone)]
+        if told:
+            self.emit(told)
         for worker, run in held:
-            if (self.keys.get(run.task_id), run.run, run.attempt) in lost:
-                engine._log(40, f"keyed task {self.keys.get(run.task_id)} run {run.run}: not ours to run (the store says "
-                                "another scheduler holds it)")
-                engine.finished(worker, run.task_id, run.run, "cancelled", now, now, 0, None)
+            key = self.keys.get(run.task_id)
+            if (key, run.run, run.attempt) in lost:  # another scheduler has it: the next slot
+                self.peers.lost(engine, worker, run, key, now, self.offset)  # type: ignore[arg-type]
             else:
                 carrier.send_run(worker, run)
 

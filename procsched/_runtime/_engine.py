@@ -354,6 +354,31 @@ class Engine:
                 self.interrupting.discard((head.task_id, head.run))
                 self._abort_run(slot, "cancelled", finished)
 
+    def skip(self, worker: Any, run: Run, now: int) -> None:
+        """A held run (``hold``) that the durable store gave to another
+        scheduler (issue 11): it never happened here. The worker is free
+        again, nothing is counted, its started event is taken back (the turn
+        has not flushed it), and the task goes on to its next slot."""
+        slot = self._slot_of(worker)
+        if slot is not None and slot.run is not None and slot.run[0] is run:
+            slot.run = slot.deadline = None
+            slot.loading = False
+        for i in range(len(self.events) - 1, -1, -1):
+            ev = self.events[i]
+            if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
+                del self.events[i]
+                break
+        done = self.core.skip(run.task_id, run.run, now)
+        if done is None or (done.state is TaskState.CANCELLED and not done.ended):
+            return  # cancelled during the claim: its cancellation was said already
+        if done.ended:
+            self.events.append((EV_CANCELLED, run.task_id))  # it ended here: another scheduler ran its last run
+        elif done.state is TaskState.PAUSED:
+            self.events.append((EV_STATE, run.task_id, TaskState.PAUSED.value, None, None))
+        else:
+            wall = done.next_wall_ns if done.next_wall_ns is not None else done.next_due_ns + self.core.wall_offset
+            self.events.append((EV_STATE, run.task_id, TaskState.PENDING.value, done.next_due_ns, wall))
+
     def replace_worker(self, worker: Any, now: int, why: str) -> None:
         """An idle worker asked to go (e.g. after a MemoryError: whatever the
         task did to its process - a lowered rlimit, a wrecked heap - must not

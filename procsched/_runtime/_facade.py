@@ -42,6 +42,7 @@ from .._handle import RunInfo, TaskHandle, wall_datetime
 from ._engine import (
     BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_STATE, EV_WORKER,
 )  # fmt: skip
+from ._peers import EV_ADOPT
 from ._wire import unpack
 
 NS = 1_000_000_000
@@ -95,6 +96,10 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             definitions, state and runs live in it, stored tasks are resumed
             at once, runs in flight when a previous scheduler died are
             recorded ``crashed`` (see README, "Durable schedules").
+        lease: seconds (default 30) a scheduler sharing its store with
+            others holds its runs without renewing: when it dies, the others
+            record its runs in flight ``crashed`` and carry its schedules on
+            within about this long (see README, "Running several instances").
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         max_worker_memory: int | None = None,
         capture_output: bool = False,
         store: str | os.PathLike[str] | None = None,
+        lease: float = 30.0,
     ) -> None:
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
@@ -141,6 +147,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._store: Any = None
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
+        self._adopt_lock = threading.Lock()  # adoptions (start-up, then other schedulers' tasks) one at a time
+        self._shapes_sent = 0  # adoption shapes the dispatcher has (see _adopt)
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
+            raise ValueError(f"lease must be seconds between 0.1 and 86400, got {lease!r}")
+        lease_ns = int(lease * NS)
         if store is not None:
             if runner != "processes":
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
@@ -151,6 +162,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
             config["store"] = target if "://" in target else self._store.path
             config["owner_pid"] = os.getpid()
+            config["lease_ns"] = lease_ns
         self.runner = runner
         self._ray_runner = runner == "ray"
         self.workers = workers
@@ -201,23 +213,38 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
     def _recover(self) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
         """Start-up on a store (before the dispatcher owns it): take over dead
         schedulers (their runs in flight -> crashed), and for each stored
-        task what to adopt it with; tasks that cannot load are logged and
-        kept (``stats()["unloadable"]``); one-shots that ended are dropped.
+        task what to adopt it with (``_rows``); one-shots that ended are
+        dropped."""
+        from . import _durable
 
-        Returns (shapes, rows) for ``_adopt``: a *shape* is what tasks of one
-        function, arguments, schedule and options share - the import, the
-        unpickled and re-pickled call, the spec and the dispatcher's add
-        message are made once per shape, not once per task (100,000 stored
-        tasks are typically of a few shapes; ``load()`` shares equal
-        schedule and options dicts, so a shape is found by identity). A row
-        is one task: [key, shape, runs, attempt, due, slot, paused, write]."""
+        tasks, crashed, slots = _durable.recover(self._store)
+        shapes, rows, ended = self._rows(tasks, crashed, slots)
+        if ended:
+            batch = self._store.batch()
+            for key in ended:
+                batch.delete(key)
+            batch.commit()
+        return shapes, rows
+
+    def _rows(self, tasks: list[Any], crashed: dict[str, Any], slots: dict[str, int]
+              ) -> tuple[list[tuple[Any, ...]], list[list[Any]], list[str]]:  # fmt: skip
+        """What to adopt stored tasks with: (shapes, rows, keys of one-shots
+        that ended). Tasks that cannot load are logged and kept
+        (``stats()["unloadable"]``).
+
+        A *shape* is what tasks of one function, arguments, schedule and
+        options share - the import, the unpickled and re-pickled call, the
+        spec and the dispatcher's add message are made once per shape, not
+        once per task (100,000 stored tasks are typically of a few shapes;
+        ``load()`` shares equal schedule and options dicts, so a shape is
+        found by identity). A row is one task: [key, shape, runs, attempt,
+        due, slot, paused, write]."""
         import pickle
 
         from .._store import resolve_ref
         from . import _durable
         from ._wire import pack_call
 
-        tasks, crashed, slots = _durable.recover(self._store)
         wall = time.time_ns()
         now = time.monotonic_ns()
         shapes: list[tuple[Any, ...]] = []
@@ -227,6 +254,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         ended = []
         for task in tasks:
             d = task.definition
+            if task.holder is not None and d.schedule["kind"] == "once":
+                continue  # its only run is another live scheduler's
             shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))
             index = by_shape.get(shape)
             if index is None:
@@ -262,35 +291,60 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 st.run_count, st.next_due_ns, st.next_attempt, st.paused)  # adopted unchanged: nothing to write
             rows.append([d.key, index, runs, attempt, due, slot, paused, write])
             self._adopted[d.key] = d.def_hash
-        if ended:
-            batch = self._store.batch()
-            for key in ended:
-                batch.delete(key)
-            batch.commit()
-        return shapes, rows
+        return shapes, rows, ended
 
     def _adopt(self, shapes: list[tuple[Any, ...]], rows: list[list[Any]]) -> None:
         """Give each stored task a handle and hand them all to the dispatcher
         in ``("adopt", new shapes, rows)`` commands of ADOPT_CHUNK rows, each
         row with its task id appended (see ``Journal.adopt``). A handle is
         registered before its command goes, since its events may come at
-        once. A paused task's handle learns it from the dispatcher."""
+        once. A paused task's handle learns it from the dispatcher. The
+        dispatcher keeps every shape it was sent: a row's shape index counts
+        from the first shape of the first adoption."""
         offset = time.time_ns() - time.monotonic_ns()
         handles, keys, ids = self._handles, self._keys, self._ids
         names = [shape[6] for shape in shapes]
-        sent_shapes = 0
-        for lo in range(0, len(rows), ADOPT_CHUNK):
-            chunk = rows[lo : lo + ADOPT_CHUNK]
-            for row in chunk:
-                key = row[0]
-                task_id = next(ids)
-                due = row[4]
-                handle = TaskHandle(self, task_id, names[row[1]], (due - offset) / NS, key, due)
-                handles[task_id] = handle
-                keys[key] = handle
-                row.append(task_id)
-            self._backend.send(("adopt", shapes[sent_shapes:], chunk))
-            sent_shapes = len(shapes)
+        with self._adopt_lock:
+            base = sent_shapes = self._shapes_sent
+            for lo in range(0, len(rows), ADOPT_CHUNK):
+                chunk = rows[lo : lo + ADOPT_CHUNK]
+                for row in chunk:
+                    key = row[0]
+                    task_id = next(ids)
+                    due = row[4]
+                    handle = TaskHandle(self, task_id, names[row[1]], (due - offset) / NS, key, due)
+                    handles[task_id] = handle
+                    keys[key] = handle
+                    row[1] += base
+                    row.append(task_id)
+                self._backend.send(("adopt", shapes[sent_shapes - base :], chunk))
+                sent_shapes = base + len(shapes)
+            self._shapes_sent = base + len(shapes)
+
+    def _adopt_stored(self, key: str) -> None:
+        """Another scheduler on the store added the keyed task ``key``: run it
+        here too (its runs are claimed like ours; issue 11). Listener thread.
+        Its stored state is the other scheduler's: adopting writes nothing."""
+        holder = self._keys.get(key)
+        if self._closed or key in self._adopted or key in self._unloadable or (holder is not None and not holder.done()):
+            return
+        try:
+            with self._store_lock:
+                task = self._store.get(key)
+            if task is None or task.unloadable is not None:
+                return
+            unloadable = dict(self._unloadable)
+            shapes, rows, _ended = self._rows([task], {}, {})
+            if key in self._unloadable and key not in unloadable:  # it did not load here: logged, not run
+                del self._unloadable[key]
+                return
+            for row in rows:
+                row[7] = False
+            if rows and not self._closed:
+                self._adopt(shapes, rows)
+        except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
+            logger.warning("stored task %r added by another scheduler cannot be run here (%s: %s)",
+                           key, type(exc).__name__, exc)  # fmt: skip
 
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
@@ -665,6 +719,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                              signal=signal_name(exitcode), crashed=what == "crashed")  # fmt: skip
         elif tag == EV_LOG:
             logger.log(event[1], event[2])
+        elif tag == EV_ADOPT:
+            self._adopt_stored(event[1])
 
     def _notify(self, kind: str, **fields: Any) -> None:
         """Deliver one event to the listeners (see ``_events.py``); never raises."""

@@ -18,7 +18,7 @@ import functools
 from typing import Any, Callable
 
 from .._errors import StoreError
-from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SQLStore
+from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
 
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
 _SCHEMA_LOCK_ID = 0x70726F63  # "proc"
@@ -71,6 +71,13 @@ class PostgresStore(SQLStore):
         except self.psycopg.Error as exc:
             raise StoreError(f"{self.describe}: cannot connect: {str(exc).strip()}") from exc
 
+    def bound_idle_transactions(self, ms: int) -> None:
+        """Have the server end this session if it sits inside a transaction
+        for ``ms`` without a statement (the process was stopped or hangs):
+        its row locks would otherwise stall the schedulers taking it over."""
+        with self._tx("bounding idle transactions", write=False) as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {int(ms)}")
+
     def _cursor(self) -> Any:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self._connect()
@@ -109,11 +116,14 @@ class PostgresStore(SQLStore):
             won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = v.attempt,
                 next_due_ns = v.scheduled_ns, holder = %s, token = %s, updated_ns = %s
                 FROM v WHERE t.key = v.key AND t.holder IS NULL AND t.paused = 0 AND t.next_attempt = v.attempt
-                AND t.run_count + (CASE WHEN t.next_attempt = 1 THEN 1 ELSE 0 END) = v.run RETURNING t.key)
+                AND t.run_count + (CASE WHEN t.next_attempt = 1 THEN 1 ELSE 0 END) = v.run
+                AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = v.key AND v.attempt = 1
+                    AND r.run = v.run - 1 AND r.attempt = 1 AND r.scheduled_ns > v.scheduled_ns - %s)
+                RETURNING t.key)
             INSERT INTO procsched_runs ({_RUN_COLS})
             SELECT v.key, v.run, v.attempt, v.scheduled_ns, v.started_ns, NULL, %s, %s, NULL, NULL, NULL, %s, %s
             FROM v JOIN won USING (key) {_REPLACE_RUN} RETURNING key, run, attempt""",
-            [*params, h.id, h.token, now, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
+            [*params, h.id, h.token, now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
         result.lost.extend(op[1:4] for op in group if op[1:4] not in won)
 
     def _set_finished(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:

@@ -15,7 +15,9 @@ in ``procsched_version``, so tokens never repeat).
 
 - *Claiming* a run (``Batch.started``) is a conditional update of the task
   row - only if nobody holds it, it is not paused, and (run, attempt) is
-  exactly its next claim - followed by the insert of the run row, whose
+  exactly its next claim, and for a slot at least ``SLOT_GAP_NS`` after the
+  previous run's (a scheduler whose run numbers drifted cannot run a slot
+  twice under another number) - followed by the insert of the run row, whose
   primary key is a second guard. Both in one transaction: SQLite's ``BEGIN
   IMMEDIATE`` serialises writers; PostgreSQL's row lock on the task row
   makes a second claimer wait, re-check and find the row taken. So each
@@ -78,6 +80,11 @@ SCHEMA_VERSION = 1
 #: Runs kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
+#: A new run's slot must come at least this long after the previous run's
+#: (a scheduler whose run numbers drifted from the store's cannot run a slot
+#: twice under another number; two schedulers' wall times of one slot differ
+#: by microseconds of clock reading, far below this).
+SLOT_GAP_NS = 1_000_000
 
 # Column lists, in the order the row readers below expect.
 _TASK_COLS = ("key, fn_ref, args, schedule, options, def_hash, run_count, next_due_ns, next_attempt, paused, "
@@ -303,6 +310,29 @@ class SQLStore:
                            (since_ns,)).fetchall()  # fmt: skip
         return [_task(r) for r in rows]
 
+    def peers_view(self, since_ns: int) -> tuple[list[StoredTask], int, list[Holder], int]:
+        """One snapshot for a scheduler sharing the store (issue 11): the
+        tasks written at or after ``since_ns`` (store clock), how many tasks
+        there are (a drop shows deletions: then ``keys()``), every
+        registered scheduler, and the store clock."""
+        with self._tx("reading changes", write=False) as cur:
+            now = self._now(cur)
+            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
+                           (since_ns,)).fetchall()  # fmt: skip
+            count = int(self._x(cur, "SELECT count(*) FROM procsched_tasks").fetchone()[0])
+            holders = [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
+        return [_task(r) for r in rows], count, holders, now
+
+    def keys(self) -> set[str]:
+        """Every stored task's key."""
+        with self._tx("listing keys", write=False) as cur:
+            return {r[0] for r in self._x(cur, "SELECT key FROM procsched_tasks").fetchall()}
+
+    def schedulers(self) -> list[Holder]:
+        """Every registered scheduler (for ``procsched jobs``)."""
+        with self._tx("listing schedulers", write=False) as cur:
+            return [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
+
     def history(self, key: str | None = None, n: int = KEEP_RUNS) -> list[RunRecord]:
         """The last ``n`` run attempts of ``key`` (of every task if None), oldest first."""
         if type(n) is not int or n < 1:
@@ -380,9 +410,13 @@ class SQLStore:
                    s: TaskState | None) -> None:  # fmt: skip
         sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
         st = s or TaskState()
-        state_update = ("" if s is None else
-                        ", run_count = excluded.run_count, next_due_ns = excluded.next_due_ns, "
-                        "next_attempt = excluded.next_attempt, paused = excluded.paused")  # fmt: skip
+        # A stored state is replaced only by a writer that saw every claim
+        # (several schedulers: one that adopted the task before another
+        # claimed a run must not set the run count back).
+        state_update = ("" if s is None else "".join(
+            f", {c} = CASE WHEN procsched_tasks.holder IS NULL AND procsched_tasks.run_count <= excluded.run_count "
+            f"THEN excluded.{c} ELSE procsched_tasks.{c} END"
+            for c in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
         self._x(cur, f"""INSERT INTO procsched_tasks ({_TASK_COLS})
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)
                 ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
@@ -395,6 +429,13 @@ class SQLStore:
                    fields: dict[str, Any]) -> None:  # fmt: skip
         sets = ", ".join(f"{name} = ?" for name in fields)
         values = [int(v) if name == "paused" else v for name, v in fields.items()]
+        if "run_count" in fields:
+            # Run numbers are set only by a writer that saw every claim (as
+            # in _op_upsert): several schedulers, one that adopted the task
+            # before another claimed a run must not set the count back.
+            self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND holder IS NULL "
+                         "AND run_count <= ?", (*values, now, key, fields["run_count"]))  # fmt: skip
+            return
         self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, now, key))
 
     def _op_delete(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str, history: bool) -> None:
@@ -411,8 +452,11 @@ class SQLStore:
         cur = self._x(cur, """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?,
                 holder = ?, token = ?, updated_ns = ?
                 WHERE key = ? AND holder IS NULL AND paused = 0 AND next_attempt = ?
-                AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?""",
-                (run, attempt, scheduled_ns, h.id, h.token, now, key, attempt, run))  # fmt: skip
+                AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
+                AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
+                    AND r.scheduled_ns > ?)""",
+                (run, attempt, scheduled_ns, h.id, h.token, now, key, attempt, run,
+                 key, run - 1 if attempt == 1 else 0, scheduled_ns - SLOT_GAP_NS))  # fmt: skip
         if cur.rowcount != 1:
             result.lost.append((key, run, attempt))
             return
@@ -486,7 +530,9 @@ class SQLStore:
                            (now,)).fetchall()  # fmt: skip
         return [_holder(r) for r in rows]
 
-    def take_over(self, dead: Holder, by: Holder | None = None, *, force: bool = False) -> list[RunRecord] | None:
+    def take_over(self, dead: Holder, by: Holder | None = None, *, force: bool = False,
+                  reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None
+                  ) -> list[RunRecord] | None:  # fmt: skip
         """Record the in-flight runs of ``dead`` as ``crashed`` and free its
         tasks, once: of all callers, exactly one gets the list (possibly
         empty); the others get None. Only if ``dead``'s lease has expired by
@@ -494,7 +540,11 @@ class SQLStore:
         its pid gone; see ``dead_here``). ``by``, if given, must hold a live
         registration (fenced like a batch), so a taken-over scheduler cannot
         take over others. The caller then reschedules those tasks (and
-        retries the crashed runs its Retry covers) with a batch.
+        retries the crashed runs its Retry covers) with a batch - or, with
+        ``reschedule(task, crashed_run)`` -> the task's new state fields (see
+        ``Batch.update``; None: the task ended, it is deleted), in this same
+        transaction, so no other scheduler sees the task between the crash
+        and its reschedule (several schedulers, issue 11).
         """
         with self._tx("taking over a scheduler") as cur:
             now = self._now(cur)
@@ -508,7 +558,19 @@ class SQLStore:
             if cur.rowcount != 1:
                 return None
             why = f"its scheduler {dead.id} (host {dead.host}, pid {dead.pid}) died"
-            return self._end_runs_of(cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
+            runs = self._end_runs_of(cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
+            if reschedule is not None:
+                for record in runs:
+                    row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?",
+                                  (record.key,)).fetchone()  # fmt: skip
+                    if row is None:
+                        continue
+                    fields = reschedule(_task(row), record)
+                    if fields is None:
+                        self._op_delete(cur, now, None, BatchResult(), record.key, False)
+                    elif fields:
+                        self._op_update(cur, now, None, BatchResult(), record.key, fields)
+            return runs
 
     def _end_runs_of(self, cur: Any, holder_id: str, token: int, now: int, outcome: str,
                      error_type: str | None, why: str | None) -> list[RunRecord]:  # fmt: skip

@@ -25,14 +25,16 @@ import time
 from typing import Any, Callable
 
 from .._errors import StoreError
-from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SQLStore
+from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
 
 # The statements of _set_started / _set_finished: the same as _sql's
-# _op_started / _op_finished, run with executemany (one prepared statement
+# _op_started / _op_finished (the slot guard included), run with executemany (one prepared statement
 # for the whole group, no Python between rows).
 _CLAIM = """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?, holder = ?, token = ?,
     updated_ns = ? WHERE key = ? AND holder IS NULL AND paused = 0 AND next_attempt = ?
-    AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?"""
+    AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
+    AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
+        AND r.scheduled_ns > ?)"""
 _INSERT_RUN = (f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?) "
                f"{_REPLACE_RUN}")  # fmt: skip
 _END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?
@@ -104,7 +106,8 @@ class SQLiteStore(SQLStore):
 
     def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
         cur.execute("SAVEPOINT claims")
-        cur.executemany(_CLAIM, [(run, attempt, sched, h.id, h.token, now, key, attempt, run)
+        cur.executemany(_CLAIM, [(run, attempt, sched, h.id, h.token, now, key, attempt, run,
+                                  key, run - 1 if attempt == 1 else 0, sched - SLOT_GAP_NS)
                                  for _, key, run, attempt, sched, _started in group])  # fmt: skip
         if cur.rowcount != len(group):
             cur.execute("ROLLBACK TO claims")

@@ -1,0 +1,231 @@
+"""Several schedulers on one store (issue 11): the dispatcher's view of its peers.
+
+    Journal.turn ──▶ Peers.due(now)? ──▶ store.peers_view(since - overlap)   (one read snapshot)
+                        │                  ├─ changed rows ──▶ realign / pause / resume local keyed tasks
+                        │                  │                   unknown key ──▶ EV_ADOPT ──▶ facade adopts it
+                        │                  ├─ fewer rows than known ──▶ keys() ──▶ drop tasks others deleted
+                        │                  └─ expired leases ──▶ take_over(dead, me, reschedule) ──▶ realign
+                        └─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
+
+Theory of operation. The store decides who runs what: a claim names the
+task's exact next (run, attempt), and its slot must come after the previous
+run's (``_sql``), so each slot is won once whatever the schedulers' cores
+believe. What this module adds is keeping each core *near* the store, so
+that its claims are the right ones: after a lost claim the loser reads the
+task row and realigns (run numbers and next due time: the next slot after
+the run in flight, or the store's next due time); every ``sync`` interval
+(a third of the lease, at most 1 s: one more deadline of the dispatcher's
+select, no polling) it re-reads what changed - tasks others added (adopted
+through the facade, which owns task ids and handles), cancelled (dropped
+here), paused or resumed (followed here), rescheduled after a crash - and
+takes over schedulers whose lease expired (their runs in flight ->
+``crashed``, each task rescheduled in that same transaction: retried if its
+Retry covers crashes, else its next slot by its misfire policy).
+
+Changes this module makes to local tasks are the store's already: the
+Journal does not write them back (``quiet``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core import TaskState
+from .._errors import StoreError
+from .._store import StoredTask
+from ._engine import EV_STATE
+
+NS = 1_000_000_000
+#: The longest interval between two re-reads of the store.
+SYNC_MAX_NS = NS
+#: Re-read rows written this long before the last read too: a transaction
+#: may commit a little after the store-clock time it stamped.
+OVERLAP_NS = 2 * NS
+#: Event to the facade: adopt the stored task ``key`` (another scheduler added it).
+EV_ADOPT = "adopt"  # (tag, key)
+
+
+def next_after(schedule: dict[str, Any], slot_ns: int, now_wall: int) -> int | None:
+    """The regular slot after ``slot_ns`` (UTC ns) of a task with this
+    stored schedule; None for a one-shot. (Fixed delay: a period after the
+    slot - the run's end is not known yet; the holder's reschedule, read at
+    the next sync, corrects it.)"""
+    kind = schedule["kind"]
+    if kind == "once":
+        return None
+    if kind in ("fixed_rate", "fixed_delay"):
+        return slot_ns + schedule["period_ns"]
+    from .. import _validate as v
+
+    tz = schedule["tz"]
+    if isinstance(tz, (int, float)):
+        from datetime import timedelta, timezone
+
+        tz = timezone(timedelta(seconds=tz))
+    trigger, _ = v.cron(schedule["expr"], tz, now_wall)
+    return trigger.next_ns(slot_ns)
+
+
+def not_before(schedule: dict[str, Any], due: int, floor: int) -> int:
+    """The first regular slot at or after ``floor``, from ``due`` on (UTC ns)."""
+    if due >= floor:
+        return due
+    kind = schedule["kind"]
+    if kind == "fixed_rate":
+        period = schedule["period_ns"]
+        return due + -(-(floor - due) // period) * period
+    if kind == "cron":
+        following = next_after(schedule, floor - 1, floor)
+        return floor if following is None else following
+    return floor
+
+
+def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
+    """Where the store says a task's next claim is: (runs claimed, attempt,
+    due UTC ns); None if it says nothing usable (no next due time). While
+    another scheduler holds a run, the next claim is not before now: the
+    slots its run overlaps are that holder's to catch up when it ends (its
+    misfire policy), and a claim of a past slot would only lose again and
+    again until then."""
+    st = task.state
+    if st.next_due_ns is None:
+        return None
+    if task.holder is not None:  # a run in flight: next_due_ns is its slot
+        due = next_after(task.definition.schedule, st.next_due_ns, now_wall)
+        return None if due is None else (st.run_count, 1, not_before(task.definition.schedule, due, now_wall))
+    return st.run_count, st.next_attempt, st.next_due_ns
+
+
+class Peers:
+    """One dispatcher's dealings with the other schedulers on its store."""
+
+    def __init__(self, journal: Any, lease_ns: int) -> None:
+        self.journal = journal
+        self.interval = max(1, min(SYNC_MAX_NS, lease_ns // 3))
+        self.sync_at: int | None = None  # monotonic: the next re-read (the first turn sets it)
+        self.since = journal.holder.heartbeat_ns  # store clock of the last re-read
+        self.known: set[str] = journal.store.keys()  # keys in the store as of the last re-read
+        self.asked: set[str] = set()  # keys whose adoption was asked of the facade
+        self.holders: list[Any] = []  # the registered schedulers as of the last re-read
+        self.takeovers = 0
+
+    # -- a lost claim ------------------------------------------------------------
+
+    def lost(self, engine: Any, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
+        """Another scheduler won this run's claim: skip it, then realign the task from its row."""
+        engine.skip(worker, run, now)
+        try:
+            task = self.journal.store.get(key)
+            if task is not None:
+                self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
+        except Exception as exc:  # noqa: BLE001 - the next re-read tries again
+            engine._log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
+
+    # -- the bounded re-read ---------------------------------------------------------
+
+    def sync(self, engine: Any, now: int, offset: int, full: bool = False) -> None:
+        """Re-read what other schedulers changed; take over expired ones."""
+        journal = self.journal
+        store = journal.store
+        self.sync_at = now + self.interval
+        journal.sync(engine)  # the engine's own changes are journalled first; ours below are not
+        try:
+            changed, count, holders, store_now = store.peers_view(0 if full else self.since - OVERLAP_NS)
+            self.since = store_now
+            self.holders = holders
+            by_key = {key: tid for tid, key in journal.keys.items()}
+            for task in changed:
+                self.known.add(task.key)
+                tid = by_key.get(task.key)
+                if tid is not None:
+                    self.apply(engine, tid, task, now, offset)
+                elif task.unloadable is None and task.key not in self.asked and not journal.expecting(task.key):
+                    self.asked.add(task.key)
+                    engine.events.append((EV_ADOPT, task.key))
+            if count != len(self.known):
+                keys = store.keys()
+                for key in self.known - keys:
+                    tid = by_key.get(key)
+                    if tid is not None:
+                        self.drop(engine, tid, key, now)
+                    self.asked.discard(key)
+                self.known = keys
+            me = journal.holder
+            for dead in holders:
+                if dead.id != me.id and dead.lease_until_ns < store_now:
+                    self.take_over(engine, dead, now, offset, by_key)
+        except StoreError as exc:
+            engine._log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
+        except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
+            engine._log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
+        journal.seen = len(engine.events)  # what this pass did to local tasks is the store's already
+
+    def take_over(self, engine: Any, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
+        from ._durable import resume_point
+
+        wall = now + offset
+
+        def reschedule(task: StoredTask, crashed: Any) -> dict[str, Any] | None:
+            point = resume_point(task, crashed, wall)
+            if point is None:
+                return None  # a one-shot whose only run crashed: it ends
+            runs, attempt, due = point[:3]
+            return {"run_count": runs, "next_attempt": attempt, "next_due_ns": due}
+
+        runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
+        if runs is None:
+            return  # another survivor took it over (or we were fenced out)
+        self.takeovers += 1
+        engine._log(30, f"scheduler {dead.id} (host {dead.host}, pid {dead.pid}) let its lease expire: taken over, "
+                        f"{len(runs)} run(s) in flight recorded crashed")  # fmt: skip
+        for record in runs:
+            tid = by_key.get(record.key)
+            task = self.journal.store.get(record.key)
+            if tid is not None:
+                if task is None:
+                    self.drop(engine, tid, record.key, now)
+                else:
+                    self.apply(engine, tid, task, now, offset)
+
+    # -- local tasks follow the store ---------------------------------------------------
+
+    def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int,
+              lost: tuple[int, int] | None = None, force: bool = False) -> None:  # fmt: skip
+        """Bring the local task ``tid`` to where the stored ``task`` is.
+        ``lost``: the (run, attempt) whose claim was just lost; realigning to
+        that very claim again is not before now (no tight loop of claims the
+        store refuses: a crash recorded at start-up, before its reschedule).
+        ``force``: take the stored due time even for the same next claim (a
+        task just scheduled here, on a grid of its own)."""
+        core = engine.core
+        state = core.state(tid)
+        if state is None or task.holder == self.journal.holder.id:
+            return
+        if task.state.paused and state is TaskState.PENDING:
+            engine.pause(tid)
+            return
+        if not task.state.paused and state is TaskState.PAUSED:
+            engine.resume(tid, now)
+            state = core.state(tid)
+        if state is not TaskState.PENDING:
+            return
+        point = store_next(task, now + offset)
+        if point is None:
+            return
+        runs, attempt, due_wall = point
+        claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
+        if core.next_claim(tid) == claim and not force:
+            return  # the same claim next: leave its due time (clock readings differ by microseconds)
+        if claim == lost:
+            due_wall = not_before(task.definition.schedule, due_wall, now + offset)
+        calendar = task.definition.schedule["kind"] == "cron"
+        core.realign(tid, runs, attempt, due_wall - offset, due_wall if calendar and attempt == 1 else None)
+        self.journal.runs[task.key] = runs
+        engine.events.append((EV_STATE, tid, TaskState.PENDING.value, core.due(tid), core.next_wall(tid)))
+
+    def drop(self, engine: Any, tid: int, key: str, now: int) -> None:
+        """Another scheduler cancelled ``key`` (or it ended there): end it here."""
+        if engine.core.state(tid) is not TaskState.RUNNING:
+            self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
+        engine.cancel(tid, False, now)
+        self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)

@@ -1,0 +1,242 @@
+"""Several schedulers on one store (issue 11): real scheduler processes on a
+real SQLite file and a real PostgreSQL server. Each keyed run exactly once
+among them; a dead holder's runs recorded crashed by a survivor within the
+lease; a stopped scheduler fenced out; adds, cancels, pauses seen by all.
+
+Each task run appends ``run attempt scheduled_at peer worker`` to a file
+(peer_jobs.mark); the checks read those files and the store. Leases are
+short (1-2 s) so the module stays fast; real time passes, hence ``slow``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from procsched._store import open_store
+from tests.durable.peers import Peer, check_once, lines, wait_for
+from tests.store.conftest import store_url as store_url  # noqa: F401  (sqlite and postgresql)
+
+pytestmark = pytest.mark.slow
+US = 1_000_000
+
+
+@pytest.fixture
+def peers():
+    started: list[Peer] = []
+    yield started
+    for p in started:
+        p.close()
+
+
+def _start(peers: list[Peer], name: str, cfg: dict, tmp_path) -> Peer:
+    p = Peer(name, cfg, str(tmp_path))
+    peers.append(p)
+    return p.ready()
+
+
+@pytest.mark.timeout(150)
+def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers) -> None:
+    rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
+    cfg = {"store": store_url, "lease": 2.0, "tasks": [
+        {"kind": "rate", "key": "rate", "period": 0.05, "out": rate},
+        {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
+    ]}  # fmt: skip
+    _start(peers, "p0", cfg, tmp_path)
+    for name in ("p1", "p2"):
+        _start(peers, name, cfg, tmp_path)
+    time.sleep(10)  # real time: ten seconds of slots, shared by the three
+    views = [p.ask("stats") for p in peers]
+    for p, view in zip(peers, views):
+        assert view["store"]["scheduler"]["pid"] == p.pid
+        assert {q["pid"] for q in view["store"]["peers"]} == {q.pid for q in peers if q is not p}
+    for p in peers:
+        p.quit()
+    r, c = lines(rate), lines(cron)
+    check_once(r, 50_000)
+    check_once(c, US)
+    for rows, least in ((r, 150), (c, 9)):
+        runs = sorted(x[0] for x in rows)
+        assert runs == list(range(1, runs[-1] + 1)), "a run number never started (lost)"
+        assert len(rows) >= least
+    with open_store(store_url) as store:
+        for key, period in (("rate", 50_000), ("cron", US)):
+            history = store.history(key)
+            assert all(h.outcome == "ok" for h in history), history
+            check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in history], period)  # the claimed slots
+        assert store.schedulers() == []  # all three unregistered
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_holder_of_a_long_run_survivor_records_it_crashed_within_the_lease(
+        store_url, tmp_path, peers) -> None:  # fmt: skip
+    out = str(tmp_path / "long")
+    lease = 1.5
+    cfg = {"store": store_url, "lease": lease, "tasks": [
+        {"kind": "rate", "key": "long", "period": 0.5, "out": out, "long_runs": 1, "long_s": 120},
+    ]}  # fmt: skip
+    _start(peers, "p0", cfg, tmp_path)
+    _start(peers, "p1", cfg, tmp_path)
+    first = wait_for(lambda: lines(out), 30, "run 1 to start")[0]
+    holder = next(p for p in peers if p.name == first[3])
+    survivor = next(p for p in peers if p is not holder)
+    time.sleep(0.3)  # run 1 is under way: the next slots are due and held back (run 1 holds the task)
+    holder.kill()
+    killed = time.time()
+    with open_store(store_url) as store:
+        crashed = wait_for(lambda: [h for h in store.history("long") if h.run == 1 and h.outcome == "crashed"],
+                           lease + 10, "run 1 recorded crashed")[0]  # fmt: skip
+        assert crashed.error_type == "SchedulerDied" and str(holder.pid) in crashed.error_message
+        assert crashed.finished_ns / 1e9 - killed <= lease + 1.5, "not recorded crashed within the lease"
+        wait_for(lambda: [x for x in lines(out) if x[0] >= 3 and x[3] == survivor.name], 15, "the schedule to go on")
+        survivor.quit()
+        rows = lines(out)
+        check_once(rows, 500_000)
+        assert [x[0] for x in rows if x[0] == 1] == [1]
+        assert all(h.outcome is not None for h in store.history("long"))
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_longer_holds(
+        store_url, tmp_path, peers) -> None:  # fmt: skip
+    out = str(tmp_path / "r")
+    lease = 1.5
+    cfg = {"store": store_url, "lease": lease, "tasks": [{"kind": "rate", "key": "r", "period": 0.1, "out": out}]}
+    a = _start(peers, "a", cfg, tmp_path)
+    b = _start(peers, "b", cfg, tmp_path)
+    wait_for(lambda: len(lines(out)) >= 5, 30, "slots to run")
+    with open_store(store_url) as store:
+        old = next(h for h in store.schedulers() if h.pid == a.pid)
+        stopped = [a.tree()[0], a.dispatcher()]  # the scheduler (user process and dispatcher); workers idle
+        # Stopped between two slots, not inside a transaction: a SQLite writer
+        # stopped mid-transaction holds the file's write lock and stalls every
+        # other scheduler until it goes on or dies (README: the SQLite limit).
+        n = len(lines(out))
+        wait_for(lambda: len(lines(out)) > n, 10, "a slot to start")
+        time.sleep(0.04)  # its claim committed, its end (a few ms) too; the next slot is 60 ms away
+        a.signal(signal.SIGSTOP, stopped)
+        t_stop = time.time()
+        wait_for(lambda: all(h.id != old.id for h in store.schedulers()), lease + 10, "b to take a over")
+        t_over = time.time()
+        wait_for(lambda: [x for x in lines(out) if x[2] / US > t_over], 10, "b to run slots after the take-over")
+        a.signal(signal.SIGCONT, stopped)
+        t_cont = time.time()
+        wait_for(lambda: "was taken over" in a.stderr(), 15, "a to find itself fenced out")
+        wait_for(lambda: any(h.pid == a.pid for h in store.schedulers()), 10, "a to register again")
+        time.sleep(1.0)  # both run slots again
+        for p in (a, b):
+            p.quit()
+        rows = lines(out)
+        check_once(rows, 100_000)
+        window = [x for x in rows if x[3] == "a" and t_stop + 0.3 < x[2] / US < t_cont - 0.1]
+        assert not window, f"a ran slots it did not hold while stopped: {window}"
+        check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in store.history("r")], 100_000)
+        late = [h for h in store.history("r") if h.holder == old.id and (h.started_ns or 0) / 1e9 > t_over]
+        assert not late, late
+        assert all(h.outcome is not None for h in store.history("r"))
+
+
+@pytest.mark.timeout(60)
+def test_adds_cancels_pauses_and_resumes_are_seen_by_the_other_schedulers(store_url, tmp_path, peers) -> None:
+    out = str(tmp_path / "k")
+    cfg = {"store": store_url, "lease": 1.5}
+    a = _start(peers, "a", cfg, tmp_path)
+    b = _start(peers, "b", cfg, tmp_path)
+    bound = 0.5 + 4.5  # the re-read interval (lease / 3) plus slack for a loaded machine (2 shared cores)
+
+    def seen(p: Peer, state: str | None) -> bool:
+        return p.ask("stats")["keys"].get("k") == state
+
+    a.ask(f"add-rate k 0.1 {out}")
+    t = time.monotonic()
+    wait_for(lambda: seen(b, "pending") or seen(b, "running"), bound, "b to adopt k", [a, b])
+    assert time.monotonic() - t <= bound
+    # which scheduler wins a slot is a race (no balancing): b adopted k, k runs
+    wait_for(lambda: len(lines(out)) >= 5, 10, "k to run")
+    assert b.ask("pause k")
+    wait_for(lambda: seen(a, "paused"), bound, "a to see k paused")
+    n = len(lines(out))
+    time.sleep(0.5)
+    assert len(lines(out)) <= n + 1  # at most a run that was under way
+    assert a.ask("resume k")
+    wait_for(lambda: seen(b, "pending") or seen(b, "running"), bound, "b to see k resumed")
+    n = len(lines(out))
+    wait_for(lambda: len(lines(out)) > n + 3, 10, "k to run again")
+    assert a.ask("cancel k")
+    wait_for(lambda: seen(b, None), bound, "b to drop k")
+    n = len(lines(out))
+    time.sleep(0.5)
+    assert len(lines(out)) <= n + 1
+    for p in (a, b):
+        p.quit()
+    check_once(lines(out), 100_000)
+    with open_store(store_url) as store:
+        assert store.get("k") is None
+
+
+@pytest.mark.timeout(90)
+def test_clock_skew_between_schedulers_runs_no_slot_twice(store_url, tmp_path, peers) -> None:
+    """One scheduler's wall clock runs 400 ms ahead (an injected skew): it
+    tends to win the claims, slots stay on one grid, none runs twice."""
+    rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
+    tasks = [{"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
+             {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron}]  # fmt: skip
+    _start(peers, "a", {"store": store_url, "lease": 1.5, "tasks": tasks}, tmp_path)
+    _start(peers, "b", {"store": store_url, "lease": 1.5, "tasks": tasks, "skew_ns": 400_000_000}, tmp_path)
+    time.sleep(5)
+    for p in peers:
+        p.quit()
+    with open_store(store_url) as store:
+        for key, path, period in (("rate", rate, 100_000), ("cron", cron, US)):
+            # The skew is injected into b's dispatcher alone: its workers read the
+            # true clock, so b's lines say each fixed-rate slot 400 ms early (a
+            # cron run carries its slot); the store has the slots as the
+            # schedulers saw them.
+            shift = 400_000 if key == "rate" else 0
+            rows = [(r, a, at + shift if peer == "b" else at, peer, pid) for r, a, at, peer, pid in lines(path)]
+            check_once(rows, period)
+            runs = sorted(x[0] for x in rows)
+            assert runs == list(range(1, runs[-1] + 1))
+            history = store.history(key)
+            check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in history], period)
+            assert {h.host for h in history} and len({h.holder for h in history}) >= 1
+
+
+@pytest.mark.timeout(240)
+def test_twenty_random_sigkills_among_three_schedulers_nothing_lost_nothing_twice(store_url, tmp_path, peers) -> None:
+    rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
+    cfg = {"store": store_url, "lease": 1.0, "tasks": [
+        {"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
+        {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
+    ]}  # fmt: skip
+    live = {name: _start(peers, name, cfg, tmp_path) for name in ("p0", "p1", "p2")}
+    rng = random.Random(int(os.environ.get("PROCSCHED_SEED", "11")))
+    begin = time.monotonic()
+    for _ in range(20):
+        time.sleep(rng.uniform(1.5, 4.0))  # a random instant: mid-claim, mid-run, mid-turn
+        name = rng.choice(sorted(live))
+        live[name].kill()
+        live[name] = _start(peers, name, cfg, tmp_path)
+    elapsed = time.monotonic() - begin
+    for p in live.values():
+        p.quit()
+    with open_store(store_url) as store:
+        for key, path, period in (("rate", rate, 100_000), ("cron", cron, US)):
+            rows = lines(path)
+            check_once(rows, period)
+            task = store.get(key)
+            assert task is not None and task.holder is None
+            started = {x[0] for x in rows}
+            claimed = task.state.run_count
+            assert started <= set(range(1, claimed + 1))
+            assert claimed - len(started) <= 2 * 20, "more runs claimed and never started than kills explain"
+            history = store.history(key)
+            assert all(h.outcome is not None for h in history), "a run left in flight (lost)"
+            assert len({(h.run, h.attempt) for h in history}) == len(history)
+            assert all(h.error_type == "SchedulerDied" for h in history if h.outcome == "crashed")
+        assert store.get("rate").state.run_count >= elapsed * 10 * 0.5, "the schedule did not go on"
+        assert store.schedulers() == []
