@@ -94,6 +94,19 @@ def due_times(n: int, seed: int) -> list[int]:
 # -- children: one measurement each, in a fresh interpreter -------------------------
 
 
+def _bare_figures(n: int, cancelled: int, runs: int, t: tuple[int, ...], grown: int) -> dict[str, Any]:
+    """A bare heap child's figures from its six clock readings (schedule,
+    cancel and run phases) and its RSS growth while scheduling."""
+    return {
+        "schedule_us": (t[1] - t[0]) / n / 1e3,
+        "cancel_us": (t[3] - t[2]) / cancelled / 1e3,
+        "run_us": (t[5] - t[4]) / runs / 1e3,
+        "bytes": grown / n,
+        "runs": runs,
+        "cancelled": cancelled,
+    }
+
+
 def child_bare_live(n: int, seed: int) -> dict[str, Any]:
     """The bare heap plus the set of pending ids: a cancel that answers."""
     dues = due_times(n, seed)
@@ -134,14 +147,7 @@ def child_bare_live(n: int, seed: int) -> dict[str, Any]:
         remove(tid)
         runs += 1
     t5 = cpu_ns()
-    return {
-        "schedule_us": (t1 - t0) / n / 1e3,
-        "cancel_us": (t3 - t2) / len(victims) / 1e3,
-        "run_us": (t5 - t4) / runs / 1e3,
-        "bytes": (rss1 - rss0) / n,
-        "runs": runs,
-        "cancelled": len(victims),
-    }
+    return _bare_figures(n, len(victims), runs, (t0, t1, t2, t3, t4, t5), rss1 - rss0)
 
 
 def child_bare(n: int, seed: int) -> dict[str, Any]:
@@ -175,14 +181,7 @@ def child_bare(n: int, seed: int) -> dict[str, Any]:
             continue
         runs += 1
     t5 = cpu_ns()
-    return {
-        "schedule_us": (t1 - t0) / n / 1e3,
-        "cancel_us": (t3 - t2) / len(victims) / 1e3,
-        "run_us": (t5 - t4) / runs / 1e3,
-        "bytes": (rss1 - rss0) / n,
-        "runs": runs,
-        "cancelled": len(victims),
-    }
+    return _bare_figures(n, len(victims), runs, (t0, t1, t2, t3, t4, t5), rss1 - rss0)
 
 
 def child_core(n: int, seed: int, policy: str, freeze: bool = False) -> dict[str, Any]:

@@ -191,8 +191,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             self._backend = ThreadBackend(config, weakref.ref(self))
         # The listener holds this Scheduler only weakly, so one dropped without
         # shutdown() is collected; then its backend shuts down (see _dropped).
+        # Waits for the stream's end wait on this event, never on
+        # Thread.join: on Python 3.11 a Ctrl-C landing in join() marks the
+        # thread stopped while it still runs (its tstate lock is released).
+        self._listener_done = threading.Event()
         self._listener = threading.Thread(
-            target=_listen, args=(weakref.ref(self), self._backend), name="procsched-listener", daemon=True
+            target=_listen, args=(weakref.ref(self), self._backend, self._listener_done),
+            name="procsched-listener", daemon=True,
         )
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
@@ -413,8 +418,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         """Wait for the event stream to end; True if it did."""
         if threading.current_thread() is self._listener:
             return False
-        self._listener.join(timeout)
-        return not self._listener.is_alive()
+        return self._listener_done.wait(timeout)
 
     # -- SchedulingAPI -------------------------------------------------------
 
@@ -537,7 +541,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
     def _abort(self, quiet: bool = False) -> None:
         """Stop at once: cancel what is pending, kill what runs, end every process."""
         with self._lock:
-            if self._stream_closed or not self._listener.is_alive():
+            if self._stream_closed or self._listener_done.is_set():
                 return
             pending = len(self._handles)
             self._closed = True
@@ -548,7 +552,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             )
         self._backend.abort()
         if self.runner != "threads":  # threads cannot be stopped: don't wait for them
-            self._listener.join(10)
+            self._listener_done.wait(10)
 
     def add_listener(self, callback: Callable[[dict[str, Any]], object], events: Any = None) -> None:
         """Call ``callback(event)`` for each scheduler event, or for those named in ``events``.
@@ -786,9 +790,17 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _listen(ref: weakref.ReferenceType[Scheduler], backend: Any) -> None:
+def _listen(ref: weakref.ReferenceType[Scheduler], backend: Any, done: threading.Event) -> None:
     """The listener thread: apply each event batch to the Scheduler, which it
-    holds only while applying a batch, so a dropped Scheduler is collected."""
+    holds only while applying a batch, so a dropped Scheduler is collected.
+    ``done`` is set when it has finished."""
+    try:
+        _listen_until_closed(ref, backend)
+    finally:
+        done.set()
+
+
+def _listen_until_closed(ref: weakref.ReferenceType[Scheduler], backend: Any) -> None:
     closed = False
     try:
         while not closed:

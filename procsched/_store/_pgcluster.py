@@ -2,6 +2,8 @@
 
     ThrowawayCluster().start() -> initdb in a temp dir -> postgres on a Unix
     socket in that dir (no TCP port to collide on) -> url ... stop() -> gone
+                       └─ a watcher process: if this process dies first
+                          (SIGKILL, a test timeout), it stops the server
 
 The server binaries (``initdb``, ``pg_ctl``, ``postgres``) are looked up in
 ``/usr/lib/postgresql/*/bin`` (newest first), then on ``PATH``. ``initdb``
@@ -16,9 +18,22 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 
 PORT = 5432  # names the socket file only: the socket lives in our own dir
+
+# The watcher: blocks reading a pipe whose only writer is the process that
+# started the cluster. A byte means stop() ran; EOF without one means that
+# process died: stop the server and remove its dir.
+_WATCH = """
+import os, shutil, subprocess, sys
+fd, pg_ctl, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if not os.read(fd, 1) and os.path.isdir(d):
+    subprocess.run(sys.argv[4:] + [pg_ctl, "-D", os.path.join(d, "data"), "-m", "immediate", "-w", "stop"],
+                   capture_output=True, timeout=120)
+    shutil.rmtree(d, ignore_errors=True)
+"""
 
 
 def find_binaries(pattern: str = "/usr/lib/postgresql/*/bin") -> str | None:
@@ -49,6 +64,7 @@ class ThrowawayCluster:
         self.fsync = fsync
         self.dir: str | None = None
         self.url = ""
+        self._watch_w = -1  # our end of the watcher's pipe
 
     def _run(self, *argv: str) -> None:
         as_postgres: dict[str, object] = {}
@@ -77,7 +93,18 @@ class ThrowawayCluster:
             self.dir = None
             raise
         self.url = self.url_for("postgres")
+        self._watch()
         return self
+
+    def _watch(self) -> None:
+        """Start the watcher (see _WATCH), in a session of its own so that a
+        signal to our process group does not take it along."""
+        r, self._watch_w = os.pipe()
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.Popen([sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir,  # type: ignore[arg-type]
+                          *as_postgres], pass_fds=(r,), start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        os.close(r)
 
     def url_for(self, dbname: str) -> str:
         return f"postgresql://postgres@/{dbname}?host={self.dir}&port={PORT}"
@@ -91,6 +118,10 @@ class ThrowawayCluster:
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+            if self._watch_w >= 0:  # the watcher's byte: stopped, nothing for it to do
+                os.write(self._watch_w, b"s")
+                os.close(self._watch_w)
+                self._watch_w = -1
 
     def __enter__(self) -> ThrowawayCluster:
         return self.start()

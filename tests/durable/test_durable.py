@@ -212,7 +212,11 @@ def any_store(request, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, any_store):
-    db, out = any_store, str(tmp_path / "out")
+    # Every run of the whole test stays in the history (the default keeps the
+    # last 100 per task, which may trim away the crashes the checks look for).
+    keep = "keep_runs=100000"
+    db = f"sqlite:///{any_store}?{keep}" if "://" not in any_store else f"{any_store}&{keep}"
+    out = str(tmp_path / "out")
     rng = random.Random(int(os.environ.get("PROCSCHED_FAULT_SEED", "0")) or None)
     for _ in range(20):
         child = Child(db, out)
