@@ -588,6 +588,8 @@ class Dispatcher:
                     engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
             elif tag in ("pause", "resume"):
                 _, request, task_id = message
+                if self.journal is not None:  # the user's pause or resume: not on standby any more
+                    self.journal.peers.wake(engine, task_id, time.monotonic_ns())
                 if tag == "pause":
                     done = engine.pause(task_id)
                 else:

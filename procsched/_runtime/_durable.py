@@ -53,6 +53,9 @@ logger = logging.getLogger("procsched")
 LEASE_NS = 30 * NS
 #: A turn waits this long for its commit before going on (see Journal.turn).
 COMMIT_WAIT_S = 0.0002
+#: After a failed commit, the next try waits this long, doubling up to RETRY_MAX_NS.
+RETRY_FIRST_NS = 50_000_000
+RETRY_MAX_NS = 2_000_000_000
 
 # -- the facade's side ---------------------------------------------------------
 
@@ -248,6 +251,8 @@ class Journal:
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
         self.renew_at = 0
+        self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
+        self.retry_at: int | None = None  # not before: the next try of a failed commit
 
     # commands
     def expecting(self, key: str) -> bool:
@@ -433,7 +438,7 @@ class Journal:
             engine.events.clear()
         if self.writer.busy:  # pipelined: this turn's changes go with the next commit (group commit)
             pass
-        elif len(self.batch):
+        elif len(self.batch) and (self.retry_at is None or now >= self.retry_at):
             batch, self.batch = self.batch, self.writer.store.batch(self.holder)
             waiting, self.waiting = self.waiting, []
             told, self.told = self.told, []
@@ -444,6 +449,9 @@ class Journal:
             # fsync, a network round trip) is not: select wakes us for it.
             if self.writer.wait(COMMIT_WAIT_S):
                 self.committed(engine, carrier, now)
+        elif self.told and not len(self.batch):  # told while a commit was in flight, nothing written since
+            told, self.told = self.told, []
+            self.emit(told)
         if now >= self.renew_at and not self.dead:  # on the dispatcher's own connection
             try:
                 if not self.store.renew_lease(self.holder):
@@ -456,6 +464,8 @@ class Journal:
             for tid in list(self.keys):
                 if engine.core.state(tid) is None and tid not in self.expected:
                     self.keys.pop(tid)
+        if self.retry_at is not None and not self.writer.busy:
+            return min(self.renew_at, peers.sync_at, self.retry_at)
         return min(self.renew_at, peers.sync_at)
 
     def _fenced_out(self, engine: Any) -> None:
@@ -483,6 +493,7 @@ class Journal:
             "holding": sorted(k for t, k in self.keys.items() if running(t) is RunState.RUNNING),
             "peers": [{"id": p.id, "host": p.host, "pid": p.pid} for p in self.peers.holders if p.id != h.id],
             "taken_over": self.peers.takeovers,
+            "standby": sorted(self.keys[t] for t in self.peers.standby if t in self.keys),
         }
 
     def committed(self, engine: Any, carrier: Any, now: int) -> None:
@@ -494,11 +505,16 @@ class Journal:
             return  # collected already (Journal.turn waited for it)
         (held, told, batch), result = self.writer.collect()
         lost: set[tuple[str | None, int, int]] = set()
-        if isinstance(result, StoreError):  # the scheduler keeps running; durability is degraded, and said so
-            engine._log(40, f"the store could not record this turn ({result}); runs go on unrecorded")
+        if isinstance(result, StoreError):
+            self._retry(engine, batch, held, told, result, now)
+            return
         elif isinstance(result, BaseException):
             raise result  # a bug in the store layer: the dispatcher's crash handling takes it
         else:
+            if self.retry_ns:
+                engine._log(30, "the store records again; the keyed runs that waited for it go on")
+                self.retry_ns = 0
+                self.retry_at = None
             if batch.fenced:  # a batch with claims or finishes renewed the lease
                 self.renew_at = now + self.lease_ns // 3
             lost = set(result.lost)
@@ -518,6 +534,27 @@ class Journal:
                 self.peers.lost(engine, worker, run, key, now, self.offset)  # type: ignore[arg-type]
             else:
                 carrier.send_run(worker, run)
+
+    def _retry(self, engine: Any, batch: Any, held: list[tuple[Any, Any]], told: list[Any], error: StoreError,
+               now: int) -> None:  # fmt: skip
+        """The commit failed (store unreachable, locked, full): nothing of it
+        was written. Its keyed runs have not started and do not start
+        unrecorded (another scheduler may claim the same slot, and a restart
+        must find the store exact): they wait, their workers reserved, and
+        the batch is tried again with the next one, after a back-off (50 ms,
+        doubling to 2 s). The user hears the rest of what happened (unkeyed
+        tasks and the ends of runs go on; their records follow the store)."""
+        if not self.retry_ns:
+            engine._log(40, f"the store could not record a turn ({error}); keyed runs wait until it can "
+                            "(trying again, at most every 2 s)")  # fmt: skip
+        self.retry_ns = min(2 * self.retry_ns or RETRY_FIRST_NS, RETRY_MAX_NS)
+        self.retry_at = now + self.retry_ns
+        waiting = {(r.task_id, r.run) for _w, r in held}
+        self.emit([ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting)])
+        self.told[:0] = [ev for ev in told if ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting]
+        self.batch.ops[:0] = batch.ops
+        self.batch.fenced = self.batch.fenced or batch.fenced  # its claims and ends are fenced again
+        self.waiting[:0] = held
 
     def drain(self, engine: Any, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""

@@ -108,6 +108,12 @@ class Peers:
         self.asked: set[str] = set()  # keys whose adoption was asked of the facade
         self.holders: list[Any] = []  # the registered schedulers as of the last re-read
         self.takeovers = 0
+        #: Tasks on standby (see ``stand_by``): task id -> the store's next due
+        #: time as last read (UTC ns), None while another scheduler holds a run.
+        self.standby: dict[int, int | None] = {}
+        #: How late (store clock) a task on standby may be before this
+        #: scheduler claims it again: its claimer stopped claiming it.
+        self.grace = self.interval
 
     # -- a lost claim ------------------------------------------------------------
 
@@ -118,8 +124,46 @@ class Peers:
             task = self.journal.store.get(key)
             if task is not None:
                 self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
+                self.stand_by(engine, run.task_id, task)
         except Exception as exc:  # noqa: BLE001 - the next re-read tries again
             engine._log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
+
+    # -- standby: one claimer per task -----------------------------------------------
+
+    def stand_by(self, engine: Any, tid: int, task: StoredTask) -> None:
+        """Another scheduler claims this task: stop claiming it here.
+
+        Without this, every scheduler tries every slot of every shared task
+        and all but one lose - a write transaction each: three schedulers
+        made fewer runs per second than one. On standby the local task is
+        paused in the core (quietly: the user paused nothing, the handle
+        is not told), so it costs nothing per slot; each re-read checks that
+        the store shows the task kept up (a run in flight, or its next due
+        time not more than ``grace`` past), and otherwise claims it again
+        (``wake``): its claimer stopped, died between runs, or shut down.
+        A claimer that dies holding a run is taken over by its lease, which
+        wakes the task too. Claims still decide who runs each slot."""
+        if tid in self.standby or task.state.paused or engine.core.state(tid) is not TaskState.PENDING:
+            return
+        if engine.core.pause(tid):
+            self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
+
+    def wake(self, engine: Any, tid: int, now: int) -> bool:
+        """Take ``tid`` off standby (quietly: the core resumes it; the caller
+        realigns it with the store). True if it was on standby."""
+        if self.standby.pop(tid, 0) == 0:
+            return False
+        engine.core.resume(tid, now)
+        return True
+
+    def _kept_up(self, task: StoredTask, store_now: int) -> bool:
+        """Does the store show another scheduler keeping ``task`` going?"""
+        if task.state.paused:
+            return False  # a pause is the user's: followed as such (apply)
+        if task.holder is not None:
+            return task.holder != self.journal.holder.id
+        due = task.state.next_due_ns
+        return due is not None and due + self.grace >= store_now
 
     # -- the bounded re-read ---------------------------------------------------------
 
@@ -134,11 +178,13 @@ class Peers:
             self.since = store_now
             self.holders = holders
             by_key = {key: tid for tid, key in journal.keys.items()}
+            seen = set()
             for task in changed:
                 self.known.add(task.key)
                 tid = by_key.get(task.key)
                 if tid is not None:
-                    self.apply(engine, tid, task, now, offset)
+                    seen.add(tid)
+                    self.apply(engine, tid, task, now, offset, store_now=store_now)
                 elif task.unloadable is None and task.key not in self.asked and not journal.expecting(task.key):
                     self.asked.add(task.key)
                     engine.events.append((EV_ADOPT, task.key))
@@ -154,6 +200,15 @@ class Peers:
             for dead in holders:
                 if dead.id != me.id and dead.lease_until_ns < store_now:
                     self.take_over(engine, dead, now, offset, by_key)
+            for tid, due in list(self.standby.items()):
+                if engine.core.state(tid) is None:  # cancelled here, or ended
+                    del self.standby[tid]
+                elif tid in seen or due is None or due + self.grace >= store_now:
+                    continue  # read just now, a run in flight (its lease guards it), or not late yet
+                elif (task := store.get(journal.keys[tid]) if tid in journal.keys else None) is None:
+                    del self.standby[tid]
+                else:
+                    self.apply(engine, tid, task, now, offset, store_now=store_now)
         except StoreError as exc:
             engine._log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
@@ -185,22 +240,32 @@ class Peers:
                 if task is None:
                     self.drop(engine, tid, record.key, now)
                 else:
-                    self.apply(engine, tid, task, now, offset)
+                    self.wake(engine, tid, now)  # its claimer is gone: claim it again
+                    self.apply(engine, tid, task, now, offset, force=True)
 
     # -- local tasks follow the store ---------------------------------------------------
 
     def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int,
-              lost: tuple[int, int] | None = None, force: bool = False) -> None:  # fmt: skip
+              lost: tuple[int, int] | None = None, force: bool = False, store_now: int | None = None,
+              ) -> None:  # fmt: skip
         """Bring the local task ``tid`` to where the stored ``task`` is.
         ``lost``: the (run, attempt) whose claim was just lost; realigning to
         that very claim again is not before now (no tight loop of claims the
         store refuses: a crash recorded at start-up, before its reschedule).
         ``force``: take the stored due time even for the same next claim (a
-        task just scheduled here, on a grid of its own)."""
+        task just scheduled here, on a grid of its own). A task on standby
+        stays there while the store (read at ``store_now``) shows it kept
+        up; otherwise it wakes and is realigned."""
         core = engine.core
         state = core.state(tid)
         if state is None or task.holder == self.journal.holder.id:
             return
+        if tid in self.standby:
+            if store_now is not None and self._kept_up(task, store_now):
+                self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
+                return
+            self.wake(engine, tid, now)
+            state, force = core.state(tid), True
         if task.state.paused and state is TaskState.PENDING:
             engine.pause(tid)
             return
@@ -225,6 +290,7 @@ class Peers:
 
     def drop(self, engine: Any, tid: int, key: str, now: int) -> None:
         """Another scheduler cancelled ``key`` (or it ended there): end it here."""
+        self.standby.pop(tid, None)
         if engine.core.state(tid) is not TaskState.RUNNING:
             self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
         engine.cancel(tid, False, now)

@@ -18,7 +18,8 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> SQLStore:
     A SQLite URL may end in ``?synchronous=FULL``: each commit is fsynced,
     so a power cut or an OS crash loses nothing either (the default,
     ``NORMAL``, survives any process crash, SIGKILL included; see
-    ``_sqlite``). Any store URL may carry ``keep_runs=N`` (``?keep_runs=500``,
+    ``_sqlite``) and carry ``busy_timeout=SECONDS`` (how long a write waits
+    for another writer's lock, default 10). Any store URL may carry ``keep_runs=N`` (``?keep_runs=500``,
     ``&`` between options): the history kept per task (the last N runs,
     default 100). ``options`` go to the store's constructor.
 
@@ -64,9 +65,19 @@ def _url_options(url: str, options: dict[str, Any]) -> str:
             options.setdefault("keep_runs", int(value))
         elif sqlite and name == "synchronous" and value.upper() in ("FULL", "NORMAL"):
             options.setdefault("synchronous", value.upper())
+        elif sqlite and name == "busy_timeout" and _seconds(value) is not None:
+            options.setdefault("busy_timeout", _seconds(value))
         elif sqlite:
-            raise ValueError(f"a SQLite URL takes ?synchronous=FULL|NORMAL and keep_runs=N only, got {item!r} "
-                             f"in {url!r}")  # fmt: skip
+            raise ValueError(f"a SQLite URL takes ?synchronous=FULL|NORMAL, busy_timeout=SECONDS and keep_runs=N "
+                             f"only, got {item!r} in {url!r}")  # fmt: skip
         else:
             rest.append(item)
     return base + ("?" + "&".join(rest) if rest else "")
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None

@@ -102,6 +102,15 @@ class PostgresStore(SQLStore):
     def _errors(self) -> tuple[type[BaseException], ...]:
         return (self.psycopg.Error,)
 
+    def _lock_tasks(self, cur: Any, ops: list[tuple[Any, ...]]) -> None:
+        # Two schedulers' batches updating the same task rows in different
+        # orders deadlock (the server aborts one after deadlock_timeout, 1 s,
+        # and its turn is retried): the rows are locked first, by key. The
+        # claims' WHERE clauses then read the rows as the lock left them.
+        keys = sorted({op[1] if op[0] != "upsert" else op[1].key for op in ops})
+        if len(keys) > 1:
+            cur.execute("SELECT 1 FROM procsched_tasks WHERE key = ANY(%s) ORDER BY key FOR UPDATE", (keys,))
+
     # A busy turn's claims and finishes, one statement per group instead of
     # two or three per run: each statement costs a round trip plus ~50 us of
     # server work, which made a 100-run turn ~3x slower one by one. Same

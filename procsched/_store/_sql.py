@@ -397,6 +397,7 @@ class SQLStore:
                 if cur.rowcount != 1:
                     result.fenced_out = True
                     return result  # nothing written: the transaction commits no change
+            self._lock_tasks(cur, batch.ops)
             for kind, group in _groups(batch.ops):
                 if len(group) > 1 and kind in self.SET_OPS:
                     getattr(self, "_set_" + kind)(cur, now, holder, result, group)
@@ -404,6 +405,10 @@ class SQLStore:
                     for op in group:
                         getattr(self, "_op_" + kind)(cur, now, holder, result, *op[1:])
         return result
+
+    def _lock_tasks(self, cur: Any, ops: list[tuple[Any, ...]]) -> None:
+        """Lock the task rows ``ops`` write, in one order for every writer
+        (a store whose transactions lock rows one by one: see PostgreSQL's)."""
 
     # one method per batch op; each runs inside _commit's transaction
     def _op_upsert(self, cur: Any, now: int, holder: Any, result: BatchResult, d: TaskDefinition,

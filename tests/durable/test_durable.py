@@ -12,8 +12,10 @@ import pickle
 import random
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -364,3 +366,52 @@ def test_a_keyed_run_that_kills_its_worker_is_recorded_crashed_and_the_task_goes
         h.result(30)  # its third run ends it
     runs = [(r.run, r.outcome) for r in open_store(db).history("k")]
     assert runs == [(1, "crashed"), (2, "ok"), (3, "ok")]
+
+
+class _Logged(logging.Handler):
+    """Sets ``seen`` when procsched logs a message containing ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.seen = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.mark.timeout(90)
+def test_a_store_that_cannot_record_holds_keyed_runs_until_it_can(tmp_path):
+    """A commit that fails (here: another writer holds SQLite's lock past
+    busy_timeout) writes nothing, so its keyed runs must not start
+    unrecorded: they wait, logged, while unkeyed work goes on; when the store
+    records again they run, and every run that ran is in the history once."""
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    failing, back = _Logged("could not record"), _Logged("records again")
+    log = logging.getLogger("procsched")
+    for handler in (failing, back):
+        log.addHandler(handler)
+    try:
+        with procsched.Scheduler(2, store=f"sqlite:///{db}?busy_timeout=0.1&keep_runs=100000") as s:
+            w = Waiter(s)
+            s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="k")
+            w.until(lambda: len(_lines(out)) >= 3)
+            lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+            lock.execute("BEGIN IMMEDIATE")  # the scheduler's next commit fails after 0.1 s
+            assert failing.seen.wait(30)
+            n = len(_lines(out))
+            assert s.submit(jobs_mod.add, 2, 3).result(30) == 5  # unkeyed work goes on meanwhile
+            time.sleep(0.5)  # an absence: no keyed run starts while its start cannot be recorded
+            assert len(_lines(out)) <= n + 1  # (one sent before the failing commit may still start)
+            assert not back.seen.is_set()
+            lock.execute("ROLLBACK")
+            assert back.seen.wait(30)
+            w.until(lambda: len(_lines(out)) >= n + 4)
+    finally:
+        for handler in (failing, back):
+            log.removeHandler(handler)
+    ran = [(r, a) for r, a, _s in _lines(out)]
+    assert len(ran) == len(set(ran)), "a run ran twice"
+    with open_store(db) as store:
+        recorded = {(h.run, h.attempt): h.outcome for h in store.history("k", 100_000)}
+    assert all(recorded.get(run) == "ok" for run in ran), "a run ran unrecorded"

@@ -240,3 +240,42 @@ def test_twenty_random_sigkills_among_three_schedulers_nothing_lost_nothing_twic
             assert all(h.error_type == "SchedulerDied" for h in history if h.outcome == "crashed")
         assert store.get("rate").state.run_count >= elapsed * 10 * 0.5, "the schedule did not go on"
         assert store.schedulers() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_scheduler_that_lost_a_task_stands_by_until_its_claimer_stops(store_url, tmp_path, peers) -> None:
+    """One claimer per task: the scheduler that lost a claim stops trying the
+    task's slots (standby) while the store shows the other keeping it up; a
+    pause or resume said there still works; when the claimer stops (a clean
+    shutdown: the task stays stored, nobody claims it), the standby claims
+    it again within the re-read interval and its grace."""
+    out = str(tmp_path / "s")
+    cfg = {"store": store_url, "lease": 1.5, "tasks": [{"kind": "rate", "key": "s", "period": 0.05, "out": out}]}
+    a, b = _start(peers, "a", cfg, tmp_path), _start(peers, "b", cfg, tmp_path)
+
+    def standby(p: Peer) -> bool:
+        return p.ask("stats")["store"]["standby"] == ["s"]
+
+    idle = wait_for(lambda: next((p for p in (a, b) if standby(p)), None), 20, "a scheduler to stand by", [a, b])
+    busy = b if idle is a else a
+    assert not standby(busy)
+    assert idle.ask("stats")["keys"]["s"] in ("pending", "running")  # the user paused nothing
+    n = len(lines(out))
+    wait_for(lambda: len(lines(out)) >= n + 11, 20, "s to run")
+    assert {row[3] for row in lines(out)[n + 1:]} == {busy.name}  # (the first may be idle's last claim)
+    # the user's pause and resume, said on the standby scheduler
+    assert idle.ask("pause s")
+    wait_for(lambda: busy.ask("stats")["keys"]["s"] == "paused", 10, "the claimer to see s paused", [a, b])
+    assert idle.ask("resume s")
+    n = len(lines(out))
+    wait_for(lambda: len(lines(out)) >= n + 5, 20, "s to run again", [a, b])
+    idle = wait_for(lambda: next((p for p in (a, b) if standby(p)), None), 20, "a scheduler to stand by", [a, b])
+    busy = b if idle is a else a
+    busy.quit()
+    n = len(lines(out))
+    t = time.monotonic()
+    wait_for(lambda: any(row[3] == idle.name for row in lines(out)[n:]), 20, "the standby to take s on", [idle])
+    assert time.monotonic() - t < 0.5 + 0.5 + 4.0  # interval + grace, with slack for 2 loaded cores
+    assert not standby(idle)
+    idle.quit()
+    check_once(lines(out), 50_000)
