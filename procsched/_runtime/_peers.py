@@ -5,7 +5,9 @@
                         │                  │                   unknown key ──▶ EV_ADOPT ──▶ facade adopts it
                         │                  ├─ fewer rows than known ──▶ keys() ──▶ drop tasks others deleted
                         │                  └─ expired leases ──▶ take_over(dead, me, reschedule) ──▶ realign
-                        └─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
+                        ├─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
+                        │                   └─▶ standby: paused here while the store shows another keeping it up
+                        └─ standby tasks late in the store (or their claimer taken over) ──▶ wake ──▶ realign
 
 Theory of operation. The store decides who runs what: a claim names the
 task's exact next (run, attempt), and its slot must come after the previous
@@ -151,8 +153,9 @@ class Peers:
     def wake(self, engine: Any, tid: int, now: int) -> bool:
         """Take ``tid`` off standby (quietly: the core resumes it; the caller
         realigns it with the store). True if it was on standby."""
-        if self.standby.pop(tid, 0) == 0:
+        if tid not in self.standby:
             return False
+        del self.standby[tid]
         engine.core.resume(tid, now)
         return True
 
