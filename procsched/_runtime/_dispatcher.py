@@ -28,37 +28,54 @@ command pipe reads EOF and the dispatcher kills every worker and exits.
 Workers are started with the configured multiprocessing start method
 (forkserver by default, preloaded with the worker module, so a replacement
 is up in milliseconds); each dies with its parent (see ``_worker.py``).
-The forkserver is started first thing (``_boot``), so that its interpreter
-start and preload overlap this process's own imports: the first result
-after ``Scheduler()`` waits for both.
+The forkserver is started first thing (``_boot``), as a fork of this
+process (no second interpreter start), so that its preload overlaps this
+process's own imports: the first result after ``Scheduler()`` waits for both.
 
 User code is never unpickled here: payloads and results are opaque bytes.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import sys
-from multiprocessing.connection import Connection
 
 #: What the forkserver imports before it forks the first worker.
-FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver"]
+#: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
+FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver",
+                      "ctypes"]
+#: The Pythons whose multiprocessing forkserver we start by forking (see
+#: _fork_forkserver): its ``main()`` and its client's three fields are known
+#: there. Elsewhere the forkserver is started as multiprocessing does.
+ZYGOTE_PYTHONS = ((3, 11), (3, 12), (3, 13))
 
 
 def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
     """The process's first steps, before it imports the rest of the package:
     read the configuration and, with forkserver, start the forkserver now, so
-    that its interpreter start and preload (importing the worker's modules)
-    run alongside this process's own imports instead of after them - the
-    first result after ``Scheduler()`` waits for both."""
-    cmd = Connection(int(sys.argv[1]), writable=False)
-    evt = Connection(int(sys.argv[2]), readable=False)
+    that its start and preload (importing the worker's modules) run
+    alongside this process's own imports instead of after them - the first
+    result after ``Scheduler()`` waits for both."""
+    cmd_fd, evt_fd = int(sys.argv[1]), int(sys.argv[2])
     try:
-        config = pickle.loads(cmd.recv_bytes())
+        config = pickle.loads(_read_frame(cmd_fd))
     except EOFError:
         os._exit(0)
+    import multiprocessing
+    from multiprocessing.connection import Connection
+
+    zygote = None
+    if config["start_method"] == "forkserver":
+        # What both processes need, imported once, before the fork: the
+        # forkserver's machinery, and the modules the dispatcher and the
+        # workers share (the dispatcher's own come after the fork).
+        from multiprocessing import forkserver  # noqa: F401
+
+        from . import _engine, _wire  # noqa: F401
+
+        if sys.version_info[:2] in ZYGOTE_PYTHONS:
+            zygote = _fork_forkserver(config, (cmd_fd, evt_fd))
     multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
@@ -68,19 +85,114 @@ def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
     if config["start_method"] == "forkserver":
         from multiprocessing import forkserver
 
+        # (also what a forkserver started again after a death preloads)
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
-        # The forkserver (so every worker) gets the user's sys.path; this
-        # process takes it only after its own imports (main()), so a module
-        # in the user's directories cannot shadow one the dispatcher imports.
-        own_path = sys.path[:]
-        sys.path[:] = config["sys_path"]
+        server = forkserver._forkserver  # type: ignore[attr-defined]
+        if zygote is not None and _client_fields(server) == (None, None, None):
+            # The client's side of what ensure_running() does: where to connect,
+            # the "alive" pipe, the pid (whose death makes the next start()
+            # start a forkserver the usual way).
+            server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = zygote
+        else:
+            if zygote is not None:  # a multiprocessing we do not know: not ours to drive
+                os.close(zygote[1])  # its "alive" pipe: the forkserver exits
+            # The forkserver (so every worker) gets the user's sys.path; this
+            # process takes it only after its own imports (main()), so a module
+            # in the user's directories cannot shadow one the dispatcher imports.
+            own_path = sys.path[:]
+            sys.path[:] = config["sys_path"]
+            try:
+                forkserver.ensure_running()  # returns once it is started, not once it has imported
+            except Exception:  # noqa: BLE001 - the first worker's start tries again, and reports
+                pass
+            finally:
+                sys.path[:] = own_path
+    return Connection(cmd_fd, writable=False), Connection(evt_fd, readable=False), config
+
+
+def _read_frame(fd: int) -> bytes:
+    """One ``Connection.send_bytes`` frame, read with exactly its size (what
+    follows it in the pipe - the first commands - stays there for the loop)."""
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    size = int.from_bytes(exactly(4), "big", signed=True)
+    if size == -1:
+        size = int.from_bytes(exactly(8), "big")
+    return exactly(size)
+
+
+def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str, int, int] | None:
+    """Start multiprocessing's forkserver as a fork of this process, not as
+    a fresh interpreter: it skips an interpreter start (and ``site``, and its
+    imports of multiprocessing), ~20-40 ms that the first result waited for.
+
+    Safe here: this process is single-threaded and has imported only what
+    the forkserver imports too (the fork is as clean as an exec). The child becomes exactly
+    what ``ensure_running()`` would have started: it is given the same
+    listening socket and "alive" pipe, a ``python -c``'s empty ``__main__``,
+    none of our descriptors, and runs ``forkserver.main`` with the same
+    arguments (preload, the user's sys.path) in the same session and group.
+    Returns (socket path, "alive" write end, pid) for the client side, or
+    None if the socket cannot be made (the usual start then runs)."""
+    import socket
+
+    address = os.path.join(config["tempdir"], "forkserver")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+    except OSError:
+        listener.close()
+        return None
+    pid = os.fork()
+    if pid == 0:  # the forkserver: never returns into the dispatcher's code
+        code = 1
         try:
-            forkserver.ensure_running()  # returns once it is started, not once it has imported
-        except Exception:  # noqa: BLE001 - the first worker's start tries again, and reports
-            pass
-        finally:
-            sys.path[:] = own_path
-    return cmd, evt, config
+            for fd in (*ours, alive_w):
+                os.close(fd)
+            try:  # its command line is ours: tell the two apart in ps/top (psutil's name())
+                with open("/proc/self/comm", "w") as comm:
+                    comm.write("psc-forkserver")
+            except OSError:
+                pass
+            dispatcher_module = sys.modules["__main__"]  # noqa: F841 - kept alive: this code is its
+            import builtins
+
+            main = type(sys)("__main__")  # what `python -c` runs in
+            main.__builtins__ = builtins  # type: ignore[attr-defined]
+            sys.modules["__main__"] = main
+            from multiprocessing import forkserver
+
+            forkserver.main(listener.detach(), alive_r, FORKSERVER_PRELOAD, sys_path=config["sys_path"])
+            code = 0
+        except SystemExit as exc:  # main() ends so when the "alive" pipe closes
+            code = exc.code if isinstance(exc.code, int) else 0
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+        raise SystemExit(code)  # (atexit runs: _forkserver.py's kill of the workers' groups)
+    listener.close()
+    os.close(alive_r)
+    return address, alive_w, pid
+
+
+def _client_fields(server: Any) -> tuple[Any, ...] | None:
+    """The ForkServer fields ensure_running() sets, if it has exactly those."""
+    try:
+        return server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid
+    except AttributeError:
+        return None
 
 
 if __name__ == "__main__":  # the dispatcher process (python -m), not an import
@@ -91,12 +203,12 @@ import itertools  # noqa: E402
 import selectors  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import multiprocessing  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from datetime import timezone  # noqa: E402
+from multiprocessing.connection import Connection  # noqa: E402
 from typing import Any  # noqa: E402
-
-import psutil  # noqa: E402
 
 from .._core import Kind, Misfire, Policy, Run  # noqa: E402
 from .._errors import SchedulerClosedError  # noqa: E402
@@ -104,6 +216,11 @@ from . import _worker_main  # noqa: E402 - the target, not the worker (see _work
 from ._gc import FreezeOnGrowth  # noqa: E402
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
 from ._wire import PROTOCOL, CommandReader, FrameReader  # noqa: E402
+
+#: psutil, imported on first use (``_psutil``): listing a worker's tree, its
+#: RSS, its state. Not at start, where its ~10 ms import would delay the
+#: first result; the first kill or stats() pays it instead.
+psutil: Any = None
 
 NS = 1_000_000_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
@@ -145,8 +262,8 @@ class _Worker:
         self.reader = FrameReader(self.fd)
         self.ident: int = proc.pid  # type: ignore[assignment]
         self.sentinel = proc.sentinel
-        self.ps: psutil.Process | None = None
-        self.tree: list[psutil.Process] = []
+        self.ps: Any = None  # its psutil.Process
+        self.tree: list[Any] = []  # its descendants (psutil.Process), listed before it is stopped
         # Bytes for the worker that its pipe has not taken yet: views, never
         # copies, of the frames (a 300 MB argument is written from its own
         # buffer, a piece per turn of the loop, as the pipe takes it).
@@ -378,9 +495,10 @@ class ProcessCarrier:
             except OSError:
                 pass
 
-    def _ps(self, worker: _Worker) -> psutil.Process:
+    def _ps(self, worker: _Worker) -> Any:
+        """The worker's psutil.Process (psutil is loaded by this first use)."""
         if worker.ps is None:
-            worker.ps = psutil.Process(worker.ident)
+            worker.ps = _psutil().Process(worker.ident)
         return worker.ps
 
     def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
@@ -433,6 +551,15 @@ class ProcessCarrier:
 
 
 ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
+
+
+def _psutil() -> Any:
+    global psutil
+    if psutil is None:
+        import psutil as module
+
+        psutil = module
+    return psutil
 
 
 def _frame_head(size: int) -> bytes:

@@ -154,7 +154,7 @@ def test_sigkill_the_forkserver(new_scheduler, tmp_path):
     s = new_scheduler(2)
     wait_until(lambda: pool_whole(s), 10, "the pool to start")
     proc = dispatcher(s)
-    (forkserver,) = [p for p in proc.children() if "forkserver" in " ".join(p.cmdline())]
+    (forkserver,) = [p for p in proc.children() if "forkserver" in p.name() + " ".join(p.cmdline())]
     started = str(tmp_path / "started")
     running = [s.submit(rel_tasks.touch_and_sleep, started, 30) for _ in range(2)]
     queued = [s.submit(rel_tasks.hello, i) for i in range(20)]
@@ -170,6 +170,6 @@ def test_sigkill_the_forkserver(new_scheduler, tmp_path):
     wait_until(lambda: len(periodic.runs) >= n + 10, 15, "the periodic task to go on")
     assert periodic.cancel()
     wait_until(lambda: pool_whole(s), 15, "the pool to be whole again")
-    (new_forkserver,) = [p for p in proc.children() if "forkserver" in " ".join(p.cmdline())]
+    (new_forkserver,) = [p for p in proc.children() if "forkserver" in p.name() + " ".join(p.cmdline())]
     assert new_forkserver.pid != forkserver.pid
     assert not forkserver.is_running() or forkserver.status() == psutil.STATUS_ZOMBIE
