@@ -53,10 +53,11 @@ ZYGOTE_PYTHONS = ((3, 11), (3, 12), (3, 13))
 
 def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
     """The process's first steps, before it imports the rest of the package:
-    read the configuration and, with forkserver, start the forkserver now, so
-    that its start and preload (importing the worker's modules) run
-    alongside this process's own imports instead of after them - the first
-    result after ``Scheduler()`` waits for both."""
+    read the configuration and, with forkserver, start the forkserver (and
+    multiprocessing's resource tracker) now, as forks of this process, so
+    that the forkserver's preload (the worker's modules) runs alongside this
+    process's own imports - the first result after ``Scheduler()`` waits for
+    both - and no second or third interpreter has to start."""
     cmd_fd, evt_fd = int(sys.argv[1]), int(sys.argv[2])
     try:
         config = pickle.loads(_read_frame(cmd_fd))
@@ -74,8 +75,11 @@ def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
 
         from . import _engine, _wire  # noqa: F401
 
-        if sys.version_info[:2] in ZYGOTE_PYTHONS:
-            zygote = _fork_forkserver(config, (cmd_fd, evt_fd))
+        tracker = multiprocessing.resource_tracker._resource_tracker  # type: ignore[attr-defined]
+        if (sys.version_info[:2] in ZYGOTE_PYTHONS and _client_fields(forkserver._forkserver) == (None, None, None)  # type: ignore[attr-defined]
+                and (getattr(tracker, "_fd", 0), getattr(tracker, "_pid", 0)) == (None, None)):  # fmt: skip
+            tracker._fd, tracker._pid = _fork_resource_tracker((cmd_fd, evt_fd))
+            zygote = _fork_forkserver(config, (cmd_fd, evt_fd, tracker._fd))
     multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
@@ -87,15 +91,13 @@ def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
 
         # (also what a forkserver started again after a death preloads)
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
-        server = forkserver._forkserver  # type: ignore[attr-defined]
-        if zygote is not None and _client_fields(server) == (None, None, None):
+        if zygote is not None:
             # The client's side of what ensure_running() does: where to connect,
             # the "alive" pipe, the pid (whose death makes the next start()
             # start a forkserver the usual way).
+            server = forkserver._forkserver  # type: ignore[attr-defined]
             server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = zygote
         else:
-            if zygote is not None:  # a multiprocessing we do not know: not ours to drive
-                os.close(zygote[1])  # its "alive" pipe: the forkserver exits
             # The forkserver (so every worker) gets the user's sys.path; this
             # process takes it only after its own imports (main()), so a module
             # in the user's directories cannot shadow one the dispatcher imports.
@@ -160,11 +162,7 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str
         try:
             for fd in (*ours, alive_w):
                 os.close(fd)
-            try:  # its command line is ours: tell the two apart in ps/top (psutil's name())
-                with open("/proc/self/comm", "w") as comm:
-                    comm.write("psc-forkserver")
-            except OSError:
-                pass
+            _name_process("psc-forkserver")
             dispatcher_module = sys.modules["__main__"]  # noqa: F841 - kept alive: this code is its
             import builtins
 
@@ -185,6 +183,46 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str
     listener.close()
     os.close(alive_r)
     return address, alive_w, pid
+
+
+def _fork_resource_tracker(ours: tuple[int, ...]) -> tuple[int, int]:
+    """Start multiprocessing's resource tracker (it removes the named
+    semaphores and shared memory that tasks leak; the first worker's start
+    would start it) as a fork of this process too: a third interpreter
+    start, competing for the CPU with the first worker's, saved. The child
+    is what ``ResourceTracker.ensure_running()`` starts: ``main()`` on the
+    read end of a pipe whose write end the workers get, with stderr and none
+    of our other descriptors. Returns (write end, pid) for our tracker's
+    ``_fd`` and ``_pid``."""
+    from multiprocessing import resource_tracker
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for fd in (*ours, w):
+                os.close(fd)
+            _name_process("psc-rtracker")
+            resource_tracker.main(r)  # returns when every holder of w is gone
+            code = 0
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)  # never into the dispatcher's code (or its atexit)
+    os.close(r)
+    return w, pid
+
+
+def _name_process(name: str) -> None:
+    """A forked helper's command line is ours: tell them apart in ps/top (psutil's name())."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name)
+    except OSError:
+        pass
 
 
 def _client_fields(server: Any) -> tuple[Any, ...] | None:

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
+    try:  # forked from the forkserver, which is a fork of the dispatcher: its command line is theirs
+        with open("/proc/self/comm", "w") as comm:
+            comm.write("psc-worker")
+    except OSError:
+        pass
     from ._worker import main as worker_main
 
     worker_main(conn, capture, tickets)
