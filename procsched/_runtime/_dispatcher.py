@@ -47,7 +47,9 @@ FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_
                       "ctypes"]
 #: The Pythons whose multiprocessing forkserver we start by forking (see
 #: _fork_forkserver): its ``main()`` and its client's three fields are known
-#: there. Elsewhere the forkserver is started as multiprocessing does.
+#: there (and checked: a different ``main()`` signature, e.g. 3.14's
+#: authenticated one, falls back). Elsewhere the forkserver is started as
+#: multiprocessing does.
 ZYGOTE_PYTHONS = ((3, 11), (3, 12), (3, 13))
 
 
@@ -76,7 +78,10 @@ def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
         from . import _engine, _wire  # noqa: F401
 
         tracker = multiprocessing.resource_tracker._resource_tracker  # type: ignore[attr-defined]
+        code = forkserver.main.__code__
         if (sys.version_info[:2] in ZYGOTE_PYTHONS and _client_fields(forkserver._forkserver) == (None, None, None)  # type: ignore[attr-defined]
+                and code.co_varnames[:5] == ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
+                and code.co_argcount == 5 and not code.co_kwonlyargcount
                 and (getattr(tracker, "_fd", 0), getattr(tracker, "_pid", 0)) == (None, None)):  # fmt: skip
             tracker._fd, tracker._pid = _fork_resource_tracker((cmd_fd, evt_fd))
             zygote = _fork_forkserver(config, (cmd_fd, evt_fd, tracker._fd))
