@@ -58,6 +58,7 @@ class Writer:
         self.fd, self._wfd = os.pipe()
         self._written = 0  # rows written since the last checkpoint
         self._checkpoint = getattr(self.store, "manual_checkpoints", lambda: None)()
+        getattr(self.store, "gate_writes", lambda: None)()  # SQLite: writers of several schedulers queue, not nap
         self._thread = threading.Thread(target=self._run, name="procsched-store-writer", daemon=True)
         self._thread.start()
 
