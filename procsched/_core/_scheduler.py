@@ -27,11 +27,17 @@ depends on heap internals (bpo-19270).
 
 Heap entries hold plain ints, the task's id last: tuples of ints are not
 tracked by the cycle collector, so a million pending tasks cost it half as
-much. Cancel is O(1): it marks the task CANCELLED, drops it from the table
-(freeing its payload at once) and leaves its heap entry behind ("lazy
-deletion"). A popped entry whose task is no longer PENDING is dropped.
-Once dead entries outnumber live ones, both heaps are rebuilt without them,
-so any number of schedule/cancel pairs keeps memory flat. Each task has at
+much. Cancel is O(1): it marks the task CANCELLED, frees its payload at
+once and leaves its heap entry behind ("lazy deletion"); the task's record
+stays in the table until that entry goes too ("buried": ``state()`` and
+``task_ids()`` no longer see it), because freeing a record costs more than
+everything else a cancel does (a 15-slot object: its slots released, its
+cycle-GC links unhooked, its memory returned; ~150 ns at a million pending,
+in memory the cancel would not otherwise touch). A popped entry whose task
+is no longer PENDING is dropped, and a buried record with it. Once dead
+entries outnumber live ones, both heaps are rebuilt without them and the
+buried records are freed, so any number of schedule/cancel pairs keeps
+memory flat. Each task has at
 most one live heap entry: a periodic task is re-queued only when its run
 completes, which is also why it never runs concurrently with itself. An
 entry is live only while its ``seq`` is the task's: a task whose due time
@@ -258,6 +264,7 @@ class SchedulerCore:
         self._ready: list[tuple[Any, ...]] = []  # "priority" policy only
         self._dead = 0  # heap entries whose task is no longer PENDING
         self._stopping = 0  # CANCELLED tasks whose last run is still in flight
+        self._buried = 0  # CANCELLED tasks left in the table for their dead heap entry (see cancel)
         self._seq = itertools.count(1)
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
@@ -267,20 +274,22 @@ class SchedulerCore:
 
     def __len__(self) -> int:
         """Tasks not yet finished or cancelled."""
-        return len(self._tasks) - self._stopping
+        return len(self._tasks) - self._stopping - self._buried
 
     def state(self, task_id: int) -> TaskState | None:
         """The task's state, or ``None`` once it is terminal (or unknown)."""
         task = self._tasks.get(task_id)
-        return None if task is None else task.state
+        return None if task is None or _is_buried(task) else task.state
 
     def kind(self, task_id: int) -> Kind | None:
         task = self._tasks.get(task_id)
-        return None if task is None else task.kind
+        return None if task is None or _is_buried(task) else task.kind
 
     def task_ids(self) -> list[int]:
         """Ids of every task not yet finished, in submission order."""
-        return list(self._tasks)  # a dict keeps insertion (submission) order
+        if not self._buried:
+            return list(self._tasks)  # a dict keeps insertion (submission) order
+        return [tid for tid, task in self._tasks.items() if not _is_buried(task)]
 
     def next_deadline(self) -> int | None:
         """The earliest due time among PENDING tasks (ns), or ``None`` if none.
@@ -289,14 +298,12 @@ class SchedulerCore:
         """
         ready = self._ready
         while ready and self._live(ready[0][-1], ready[0][-2]) is None:
-            heappop(ready)
-            self._dead -= 1
+            self._discard(heappop(ready))
         if ready:
             return ready[0][1]  # (-prio, due, seq, id): already due
         timers = self._timers
         while timers and self._live(timers[0][-1], timers[0][-2]) is None:
-            heappop(timers)
-            self._dead -= 1
+            self._discard(heappop(timers))
         return timers[0][0] if timers else None
 
     def due(self, task_id: int) -> int | None:
@@ -341,7 +348,10 @@ class SchedulerCore:
         tid = seq if task_id is None else task_id
         tasks = self._tasks
         if tid in tasks:
-            raise ValueError(f"task_id {tid!r} is already in use")
+            if not _is_buried(tasks[tid]):
+                raise ValueError(f"task_id {tid!r} is already in use")
+            del tasks[tid]  # a cancelled task's id, chosen again: the new task goes last in submission order
+            self._buried -= 1
         task = _Task()
         task.id = tid
         task.seq = seq
@@ -387,25 +397,26 @@ class SchedulerCore:
         if self.policy is BY_PRIORITY:
             ready = self._ready
             while timers and timers[0][0] <= now:
-                due, seq, tid = heappop(timers)
+                entry = heappop(timers)
+                due, seq, tid = entry
                 task = live(tid, seq)
                 if task is not None:
                     heappush(ready, (-task.priority, due, seq, tid))
                 else:
-                    self._dead -= 1
+                    self._discard(entry)
             while ready:
                 entry = heappop(ready)
                 task = live(entry[-1], entry[-2])
                 if task is not None:
                     return self._start(task)
-                self._dead -= 1
+                self._discard(entry)
             return None
         while timers and timers[0][0] <= now:
             entry = heappop(timers)
             task = live(entry[-1], entry[-2])
             if task is not None:
                 return self._start(task)
-            self._dead -= 1
+            self._discard(entry)
         return None
 
     def complete(
@@ -508,7 +519,7 @@ class SchedulerCore:
     def next_claim(self, task_id: int) -> tuple[int, int] | None:
         """(run, attempt) of the task's next claim, or None if it has none queued."""
         task = self._tasks.get(task_id)
-        if task is None or task.state is CANCELLED:
+        if task is None or task.state is CANCELLED:  # (a buried task is CANCELLED)
             return None
         extra = task.extra
         if extra is not None and extra.retrying:
@@ -603,8 +614,12 @@ class SchedulerCore:
             return R_UNKNOWN
         state = task.state
         if state is PENDING:  # the per-task path: module constants, no calls (see CLAIMED)
+            # Buried, not freed: the record stays in the table, CANCELLED and
+            # inactive, until its heap entry is popped or compacted away (see
+            # the module docstring; _discard, _compact). Its payload goes now.
             task.state = CANCELLED_PENDING
-            del tasks[task_id]
+            task.payload = None
+            self._buried += 1
             extra = task.extra
             if extra is not None and extra.trigger is not None:
                 self.calendars -= 1
@@ -656,6 +671,16 @@ class SchedulerCore:
         task then ties as if submitted now.)"""
         task.seq = next(self._seq)
         self._push(task)
+
+    def _discard(self, entry: tuple[Any, ...]) -> None:
+        """A dead heap entry was popped; free its task's record if it was
+        buried for it (cancelled while PENDING with this very entry)."""
+        self._dead -= 1
+        tid = entry[-1]
+        task = self._tasks.get(tid)
+        if task is not None and task.seq == entry[-2] and _is_buried(task):
+            del self._tasks[tid]
+            self._buried -= 1
 
     def _drop(self, task: _Task) -> None:
         """Forget a task that reached a terminal state."""
@@ -822,12 +847,25 @@ class SchedulerCore:
         return scheduled + k * period, k - 1
 
     def _compact(self) -> None:
-        self._timers = [e for e in self._timers if self._live(e[-1], e[-2]) is not None]
-        self._ready = [e for e in self._ready if self._live(e[-1], e[-2]) is not None]
+        live = self._live
+        self._timers = [e for e in self._timers if live(e[-1], e[-2]) is not None]
+        self._ready = [e for e in self._ready if live(e[-1], e[-2]) is not None]
         heapify(self._timers)
         heapify(self._ready)
         self._dead = 0
+        if self._buried:  # their entries are gone: so are they
+            tasks = self._tasks
+            for tid in [tid for tid, task in tasks.items() if _is_buried(task)]:
+                del tasks[tid]
+            self._buried = 0
         assert len(self._timers) + len(self._ready) == sum(t.state is PENDING for t in self._tasks.values())
+
+
+def _is_buried(task: _Task) -> bool:
+    """Cancelled while PENDING, its record kept until its heap entry goes
+    (see cancel). A task cancelled while RUNNING is CANCELLED too, but its
+    run is still in flight (``active``) and it is dropped when that ends."""
+    return task.state is CANCELLED and not task.active
 
 
 def _misfire_mode(task: _Task, outcome: str) -> Misfire:
