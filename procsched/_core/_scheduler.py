@@ -272,10 +272,13 @@ class SchedulerCore:
         self._tasks: dict[int, _Task] = {}  # every task that is not finished
         self._timers: list[tuple[Any, ...]] = []
         self._ready: list[tuple[Any, ...]] = []  # "priority" policy only
-        self._dead = 0  # heap entries whose task is no longer PENDING
-        self._compact_at = COMPACT_MIN_DEAD  # check for compaction once _dead passes this (_maybe_compact)
-        self._stopping = 0  # CANCELLED tasks whose last run is still in flight
+        # Dead heap entries (their task is no longer PENDING, or was re-queued)
+        # number _dead + _buried: a buried task's entry counts in _buried only,
+        # so cancel moves one counter.
+        self._dead = 0  # dead entries but those of buried tasks
         self._buried = 0  # CANCELLED tasks left in the table for their dead heap entry (see cancel)
+        self._compact_at = COMPACT_MIN_DEAD  # check for compaction once _buried passes this (_maybe_compact)
+        self._stopping = 0  # CANCELLED tasks whose last run is still in flight
         self._seq = itertools.count(1)
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
@@ -363,6 +366,7 @@ class SchedulerCore:
                 raise ValueError(f"task_id {tid!r} is already in use")
             del tasks[tid]  # a cancelled task's id, chosen again: the new task goes last in submission order
             self._buried -= 1
+            self._dead += 1  # its heap entry stays dead, counted as such
         task = _Task()
         task.id = tid
         task.seq = seq
@@ -630,12 +634,11 @@ class SchedulerCore:
             # the module docstring; _discard, _compact). Its payload goes now.
             task.state = CANCELLED_PENDING
             task.payload = None
-            self._buried += 1
             extra = task.extra
             if extra is not None and extra.trigger is not None:
                 self.calendars -= 1
-            dead = self._dead = self._dead + 1  # its heap entry stays behind until popped or compacted
-            if dead > self._compact_at:
+            buried = self._buried = self._buried + 1  # counts its heap entry among the dead too
+            if buried > self._compact_at:
                 self._maybe_compact()
             return R_CANCELLED
         if state is PAUSED:  # its heap entry was counted dead when it paused
@@ -686,12 +689,13 @@ class SchedulerCore:
     def _discard(self, entry: tuple[Any, ...]) -> None:
         """A dead heap entry was popped; free its task's record if it was
         buried for it (cancelled while PENDING with this very entry)."""
-        self._dead -= 1
         tid = entry[-1]
         task = self._tasks.get(tid)
         if task is not None and task.seq == entry[-2] and _is_buried(task):
             del self._tasks[tid]
             self._buried -= 1
+        else:
+            self._dead -= 1
 
     def _drop(self, task: _Task) -> None:
         """Forget a task that reached a terminal state."""
@@ -706,18 +710,21 @@ class SchedulerCore:
 
     def _maybe_compact(self) -> None:
         """Compact once dead entries outnumber live ones (and there are more
-        than COMPACT_MIN_DEAD). The cancel path checks only ``_dead >
-        _compact_at``, one comparison: ``_compact_at`` is half the heaps'
-        size at the last check, the most that ``_dead`` can reach before the
-        exact test can pass again if no entry is popped. (A popped live entry
-        lowers the exact bar without a check, so compaction may come later
-        than the exact test would, never with more dead entries than half
-        the heaps' size at the last check: memory stays bounded.)"""
+        than COMPACT_MIN_DEAD). The cancel path checks only ``_buried >
+        _compact_at``, one comparison: ``_compact_at`` is set here so that it
+        passes when the dead entries reach half the heaps' size at this
+        check, the least for which the exact test can pass if no entry is
+        popped. (A popped live entry lowers the exact bar without a check,
+        so compaction may come later than the exact test would, never with
+        more dead entries than half the heaps' size at the last check:
+        memory stays bounded. Every other path that adds dead entries calls
+        this.)"""
         size = len(self._timers) + len(self._ready)
-        if self._dead > COMPACT_MIN_DEAD and self._dead * 2 > size:
+        dead = self._dead + self._buried
+        if dead > COMPACT_MIN_DEAD and dead * 2 > size:
             self._compact()
             size = len(self._timers) + len(self._ready)
-        self._compact_at = max(COMPACT_MIN_DEAD, size // 2)
+        self._compact_at = max(COMPACT_MIN_DEAD, size // 2) - self._dead
 
     def _start(self, task: _Task) -> Run:
         """Start a PENDING task's run (the caller found it live: see _live)."""

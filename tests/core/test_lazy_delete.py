@@ -17,6 +17,11 @@ def heap_size(core: SchedulerCore) -> int:
     return len(core._timers) + len(core._ready)
 
 
+def dead(core: SchedulerCore) -> int:
+    """Dead heap entries (a buried task's entry counts in ``_buried``)."""
+    return core._dead + core._buried
+
+
 def test_cancel_does_not_touch_the_heap() -> None:
     core = SchedulerCore()
     ids = [core.add(i) for i in range(10)]
@@ -24,7 +29,7 @@ def test_cancel_does_not_touch_the_heap() -> None:
     core.cancel(ids[0])
     core.cancel(ids[5])
     assert core._timers == timers  # O(1): marked, not removed
-    assert core._dead == 2
+    assert dead(core) == 2
 
 
 @pytest.mark.parametrize("policy", ["priority", "due", "fifo"])
@@ -38,7 +43,7 @@ def test_schedule_cancel_pairs_keep_the_heap_bounded(policy: str) -> None:
     assert peak <= 2 * len(live) + BOUND
     assert len(core) == len(live)
     # cancelled records stay (buried) only while their dead heap entry does
-    assert len(core._tasks) - len(live) == core._buried <= core._dead <= BOUND
+    assert len(core._tasks) - len(live) == core._buried <= dead(core) <= BOUND
     assert core.next_deadline() == 10**12
 
 
@@ -60,7 +65,7 @@ def test_stale_heads_are_skipped_and_counted() -> None:
     core.cancel(b)
     run = core.claim(5)
     assert run is not None and run.payload == "c"
-    assert core._dead == 0 and heap_size(core) == 0
+    assert dead(core) == 0 and heap_size(core) == 0
 
 
 def test_compaction_keeps_the_live_tasks_and_their_order() -> None:
@@ -114,7 +119,7 @@ def test_cancel_frees_the_payload_at_once_and_the_record_with_its_entry() -> Non
     assert core.cancel(tid) is _scheduler.CancelResult.UNKNOWN
     assert tid in core._tasks and core._buried == 1
     assert core.next_deadline() == 20  # pops the dead entry: the record goes with it
-    assert tid not in core._tasks and core._buried == 0 and core._dead == 0
+    assert tid not in core._tasks and dead(core) == 0
 
 
 def test_compaction_frees_the_buried_records() -> None:
@@ -123,7 +128,7 @@ def test_compaction_frees_the_buried_records() -> None:
     for tid in ids[:-1]:
         core.cancel(tid)
     assert len(core._tasks) < 1000 and core._buried == len(core._tasks) - 1
-    assert core._buried <= core._dead <= BOUND
+    assert core._buried <= dead(core) <= BOUND
 
 
 @pytest.mark.parametrize("policy", ["priority", "due", "fifo"])
@@ -139,6 +144,6 @@ def test_a_cancelled_tasks_id_can_be_chosen_again(policy: str) -> None:
     assert core.complete(7, 1, "ok", 10) is not None
     run = core.claim(10)  # the old entry of id 7 is dead and skipped
     assert run is not None and run.task_id == 8
-    assert core.claim(10) is None and core._dead == 0
+    assert core.claim(10) is None and dead(core) == 0
     with pytest.raises(ValueError, match="already in use"):
         core.add(1, task_id=8)
