@@ -623,9 +623,9 @@ class SchedulerCore:
 
     def cancel(self, task_id: int, interrupt: bool = False) -> CancelResult:
         """Decide a cancel. See :class:`CancelResult` for what each answer asks."""
-        tasks = self._tasks
-        task = tasks.get(task_id)
-        if task is None:
+        try:  # a subscript is one specialized instruction, .get() a method call (~10 ns at 1M pending)
+            task = self._tasks[task_id]
+        except KeyError:
             return R_UNKNOWN
         state = task.state
         if state is PENDING:  # the per-task path: module constants, no calls (see CLAIMED)
