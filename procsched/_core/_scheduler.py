@@ -280,6 +280,7 @@ class SchedulerCore:
         self._compact_at = COMPACT_MIN_DEAD  # check for compaction once _buried passes this (_maybe_compact)
         self._stopping = 0  # CANCELLED tasks whose last run is still in flight
         self._seq = itertools.count(1)
+        self._own_ids = True  # no task_id was ever given to add(): ids are seq numbers, unique by construction
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
         self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
@@ -359,14 +360,18 @@ class SchedulerCore:
         time of the call, from which ``extra.until_ns`` counts.
         """
         seq = next(self._seq)
-        tid = seq if task_id is None else task_id
         tasks = self._tasks
-        if tid in tasks:
-            if not _is_buried(tasks[tid]):
-                raise ValueError(f"task_id {tid!r} is already in use")
-            del tasks[tid]  # a cancelled task's id, chosen again: the new task goes last in submission order
-            self._buried -= 1
-            self._dead += 1  # its heap entry stays dead, counted as such
+        if task_id is None and self._own_ids:
+            tid = seq  # a fresh number, and every id so far was the core's: no task holds it
+        else:
+            tid = seq if task_id is None else task_id
+            self._own_ids = False
+            if tid in tasks:
+                if not _is_buried(tasks[tid]):
+                    raise ValueError(f"task_id {tid!r} is already in use")
+                del tasks[tid]  # a cancelled task's id, chosen again: the new task goes last in submission order
+                self._buried -= 1
+                self._dead += 1  # its heap entry stays dead, counted as such
         task = _Task()
         task.id = tid
         task.seq = seq
@@ -396,11 +401,13 @@ class SchedulerCore:
             elif extra.until_ns is not None:
                 extra.until_ns += now
         tasks[tid] = task
+        if extra is not None:
+            due_ns = task.due  # a calendar task's first slot
         # _push, inlined (the per-task path)
         if self._due_first:
-            heappush(self._timers, (task.due, -priority, seq, tid))
+            heappush(self._timers, (due_ns, -priority, seq, tid))
         else:
-            heappush(self._timers, (task.due, seq, tid))
+            heappush(self._timers, (due_ns, seq, tid))
         return tid
 
     def claim(self, now: int) -> Run | None:

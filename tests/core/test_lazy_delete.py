@@ -147,3 +147,12 @@ def test_a_cancelled_tasks_id_can_be_chosen_again(policy: str) -> None:
     assert core.claim(10) is None and dead(core) == 0
     with pytest.raises(ValueError, match="already in use"):
         core.add(1, task_id=8)
+
+
+def test_own_ids_skip_the_in_use_check_only_until_an_id_is_chosen() -> None:
+    core = SchedulerCore()
+    assert [core.add(0), core.add(0)] == [1, 2]
+    core.add(0, task_id=4)  # the runner chooses the id the core gives next (this add takes seq 3)
+    with pytest.raises(ValueError, match="already in use"):
+        core.add(0)  # seq 4: the chosen task holds it
+    assert core.add(0) == 5 and len(core) == 4
