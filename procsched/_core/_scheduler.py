@@ -228,6 +228,17 @@ class Completion(NamedTuple):
     periodic: bool = False
 
 
+class _Rule(NamedTuple):
+    """What a periodic task does between runs (one-shot tasks share ONE_SHOT)."""
+
+    period: int
+    misfire: Misfire
+    stop_on_error: bool
+
+
+ONE_SHOT = _Rule(0, Misfire.CATCH_UP, False)
+
+
 class _TaskHead:
     """The fields that cancel and claim read, first in memory.
 
@@ -247,20 +258,21 @@ class _TaskHead:
 
 
 class _Task(_TaskHead):
-    __slots__ = ("id", "runs", "due", "kind", "priority", "period", "misfire", "stop_on_error", "timeout", "name")
-    id: int
+    # No id (the table's key is the id; the heap entry holds it too) and one
+    # ``rule`` for the three fields only periodic tasks read: 12 slots make
+    # 128 bytes with the GC header, two cache lines, not three (15 slots:
+    # 160). Smaller records are what makes ``add`` cheaper at a million.
+    __slots__ = ("runs", "due", "kind", "priority", "rule", "timeout", "name")
     runs: int  # runs claimed so far; the current run's number
     due: int  # the scheduled time of the current (or next) run
     kind: Kind
     priority: int
-    period: int
-    misfire: Misfire
-    stop_on_error: bool
+    rule: _Rule
     timeout: int | None
     name: str | None
 
     def __repr__(self) -> str:
-        return f"<task {self.id} {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
+        return f"<task {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
 
 
 class SchedulerCore:
@@ -373,14 +385,11 @@ class SchedulerCore:
                 self._buried -= 1
                 self._dead += 1  # its heap entry stays dead, counted as such
         task = _Task()
-        task.id = tid
         task.seq = seq
         task.kind = kind
         task.priority = priority
         task.due = due_ns
-        task.period = period_ns
-        task.misfire = misfire
-        task.stop_on_error = stop_on_error
+        task.rule = ONE_SHOT if kind is ONCE else _Rule(period_ns, misfire, stop_on_error)
         task.state = PENDING
         task.runs = 0
         task.active = False
@@ -430,14 +439,14 @@ class SchedulerCore:
                 entry = heappop(ready)
                 task = live(entry[-1], entry[-2])
                 if task is not None:
-                    return self._start(task)
+                    return self._start(entry[-1], task)
                 self._discard(entry)
             return None
         while timers and timers[0][0] <= now:
             entry = heappop(timers)
             task = live(entry[-1], entry[-2])
             if task is not None:
-                return self._start(task)
+                return self._start(entry[-1], task)
             self._discard(entry)
         return None
 
@@ -459,22 +468,22 @@ class SchedulerCore:
         task.active = False
         if task.state is CANCELLED:  # cancelled while this run was in flight
             self._stopping -= 1
-            self._drop(task)
+            self._drop(task_id, task)
             return Completion(task_id, run, outcome, CANCELLED, None, 0, False)
         if task.extra is not None:
-            return self._complete_extra(task, task.extra, outcome, now, matched)
+            return self._complete_extra(task_id, task, task.extra, outcome, now, matched)
         ok = outcome == "ok"
-        if task.kind is ONCE or (not ok and task.stop_on_error):
+        if task.kind is ONCE or (not ok and task.rule.stop_on_error):
             task.state = transition(task.state, "finish" if ok and task.kind is ONCE else "fail")
             del self._tasks[task_id]
             return Completion(task_id, run, outcome, task.state, None, 0, True)
         missed = 0
         if task.kind is FIXED_DELAY:
-            task.due = now + task.period
+            task.due = now + task.rule.period
         else:
             task.due, missed = self._next_slot(task, outcome, now)
         task.state = transition(task.state, "requeue")
-        self._push(task)
+        self._push(task_id, task)
         return Completion(task_id, run, outcome, PENDING, task.due, missed, False)
 
     def continue_runs(self, task_id: int, runs: int, attempt: int = 1, retry_due: int = 0, base: int = 0) -> None:
@@ -490,7 +499,7 @@ class SchedulerCore:
             extra.attempt = attempt - 1
             extra.base = base
             task.due = retry_due
-            self._repush(task)
+            self._repush(task_id, task)
             self._bury()  # the entry add() pushed is dead
 
     def skip(self, task_id: int, run: int, now: int) -> Completion | None:
@@ -507,7 +516,7 @@ class SchedulerCore:
         if task.kind is Kind.ONCE and task.state is RUNNING:
             task.active = False
             task.state = transition(task.state, "cancel")
-            self._drop(task)
+            self._drop(task_id, task)
             return Completion(task_id, run, "cancelled", CANCELLED, None, 0, True)
         return self.complete(task_id, run, "ok", now)
 
@@ -534,7 +543,7 @@ class SchedulerCore:
                 extra.slot = slot_wall
                 due = slot_wall - self.wall_offset
         task.due = due
-        self._repush(task)
+        self._repush(task_id, task)
         self._bury()  # the entry it had is dead
         return True
 
@@ -584,10 +593,10 @@ class SchedulerCore:
             extra.slot = slot
             task.due = slot - self.wall_offset
         elif task.kind is FIXED_RATE and task.due < now and not (extra and extra.retrying):
-            task.due += -(-(now - task.due) // task.period) * task.period  # first grid point >= now
+            task.due += -(-(now - task.due) // task.rule.period) * task.rule.period  # first grid point >= now
         elif task.due < now:
             task.due = now
-        self._repush(task)  # the entry it had when it paused is dead
+        self._repush(task_id, task)  # the entry it had when it paused is dead
         return True
 
     def set_wall_offset(self, offset_ns: int, now: int | None = None) -> bool:
@@ -602,15 +611,15 @@ class SchedulerCore:
             return False
         self.wall_offset = offset_ns
         moved = 0
-        for task in self._tasks.values():
+        for tid, task in self._tasks.items():
             extra = task.extra
             if extra is not None and extra.trigger is not None and task.state is PENDING and not extra.retrying:
-                if now is not None and extra.slot < now + offset_ns and task.misfire is not Misfire.CATCH_UP:
+                if now is not None and extra.slot < now + offset_ns and task.rule.misfire is not Misfire.CATCH_UP:
                     extra.slot = self._late_slot(task, extra, now)
                 due = extra.slot - offset_ns
                 if due != task.due:
                     task.due = due
-                    self._repush(task)  # its old entry is dead now
+                    self._repush(tid, task)  # its old entry is dead now
                     moved += 1
         self._dead += moved
         if moved:
@@ -622,7 +631,7 @@ class SchedulerCore:
         trigger = extra.trigger
         assert trigger is not None
         now_wall = now + self.wall_offset
-        if task.misfire is Misfire.SKIP:
+        if task.rule.misfire is Misfire.SKIP:
             following = trigger.next_ns(now_wall - 1)
             return extra.slot if following is None else following
         last = self._last_slot_by_window(trigger, now_wall)
@@ -650,7 +659,7 @@ class SchedulerCore:
             return R_CANCELLED
         if state is PAUSED:  # its heap entry was counted dead when it paused
             task.state = transition(state, "cancel")
-            self._drop(task)
+            self._drop(task_id, task)
             return R_CANCELLED
         if state is RUNNING:
             if not interrupt and task.kind is ONCE:
@@ -675,23 +684,23 @@ class SchedulerCore:
 
     # -- internals -------------------------------------------------------
 
-    def _push(self, task: _Task) -> None:
+    def _push(self, tid: int, task: _Task) -> None:
         if self._due_first:
-            heappush(self._timers, (task.due, -task.priority, task.seq, task.id))
+            heappush(self._timers, (task.due, -task.priority, task.seq, tid))
         else:
-            heappush(self._timers, (task.due, task.seq, task.id))
+            heappush(self._timers, (task.due, task.seq, tid))
 
     def _live(self, task_id: int, seq: int) -> _Task | None:
         """The task behind a heap entry, or None if the entry is dead."""
         task = self._tasks.get(task_id)
         return task if task is not None and task.state is PENDING and task.seq == seq else None
 
-    def _repush(self, task: _Task) -> None:
+    def _repush(self, tid: int, task: _Task) -> None:
         """Queue a task whose old heap entry may still be in a heap: a fresh
         ``seq`` stamps the new entry, so the old one is dead for good. (The
         task then ties as if submitted now.)"""
         task.seq = next(self._seq)
-        self._push(task)
+        self._push(tid, task)
 
     def _discard(self, entry: tuple[Any, ...]) -> None:
         """A dead heap entry was popped; free its task's record if it was
@@ -704,9 +713,9 @@ class SchedulerCore:
         else:
             self._dead -= 1
 
-    def _drop(self, task: _Task) -> None:
+    def _drop(self, tid: int, task: _Task) -> None:
         """Forget a task that reached a terminal state."""
-        del self._tasks[task.id]
+        del self._tasks[tid]
         if task.extra is not None and task.extra.trigger is not None:
             self.calendars -= 1
 
@@ -733,14 +742,14 @@ class SchedulerCore:
             size = len(self._timers) + len(self._ready)
         self._compact_at = max(COMPACT_MIN_DEAD, size // 2) - self._dead
 
-    def _start(self, task: _Task) -> Run:
+    def _start(self, tid: int, task: _Task) -> Run:
         """Start a PENDING task's run (the caller found it live: see _live)."""
         task.state = CLAIMED
         task.active = True
         extra = task.extra
         if extra is None:
             task.runs += 1
-            return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name)
+            return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name)
         if extra.retrying:
             extra.retrying = False
             extra.attempt += 1
@@ -749,7 +758,7 @@ class SchedulerCore:
             extra.attempt = 1
             extra.base = task.due
         wall = extra.slot if extra.trigger is not None and extra.attempt == 1 else None
-        return Run(task.id, task.runs, task.due, task.timeout, task.payload, task.name,
+        return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name,
                    extra.attempt, wall, extra.retry_on)  # fmt: skip
 
     @staticmethod
@@ -766,9 +775,11 @@ class SchedulerCore:
             return extra.slot
         return task.due + self.wall_offset
 
-    def _complete_extra(self, task: _Task, extra: TaskExtra, outcome: str, now: int, matched: bool) -> Completion:
+    def _complete_extra(
+        self, tid: int, task: _Task, extra: TaskExtra, outcome: str, now: int, matched: bool
+    ) -> Completion:
         """``complete`` for a task with retries, limits, a calendar or a pause asked."""
-        tid, run = task.id, task.runs
+        run = task.runs
         ok = outcome == "ok"
         periodic = task.kind is not ONCE
         # The next regular slot (periodic tasks), before deciding on a retry:
@@ -777,7 +788,7 @@ class SchedulerCore:
         next_slot: int | None = None
         missed = 0
         if task.kind is FIXED_DELAY:
-            next_due = now + task.period
+            next_due = now + task.rule.period
         elif task.kind is FIXED_RATE:
             next_due, missed = self._next_slot(task, outcome, now, extra.base)
         elif task.kind is Kind.CALENDAR:
@@ -792,10 +803,10 @@ class SchedulerCore:
             if next_due is None or due < next_due:
                 extra.retrying = True
                 task.due = due
-                return self._requeue(task, extra, outcome, 0, True)
-        if not periodic or (not ok and task.stop_on_error):
+                return self._requeue(tid, task, extra, outcome, 0, True)
+        if not periodic or (not ok and task.rule.stop_on_error):
             task.state = transition(task.state, "finish" if ok and not periodic else "fail")
-            self._drop(task)
+            self._drop(tid, task)
             return Completion(tid, run, outcome, task.state, None, 0, True, None, False, periodic)
         limit = extra.until_ns
         if (
@@ -804,23 +815,25 @@ class SchedulerCore:
             or (limit is not None and (next_slot if next_slot is not None else next_due) > limit)
         ):  # fmt: skip
             task.state = transition(task.state, "finish")  # a limit reached: DONE
-            self._drop(task)
+            self._drop(tid, task)
             return Completion(tid, run, outcome, DONE, None, missed, True, None, False, True)
         task.due = next_due
         if next_slot is not None:
             extra.slot = next_slot
-        return self._requeue(task, extra, outcome, missed, False)
+        return self._requeue(tid, task, extra, outcome, missed, False)
 
-    def _requeue(self, task: _Task, extra: TaskExtra, outcome: str, missed: int, retrying: bool) -> Completion:
+    def _requeue(
+        self, tid: int, task: _Task, extra: TaskExtra, outcome: str, missed: int, retrying: bool
+    ) -> Completion:
         if extra.pause_asked:
             extra.pause_asked = False
             task.state = transition(task.state, "pause")
-            return Completion(task.id, task.runs, outcome, PAUSED, None, missed, False, None, retrying,
+            return Completion(tid, task.runs, outcome, PAUSED, None, missed, False, None, retrying,
                               task.kind is not ONCE)  # fmt: skip
         task.state = transition(task.state, "requeue")
-        self._push(task)
+        self._push(tid, task)
         wall = extra.slot if extra.trigger is not None and not retrying else None
-        return Completion(task.id, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying,
+        return Completion(tid, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying,
                           task.kind is not ONCE)  # fmt: skip
 
     def _next_calendar(self, task: _Task, extra: TaskExtra, outcome: str, now: int) -> tuple[int | None, int]:
@@ -869,7 +882,7 @@ class SchedulerCore:
         ``scheduled`` (default ``task.due``)."""
         if scheduled is None:
             scheduled = task.due
-        period = task.period
+        period = task.rule.period
         following = scheduled + period
         if following >= now:
             return following, 0
@@ -908,6 +921,7 @@ def _misfire_mode(task: _Task, outcome: str) -> Misfire:
     """The task's misfire policy for the run that just ended: a run that
     crashed or timed out is not caught up back to back (a task that crashes
     every run would otherwise loop on its backlog), so catch_up acts as skip."""
-    if task.misfire is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
+    misfire = task.rule.misfire
+    if misfire is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
         return Misfire.SKIP
-    return task.misfire
+    return misfire
