@@ -405,13 +405,11 @@ class SchedulerCore:
                 if slot is None or (extra.until_ns is not None and slot > extra.until_ns):
                     raise ValueError("the calendar task has no slot before its until")
                 extra.slot = slot
-                task.due = slot - self.wall_offset
+                due_ns = task.due = slot - self.wall_offset
                 self.calendars += 1
             elif extra.until_ns is not None:
                 extra.until_ns += now
         tasks[tid] = task
-        if extra is not None:
-            due_ns = task.due  # a calendar task's first slot
         # _push, inlined (the per-task path)
         if self._due_first:
             heappush(self._timers, (due_ns, -priority, seq, tid))
