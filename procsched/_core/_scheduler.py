@@ -894,15 +894,20 @@ class SchedulerCore:
         return scheduled + k * period, k - 1
 
     def _compact(self) -> None:
-        live = self._live
-        self._timers = [e for e in self._timers if live(e[-1], e[-2]) is not None]
-        self._ready = [e for e in self._ready if live(e[-1], e[-2]) is not None]
+        # _live and _is_buried, inlined: this runs over every entry and task
+        tasks = self._tasks
+        get = tasks.get
+        self._timers = [
+            e for e in self._timers if (t := get(e[-1])) is not None and t.state is PENDING and t.seq == e[-2]
+        ]
+        self._ready = [
+            e for e in self._ready if (t := get(e[-1])) is not None and t.state is PENDING and t.seq == e[-2]
+        ]
         heapify(self._timers)
         heapify(self._ready)
         self._dead = 0
         if self._buried:  # their entries are gone: so are they
-            tasks = self._tasks
-            for tid in [tid for tid, task in tasks.items() if _is_buried(task)]:
+            for tid in [tid for tid, t in tasks.items() if t.state is CANCELLED and not t.active]:
                 del tasks[tid]
             self._buried = 0
         assert len(self._timers) + len(self._ready) == sum(t.state is PENDING for t in self._tasks.values())
