@@ -31,7 +31,7 @@ much. Cancel is O(1): it marks the task CANCELLED, frees its payload at
 once and leaves its heap entry behind ("lazy deletion"); the task's record
 stays in the table until that entry goes too ("buried": ``state()`` and
 ``task_ids()`` no longer see it), because freeing a record costs more than
-everything else a cancel does (a 15-slot object: its slots released, its
+everything else a cancel does (a 12-slot object: its slots released, its
 cycle-GC links unhooked, its memory returned; ~150 ns at a million pending,
 in memory the cancel would not otherwise touch). A popped entry whose task
 is no longer PENDING is dropped, and a buried record with it. Once dead
