@@ -72,7 +72,7 @@ def snapshot(core: SchedulerCore) -> Any:
         [(tid, core.state(tid), core.kind(tid)) for tid in core.task_ids()],
         len(core),
         core.next_deadline(),
-        sorted((t.id, t.state, t.runs, t.active, t.due) for t in core._tasks.values()),
+        sorted((tid, t.state, t.runs, t.active, t.due) for tid, t in core._tasks.items()),
         len(core._timers) + len(core._ready),
     )
 

@@ -141,11 +141,11 @@ class InlineMachine(RuleBasedStateMachine):
         def spying_claim(now: int) -> Any:
             # Independent of the model: the run handed out must be the policy's
             # first among every task due right now.
-            due = [t for t in core._tasks.values() if t.state is PENDING and t.due <= now]
+            due = [(tid, t) for tid, t in core._tasks.items() if t.state is PENDING and t.due <= now]
             run = claim(now)
             if due:
-                best = min(due, key=lambda t: order_key(self.policy, t.priority, t.due, t.seq))
-                if run is None or run.task_id != best.id:
+                best_id, best = min(due, key=lambda e: order_key(self.policy, e[1].priority, e[1].due, e[1].seq))
+                if run is None or run.task_id != best_id:
                     self.order_violations.append(f"claimed {run} but {best} was first")
             elif run is not None:
                 self.order_violations.append(f"claimed {run} with nothing due")
