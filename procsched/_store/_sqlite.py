@@ -156,7 +156,10 @@ class SQLiteStore(SQLStore):
         bounded wait."""
         import fcntl
 
-        self._gate = os.open(str(self.path) + "-procsched.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            self._gate = os.open(self.path + "-procsched.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return  # (a read-only directory) SQLite's own wait it is
         self._flock = fcntl.flock
         self._gate_ops = (fcntl.LOCK_EX, fcntl.LOCK_UN)
 
