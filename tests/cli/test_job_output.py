@@ -64,7 +64,7 @@ def test_plain_lines_frame_each_runs_output(jobs_file) -> None:
 
 def test_the_live_view_at_80_columns_is_not_torn(jobs_file) -> None:
     pytest.importorskip("rich")
-    code, screen = run_in_pty("run", str(jobs_file(NOISY)), "--duration", "1.5", columns=80, lines=24)
+    code, screen = run_in_pty("run", str(jobs_file(NOISY)), "--duration", "2.5", columns=80, lines=24)
     assert code == 0, screen
     rows = screen.replace("\r", "\n").splitlines()
     table_rows = [r for r in rows if r.startswith("│ ") and ("every" in r)]
