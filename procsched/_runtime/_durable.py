@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 from typing import Any
 
@@ -76,6 +77,14 @@ logger = logging.getLogger("procsched")
 LEASE_NS = 30 * NS
 #: A turn waits this long for its commit before going on (see Journal.turn).
 COMMIT_WAIT_S = 0.0002
+#: With a store, a busy worker may hold this many runs given ahead (if the
+#: carrier gives runs ahead at all): a run given ahead waits for the commit
+#: recording its start (and for the one in flight before it), so a worker
+#: whose queue is as short as without a store idles for that wait. 4 hides a
+#: SQLite commit; PostgreSQL's (an fsync and a round trip per statement)
+#: would need more (2 -> 4: SQLite ~1.4x, PostgreSQL ~1.5x keyed runs/s; 8: no
+#: more for SQLite). PROCSCHED_STORE_PREFETCH overrides it, for measurements.
+STORE_PREFETCH = int(os.environ.get("PROCSCHED_STORE_PREFETCH", "4"))
 
 # -- the facade's side ---------------------------------------------------------
 
@@ -376,6 +385,8 @@ class Journal:
         """Become ``engine``'s durable store (its hooks: see _engine.py)."""
         self.engine = engine
         engine.hold, engine.withdraw, engine.unstarted = self.hold, self.withdraw, self.unstarted
+        if engine.prefetch:
+            engine.prefetch = max(engine.prefetch, STORE_PREFETCH)
 
     def hold(self, worker: Any, run: Any) -> bool:
         """Engine.hold: keep a keyed run until its start is committed - and

@@ -39,9 +39,13 @@ from tests.runtime.rt_helpers import Waiter, release  # noqa: E402
 PY = sys.executable
 
 
+DEPTH = 4  # runs given ahead per worker with a store (_durable.STORE_PREFETCH)
+
+
 @pytest.fixture(autouse=True)
 def _depth(monkeypatch):
-    monkeypatch.setenv("PROCSCHED_PREFETCH", "2")  # the default, stated
+    monkeypatch.setenv("PROCSCHED_PREFETCH", "2")  # the defaults, stated
+    monkeypatch.setenv("PROCSCHED_STORE_PREFETCH", str(DEPTH))
 
 
 @pytest.fixture
@@ -103,7 +107,7 @@ def test_a_cancelled_run_given_ahead_never_starts_and_the_store_records_it_so(tm
         blocker = s.submit(pj.gate, fifo2)
         waiter.until(lambda: blocker.state is TaskState.RUNNING)
         a, b, c = (s.schedule(pj.mark, args=(out, k), key=k) for k in "abc")
-        until_stats(s, _queued(2))
+        until_stats(s, _queued(3))
         assert b.cancel() is True and a.cancel() is True and c.cancel() is True
         assert s.stats()["workers"][0]["queued"] == 0
         release(fifo2)
@@ -124,7 +128,7 @@ def test_a_cancelled_run_given_ahead_never_starts_and_the_store_records_it_so(tm
             # one taken back before its start was written has no record at all.
             assert [(r.run, r.outcome) for r in runs] in ([], [(1, "cancelled")]), (key, runs)
             assert store.get(key) is None  # cancelled: gone from the live set
-        for key in "ab":  # given ahead (queued): recorded started, then cancelled
+        for key in "abc":  # given ahead (queued): recorded started, then cancelled
             assert [(r.run, r.outcome) for r in store.history(key)] == [(1, "cancelled")], key
         assert [(r.run, r.outcome) for r in store.history("f")] == [(1, "ok")]
     finally:
