@@ -459,13 +459,6 @@ class Journal:
         self.batch.finished(key, run.run, run.attempt, "cancelled", now + self.offset, wall if self.closing else None,
                             error_message="given ahead to a worker and cancelled before it started")  # fmt: skip
 
-    def _idle_waiting(self, engine: Any) -> bool:
-        """Some worker's next run is held: it idles until a commit."""
-        if not self.fifo:
-            return False
-        fronts = {id(fifo[0][0]) for fifo in self.fifo.values()}
-        return any(slot.run is not None and id(slot.run[0]) in fronts for slot in engine.slots)
-
     def _release(self, carrier: Any) -> None:
         """Send each worker's held runs from the front while their starts are recorded."""
         claims = self.claims
@@ -584,14 +577,13 @@ class Journal:
                     known[0] = FLIGHT
             told, self.told = self.told, []
             self.writer.submit(batch, (waiting, told, batch))
-            # A quick commit is waited for here when a worker has nothing
-            # else to do until it is done: cheaper than a turn of the loop for
-            # it, and the runs that end meanwhile go with the next commit (two
-            # workers, no prefetch: 6-7k -> 8-9k keyed runs/s). A slow one (an
+            # A quick commit is waited for here: cheaper than a turn of the
+            # loop for it, and the runs that end meanwhile go with the next
+            # commit (two workers: 6-7k -> 8-9k keyed runs/s). A slow one (an
             # fsync, a network round trip) is not: select wakes us for it.
-            # While every worker has runs to go on with (prefetch), waiting
-            # only keeps their results unread (~1.2x keyed runs/s without it).
-            if self._idle_waiting(engine) and self.writer.wait(COMMIT_WAIT_S):
+            # (Waiting only while a worker's next run is held was tried with
+            # prefetch: no better, slightly worse in benchmarks.durable.)
+            if self.writer.wait(COMMIT_WAIT_S):
                 self.committed(engine, carrier, now)
         elif self.told:
             # Events that waited for a commit while the batch after it ended
