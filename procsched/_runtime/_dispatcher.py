@@ -644,7 +644,7 @@ class Dispatcher:
 
             self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit,
                                    config.get("lease_ns", 30 * NS))  # fmt: skip
-            self.engine.hold = self.journal.hold
+            self.journal.attach(self.engine)
             self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command

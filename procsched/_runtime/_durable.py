@@ -6,10 +6,12 @@
         (their runs -> crashed)                   │
       stored tasks -> resume points, handles ─────┼─▶ "adopt" (5,000 a command) ─▶ adopt: due, run numbers
     schedule(key=...) ─ definition ───────────────┴─▶ "durable" + "add" ─▶ added: upsert
-                                                  tick: keyed runs held (Engine.hold)
+                                                  tick: keyed runs held (Engine.hold), queued
+                                                        ones too (prefetch)
                                                   turn: events -> finished / delete / update,
                                                         held runs -> started; the batch -> writer
-                                                  committed (writer thread done, _commit.py): send
+                                                  committed (writer thread done, _commit.py): send,
+                                                        each worker's runs in the order given
 
 The facade opens the store first (a bad store is a StoreError at the call),
 starts the dispatcher, and meanwhile recovers the store (the dispatcher
@@ -26,6 +28,23 @@ after ``result()`` finds the run). A run's end is recorded with the
 task's reschedule in one statement group (``Batch.finished``), so a
 SIGKILL at any instant leaves a store from which recovery is exact.
 
+Prefetch with a store: runs given ahead to a busy worker are claimed like
+any other (their starts go with the turn's transaction) and held in the
+worker's ``fifo`` until recorded; the fifo sends a worker's runs in the
+order the engine gave them, so a run that needs no commit (unkeyed, or
+recorded already) waits behind a held one. A held run was never sent:
+the engine takes it back with ``withdraw`` (always True), and what the store
+knows of it follows the stage its claim reached (``claims``): not written
+yet - dropped from the batch, nothing recorded; committed or in flight - it
+stays recorded started (a run given ahead and taken back is the same run
+when it is given again: no second claim), and if it then ends without
+starting (``unstarted``: cancelled, or stopped by shutdown) its end is
+recorded ``cancelled`` with its reschedule, so a restart finds no run in
+flight that never was (shutdown keeps its slot: it runs after the restart).
+A SIGKILL leaves runs given ahead recorded started, like the run a worker
+was about to start: recovery records them crashed, as it records any run
+in flight (none of them ran twice, none unrecorded).
+
 Several schedulers on one store (issue 11): a claim the store refuses is
 another scheduler's run - the task skips to its next slot (Engine.skip) and
 realigns with the store; the bounded re-read, take-over of expired
@@ -35,7 +54,9 @@ commit (our lease was taken over) registers again.
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
 import time
 from typing import Any
 
@@ -48,6 +69,9 @@ from ._commit import Writer
 from ._engine import EV_CANCELLED, EV_RUN, EV_STARTED, EV_STATE, BLOB_EXC
 
 NS = 1_000_000_000
+# The stages of a claim (Journal.claims): its start is to be written, in the
+# batch being built, in the transaction in flight, committed.
+QUEUED, BATCHED, FLIGHT, RECORDED = range(4)
 logger = logging.getLogger("procsched")
 #: The dispatcher renews its registration this often (a third of the lease).
 LEASE_NS = 30 * NS
@@ -56,6 +80,14 @@ COMMIT_WAIT_S = 0.0002
 #: After a failed commit, the next try waits this long, doubling up to RETRY_MAX_NS.
 RETRY_FIRST_NS = 50_000_000
 RETRY_MAX_NS = 2_000_000_000
+#: With a store, a busy worker may hold this many runs given ahead (if the
+#: carrier gives runs ahead at all): a run given ahead waits for the commit
+#: recording its start (and for the one in flight before it), so a worker
+#: whose queue is as short as without a store idles for that wait. 4 hides a
+#: SQLite commit; PostgreSQL's (an fsync and a round trip per statement)
+#: would need more (2 -> 4: SQLite ~1.4x, PostgreSQL ~1.5x keyed runs/s; 8: no
+#: more for SQLite). PROCSCHED_STORE_PREFETCH overrides it, for measurements.
+STORE_PREFETCH = int(os.environ.get("PROCSCHED_STORE_PREFETCH", "4"))
 
 # -- the facade's side ---------------------------------------------------------
 
@@ -236,14 +268,22 @@ class Journal:
         self.expected: dict[int, tuple[Any, ...]] = {}  # task id -> its definition, awaiting its add
         self.shapes: list[tuple[Any, ...]] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
-        self.held: list[tuple[Any, Any]] = []  # (worker, run): sent once the turn commits
+        self.held: list[tuple[int, int, int]] = []  # claims whose start goes into the next batch
+        # (task id, run, attempt) -> [stage, run, key] of every keyed run claimed
+        # here whose end is not recorded yet and whose start is (or will be)
+        self.claims: dict[tuple[int, int, int], list[Any]] = {}
+        # worker -> its held runs [(run, claim or None)], in the order given: sent from the front
+        # as their claims are recorded (see the module docstring)
+        self.fifo: dict[Any, collections.deque[tuple[Any, Any]]] = {}
+        self.engine: Any = None
         self.cancelled: list[int] = []
         self.rate: dict[int, int] = {}  # fixed-rate keyed task id -> period (its next slot at shutdown)
         # Commits run in the writer thread (see _commit.py), on its own connection.
         self.writer = Writer(target)
         if hasattr(self.writer.store, "bound_idle_transactions"):  # its row locks too (PostgreSQL)
             self.writer.store.bound_idle_transactions(max(1, lease_ns // 2_000_000))
-        self.waiting: list[tuple[Any, Any]] = []  # held runs whose start is in self.batch
+        self.waiting: list[tuple[int, int, int]] = []  # claims whose start is in self.batch
+        self.offset = 0
         self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
         self.synced: list[Any] = []  # the engine.events list ``seen`` counts in
@@ -346,12 +386,99 @@ class Journal:
     def unloadable(self, key: str, why: str) -> None:
         self.batch.unloadable(key, why)
 
+    def attach(self, engine: Any) -> None:
+        """Become ``engine``'s durable store (its hooks: see _engine.py)."""
+        self.engine = engine
+        engine.hold, engine.withdraw, engine.unstarted = self.hold, self.withdraw, self.unstarted
+        if engine.prefetch:
+            engine.prefetch = max(engine.prefetch, STORE_PREFETCH)
+
     def hold(self, worker: Any, run: Any) -> bool:
-        """Engine.hold: keep a keyed run until its start is committed."""
-        if run.task_id not in self.keys or self.dead:
+        """Engine.hold: keep a keyed run until its start is committed - and
+        any run given after a run still held to the same worker."""
+        if self.dead:
             return False
-        self.held.append((worker, run))
+        claim = None
+        if run.task_id in self.keys:
+            claim = (run.task_id, run.run, run.attempt)
+            known = self.claims.get(claim)
+            if known is None:
+                self.claims[claim] = [QUEUED, run, self.keys[run.task_id]]
+                self.held.append(claim)
+            elif known[0] == RECORDED:  # given ahead before, taken back: recorded already
+                claim = None
+        fifo = self.fifo.get(worker)
+        if claim is None and not fifo:
+            return False
+        if fifo is None:
+            fifo = self.fifo[worker] = collections.deque()
+        fifo.append((run, claim))
         return True
+
+    def withdraw(self, worker: Any, run: Any, peek: bool = False) -> bool:
+        """Engine.withdraw: take back ``run`` if it is the last run held for
+        ``worker`` (True: it was never sent). Its claim, if not written
+        yet, is dropped; if written (in flight or committed), it stays."""
+        fifo = self.fifo.get(worker)
+        if not fifo:
+            return False
+        if peek:
+            return any(r is run for r, _ in fifo)
+        if fifo[-1][0] is not run:
+            return False
+        _, claim = fifo.pop()
+        if claim is not None:
+            known = self.claims[claim]
+            if known[0] == QUEUED:
+                del self.claims[claim]  # (turn passes over it)
+            elif known[0] == BATCHED:
+                del self.claims[claim]
+                self._unbatch(claim, known[2])
+        return True
+
+    def _unbatch(self, claim: tuple[int, int, int], key: str) -> None:
+        """Drop a claim's start from the batch being built (never written)."""
+        ops = self.batch.ops
+        for i in range(len(ops) - 1, -1, -1):
+            op = ops[i]
+            if op[0] == "started" and op[1] == key and op[2] == claim[1] and op[3] == claim[2]:
+                del ops[i]
+                break
+        self.runs[key] = claim[1] - (claim[2] == 1)  # the run count the store keeps
+
+    def unstarted(self, run: Any, now: int) -> None:
+        """Engine.unstarted: a claimed run, taken back before it started,
+        ends cancelled. Recorded so if its start was written (see the
+        module docstring); stopped by shutdown, its slot stays its task's next."""
+        claim = (run.task_id, run.run, run.attempt)
+        known = self.claims.pop(claim, None)
+        if known is None:
+            return
+        stage, _, key = known
+        if stage == BATCHED:
+            self._unbatch(claim, key)
+        if stage in (QUEUED, BATCHED):
+            return
+        self.sync(self.engine)  # what happened before it is journalled first
+        wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self.offset
+        self.batch.finished(key, run.run, run.attempt, "cancelled", now + self.offset, wall if self.closing else None,
+                            error_message="given ahead to a worker and cancelled before it started")  # fmt: skip
+
+    def _release(self, carrier: Any) -> None:
+        """Send each worker's held runs from the front while their starts are recorded."""
+        claims = self.claims
+        for worker in list(self.fifo):
+            fifo = self.fifo[worker]
+            while fifo:
+                run, claim = fifo[0]
+                if claim is not None:
+                    known = claims.get(claim)
+                    if known is not None and known[0] != RECORDED:
+                        break
+                fifo.popleft()
+                carrier.send_run(worker, run)
+            if not fifo:
+                del self.fifo[worker]
 
     # the turn
     def may_flush(self, engine: Any) -> bool:
@@ -389,6 +516,8 @@ class Journal:
     def _run_ended(self, ev: tuple[Any, ...], key: str, engine: Any) -> None:
         (_, tid, run, _sched, _started, finished, _w, outcome, state, _nd, _m, _ended, blob_kind, blob,
          _out, attempt, sched_wall, next_wall, retrying) = ev  # fmt: skip
+        if self.claims:
+            self.claims.pop((tid, run, attempt), None)
         offset = self.offset
         error_type = error_message = None
         if blob_kind == BLOB_EXC and blob is not None:
@@ -423,11 +552,17 @@ class Journal:
         self.sync(engine)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
-        for _worker, run in held:
+        claims, batch, waiting = self.claims, self.batch, self.waiting
+        for claim in held:
+            known = claims.get(claim)
+            if known is None or known[0] != QUEUED:
+                continue  # withdrawn before its start was written
+            known[0] = BATCHED
+            run, key = known[1], known[2]
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
-            self.batch.started(self.keys[run.task_id], run.run, run.attempt, wall, now + offset)
-            self.runs[self.keys[run.task_id]] = run.run
-        self.waiting.extend(held)
+            batch.started(key, run.run, run.attempt, wall, now + offset)
+            self.runs[key] = run.run
+            waiting.append(claim)
         if self.dead:
             return None
         if self.writer.busy or len(self.batch):
@@ -441,15 +576,25 @@ class Journal:
         elif len(self.batch) and (self.retry_at is None or now >= self.retry_at):
             batch, self.batch = self.batch, self.writer.store.batch(self.holder)
             waiting, self.waiting = self.waiting, []
+            for claim in waiting:
+                known = self.claims.get(claim)
+                if known is not None and known[0] == BATCHED:
+                    known[0] = FLIGHT
             told, self.told = self.told, []
             self.writer.submit(batch, (waiting, told, batch))
             # A quick commit is waited for here: cheaper than a turn of the
             # loop for it, and the runs that end meanwhile go with the next
             # commit (two workers: 6-7k -> 8-9k keyed runs/s). A slow one (an
             # fsync, a network round trip) is not: select wakes us for it.
+            # (Waiting only while a worker's next run is held was tried with
+            # prefetch: no better, slightly worse in benchmarks.durable.)
             if self.writer.wait(COMMIT_WAIT_S):
                 self.committed(engine, carrier, now)
-        elif self.told and not len(self.batch):  # told while a commit was in flight, nothing written since
+        elif self.told and not len(self.batch):
+            # Events that waited for a commit while the batch after it ended
+            # up empty (nothing written since, or a claim taken back before
+            # it was written): nothing is left to write before them, so they
+            # go now, before this turn's.
             told, self.told = self.told, []
             self.emit(told)
         if now >= self.renew_at and not self.dead:  # on the dispatcher's own connection
@@ -503,10 +648,12 @@ class Journal:
         next slot) - and emit the events it recorded to the user."""
         if not self.writer.busy:
             return  # collected already (Journal.turn waited for it)
-        (held, told, batch), result = self.writer.collect()
+        (done, told, batch), result = self.writer.collect()
+        claims = self.claims
+        mine = [(c, known) for c in done if (known := claims.get(c)) is not None and known[0] == FLIGHT]
         lost: set[tuple[str | None, int, int]] = set()
         if isinstance(result, StoreError):
-            self._retry(engine, batch, held, told, result, now)
+            self._retry(engine, batch, mine, told, result, now)
             return
         elif isinstance(result, BaseException):
             raise result  # a bug in the store layer: the dispatcher's crash handling takes it
@@ -519,24 +666,38 @@ class Journal:
                 self.renew_at = now + self.lease_ns // 3
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
-                lost = {(self.keys.get(r.task_id), r.run, r.attempt) for _w, r in held}
+                lost = {(known[2], c[1], c[2]) for c, known in mine}
                 self._fenced_out(engine)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
-        if lost and told:  # a run another scheduler holds never started here: the user hears nothing of it
-            gone = {(r.task_id, r.run) for _w, r in held if (self.keys.get(r.task_id), r.run, r.attempt) in lost}
-            told = [ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in gone)]
+        gone = []
+        for claim, known in mine:
+            if (known[2], claim[1], claim[2]) in lost:
+                del claims[claim]
+                gone.append(known)
+            else:
+                known[0] = RECORDED
+        if gone:  # a run another scheduler holds never started here: the user hears nothing of it
+            ids = {(known[1].task_id, known[1].run) for known in gone}
+            told = [ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in ids)]
+            self.told = [ev for ev in self.told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in ids)]
         if told:
             self.emit(told)
-        for worker, run in held:
-            key = self.keys.get(run.task_id)
-            if (key, run.run, run.attempt) in lost:  # another scheduler has it: the next slot
-                self.peers.lost(engine, worker, run, key, now, self.offset)  # type: ignore[arg-type]
-            else:
-                carrier.send_run(worker, run)
+        for _, run, key in gone:  # another scheduler has it: the next slot
+            worker = None
+            for w, fifo in self.fifo.items():
+                for i, (r, _) in enumerate(fifo):
+                    if r is run:
+                        del fifo[i]
+                        worker = w
+                        break
+                if worker is not None:
+                    break
+            self.peers.lost(engine, worker, run, key, now, self.offset)
+        self._release(carrier)
 
-    def _retry(self, engine: Any, batch: Any, held: list[tuple[Any, Any]], told: list[Any], error: StoreError,
-               now: int) -> None:  # fmt: skip
+    def _retry(self, engine: Any, batch: Any, mine: list[tuple[Any, list[Any]]], told: list[Any],
+               error: StoreError, now: int) -> None:  # fmt: skip
         """The commit failed (store unreachable, locked, full): nothing of it
         was written. Its keyed runs have not started and do not start
         unrecorded (another scheduler may claim the same slot, and a restart
@@ -549,12 +710,16 @@ class Journal:
                             "(trying again, at most every 2 s)")  # fmt: skip
         self.retry_ns = min(2 * self.retry_ns or RETRY_FIRST_NS, RETRY_MAX_NS)
         self.retry_at = now + self.retry_ns
-        waiting = {(r.task_id, r.run) for _w, r in held}
+        waiting = {(known[1].task_id, known[1].run) for _c, known in mine}
         self.emit([ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting)])
         self.told[:0] = [ev for ev in told if ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting]
+        # The batch goes again, before what came since (a run withdrawn
+        # meanwhile has its end there, after its start).
         self.batch.ops[:0] = batch.ops
         self.batch.fenced = self.batch.fenced or batch.fenced  # its claims and ends are fenced again
-        self.waiting[:0] = held
+        for _c, known in mine:
+            known[0] = BATCHED
+        self.waiting[:0] = [c for c, _known in mine]
 
     def drain(self, engine: Any, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""

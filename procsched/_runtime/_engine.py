@@ -42,9 +42,16 @@ first). So:
   run passes another it should not. (Revoking on each injection instead
   would need a peek at the core's best due run, which the core does not
   offer; and the decision is simple to test.)
-- keyed runs (the durable store's ``hold``) and ``max_worker_memory`` turn
-  prefetch off; ``max_tasks_per_worker`` bounds the queue so a worker's last
-  run is never followed by one it will not run.
+- ``max_worker_memory`` turns prefetch off; ``max_tasks_per_worker`` bounds
+  the queue so a worker's last run is never followed by one it will not run.
+
+With a durable store (``hold``, ``_durable.Journal``) keyed runs are held
+until the transaction recording their start has committed, queued ones
+too: a worker's runs are sent in the order given, so one held run holds
+the runs given after it. A held run was never sent, so taking it back
+(``withdraw``) always succeeds and the worker has nothing to pass over; a
+claimed run taken back that then ends unstarted (cancelled) is reported to
+the store (``unstarted``), which records it so.
 
 Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
 an idle worker is given the next run up to ``early_ns`` before it is due;
@@ -210,6 +217,12 @@ class Engine:
         # run back; the carrier sends it once the turn's transaction recording
         # its start has committed.
         self.hold: Any = None
+        # ... ``withdraw(worker, run, peek=False)``: take back the last run given
+        # to the worker if it is still held (True; ``peek``: only say whether
+        # ``run`` is held, wherever it is); ``unstarted(run, now)``: a claimed
+        # run that never started ends cancelled (see the module docstring).
+        self.withdraw: Any = None
+        self.unstarted: Any = None
         # Prefetch (see the module docstring).
         self.prefetch = int(getattr(carrier, "prefetch", 0))
         self.policy = Policy(policy)
@@ -283,6 +296,10 @@ class Engine:
             for slot in self.slots:
                 if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
                     self._take_back(slot, head=True)  # given before its due time: still revocable
+        if self.withdraw is not None:
+            for slot in self.slots:
+                if slot.run is not None and slot.run[0].task_id == task_id and self.withdraw(slot.worker, slot.run[0], True):
+                    self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
             if taken is not None:  # its run was given ahead and never started: as if it were pending
@@ -358,11 +375,24 @@ class Engine:
         """A held run (``hold``) that the durable store gave to another
         scheduler (issue 11): it never happened here. The worker is free
         again, nothing is counted, its started event is taken back (the turn
-        has not flushed it), and the task goes on to its next slot."""
-        slot = self._slot_of(worker)
+        has not flushed it), and the task goes on to its next slot. A held
+        run given ahead (queued, or taken back: ``staged``; ``worker`` None)
+        leaves its place."""
+        slot = None if worker is None else self._slot_of(worker)
         if slot is not None and slot.run is not None and slot.run[0] is run:
             slot.run = slot.deadline = None
             slot.loading = False
+            if slot.queue:  # held behind it, never sent either: the next one is the worker's next run
+                self._assign(slot, slot.queue.popleft(), now)
+        elif slot is not None and any(q is run for q in slot.queue):
+            del slot.queue[next(i for i, q in enumerate(slot.queue) if q is run)]
+        else:
+            for i, entry in enumerate(self.staged):  # taken back after it was claimed
+                if entry[2] is run:
+                    self.staged[i] = self.staged[-1]
+                    self.staged.pop()
+                    heapq.heapify(self.staged)
+                    break
         for i in range(len(self.events) - 1, -1, -1):
             ev = self.events[i]
             if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
@@ -404,7 +434,8 @@ class Engine:
         # Runs given ahead that it never started go back, untouched; its
         # current run (the head, as without prefetch: given = running) and a
         # queued run it had started (its result lost) crashed with it.
-        started = self._take_back(slot, head=False)
+        head = slot.run is not None and self.withdraw is not None and self.withdraw(worker, slot.run[0], True)
+        started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
         for extra_run in started[1:]:
             self._record(extra_run, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
@@ -520,6 +551,8 @@ class Engine:
                 self._take_back_task(gone.task_id)  # (cancelled by a path that did not know it was staged)
                 self.core.complete(gone.task_id, gone.run, "cancelled", now)
                 self._forget_crash_loop(gone.task_id)
+                if self.unstarted is not None:
+                    self.unstarted(gone, now)
         if self.early_ns and any(self._is_early(s, now) for s in self.slots):
             due = self.core.next_deadline()
             if self.staged or self.parked or (due is not None and due <= now):
@@ -588,7 +621,7 @@ class Engine:
     def _fill(self, now: int) -> None:
         """Prefetch: give busy workers runs ahead, one level of queue at a
         time across the pool, while runs are due (see the module docstring)."""
-        if self.prio or self.hold is not None or self.max_worker_memory is not None or self.closing:
+        if self.prio or self.max_worker_memory is not None or self.closing:
             return
         limit = self.max_tasks_per_worker
         for depth in range(self.prefetch):
@@ -601,7 +634,8 @@ class Engine:
                 if run is None:
                     return
                 slot.queue.append(run)
-                self.carrier.send_run(slot.worker, run)
+                if self.hold is None or not self.hold(slot.worker, run):
+                    self.carrier.send_run(slot.worker, run)
 
     def _steal(self, now: int) -> Run | None:
         """An idle worker while runs wait queued behind busy ones (a long
@@ -652,12 +686,22 @@ class Engine:
         into ``staged``; stop at the first one its worker has started."""
         done = 0
         while done < count and slot.queue:
-            if not self.carrier.revoke(slot.worker, slot.queue[-1]):
+            if not self._revoke(slot, slot.queue[-1]):
                 break
             self._stage(slot.queue.pop())
-            slot.unskipped += 1
             done += 1
         return done
+
+    def _revoke(self, slot: Slot, run: Run) -> bool:
+        """Take back ``run``, the last run given to the slot's worker: held
+        (never sent) or, through the carrier, not started (the worker then
+        passes over it: ``unskipped``)."""
+        if self.withdraw is not None and self.withdraw(slot.worker, run):
+            return True
+        if self.carrier.revoke(slot.worker, run):
+            slot.unskipped += 1
+            return True
+        return False
 
     def _take_back(self, slot: Slot, head: bool) -> list[Run]:
         """Take back all the slot's queued runs (and its current run, with
@@ -666,9 +710,8 @@ class Engine:
         if slot.run is None:
             return []
         self._revoke_tail(slot, len(slot.queue))
-        if head and not slot.queue and self.prefetch and self.carrier.revoke(slot.worker, slot.run[0]):
+        if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run[0]):
             self._stage(slot.run[0])
-            slot.unskipped += 1
             slot.run = slot.deadline = None
             slot.loading = False
             return []
@@ -713,6 +756,8 @@ class Engine:
         self.core.complete(run.task_id, run.run, "cancelled", now)
         self._forget_crash_loop(run.task_id)
         self.prio.pop(run.task_id, None)
+        if self.unstarted is not None:
+            self.unstarted(run, now)
 
     def _claim(self, now: int) -> Run | None:
         """The next run to start: a parked run whose hold is over, else the
