@@ -45,6 +45,9 @@ import sys
 #: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
 FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver",
                       "ctypes"]
+#: A wall-clock reading is trusted if taken within this of the monotonic
+#: readings around it (see Dispatcher.wall_offset).
+WALL_READ_NS = 50_000
 #: The Pythons whose multiprocessing forkserver we start by forking (see
 #: _fork_forkserver): its ``main()`` and its client's three fields are known
 #: there (and checked: a different ``main()`` signature, e.g. 3.14's
@@ -721,9 +724,20 @@ class Dispatcher:
         self.finish_output()
 
     def wall_offset(self) -> tuple[int, int]:
-        """(the wall clock minus the monotonic clock, the monotonic clock), now (ns)."""
-        now = time.monotonic_ns()
-        return time.time_ns() + self.wall_skew - now, now
+        """(the wall clock minus the monotonic clock, the monotonic clock), now (ns).
+
+        The wall reading is taken between two monotonic ones: a preemption
+        between two bare readings (milliseconds on a loaded machine) would
+        shift every wall time derived from this offset - a fixed-rate run's
+        slot stored off its grid. A pair further apart than WALL_READ_NS is
+        read again (at most twice more)."""
+        for _ in range(3):
+            before = time.monotonic_ns()
+            wall = time.time_ns()
+            now = time.monotonic_ns()
+            if now - before <= WALL_READ_NS:
+                break
+        return wall + self.wall_skew - (before + now) // 2, now
 
     def on_commands(self) -> None:
         engine = self.engine
