@@ -145,8 +145,11 @@ class Peers:
         (``wake``): its claimer stopped, died between runs, or shut down.
         A claimer that dies holding a run is taken over by its lease, which
         wakes the task too. Claims still decide who runs each slot."""
+        me = self.journal.holder.id
         if tid in self.standby or task.state.paused or engine.core.state(tid) is not TaskState.PENDING:
             return
+        if task.holder == me or not any(h.id != me for h in self.holders):
+            return  # lost to its own run in flight (a run given ahead), not to another scheduler
         if engine.core.pause(tid):
             self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
 

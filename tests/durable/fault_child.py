@@ -13,8 +13,8 @@ import jobs_mod  # noqa: E402
 import procsched  # noqa: E402
 
 
-def main() -> None:
-    store, out = sys.argv[1], sys.argv[2]
+def start(store: str) -> procsched.Scheduler:
+    """The scheduler of a fault test's child: one line on stdout per ended run."""
 
     def on_event(event: dict) -> None:
         if event["event"] != "run_started":
@@ -22,16 +22,25 @@ def main() -> None:
 
     s = procsched.Scheduler(2, store=store)
     s.add_listener(on_event)
+    return s
+
+
+def serve(s: procsched.Scheduler) -> None:
+    """Say ready; then run until killed, or (a clean run) until a line on stdin, then shut down."""
+    os.write(1, b"ready\n")
+    sys.stdin.readline()
+    if len(sys.argv) > 3:
+        s.shutdown(wait=True)
+        os.write(1, b"closed\n")
+
+
+def main() -> None:
+    store, out = sys.argv[1], sys.argv[2]
+    s = start(store)
     s.schedule_at_fixed_rate(jobs_mod.record, 0.02, args=(out + ".a",), key="a")
     s.schedule_at_fixed_rate(jobs_mod.record, 0.03, args=(out + ".b",), key="b",
                              retry=procsched.Retry(attempts=3, delay=0, on=("crashed",)))
-    os.write(1, b"ready\n")
-    if len(sys.argv) > 3:  # a clean end: run this many more events, then shut down
-        sys.stdin.readline()
-        s.shutdown(wait=True)
-        os.write(1, b"closed\n")
-        return
-    sys.stdin.readline()  # runs until killed
+    serve(s)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import prefetch_jobs  # noqa: E402
+from fault_child import serve, start  # noqa: E402
 
 import procsched  # noqa: E402
 
@@ -20,24 +21,12 @@ WORK = 0.002
 
 def main() -> None:
     store, out = sys.argv[1], sys.argv[2]
-
-    def on_event(event: dict) -> None:
-        if event["event"] != "run_started":
-            os.write(1, f"{event['event']}\n".encode())
-
-    s = procsched.Scheduler(2, store=store)
-    s.add_listener(on_event)
+    s = start(store)
     for i in range(TASKS):  # all due at the same instants: 6 runs for 2 workers, 4 of them given ahead
         retry = procsched.Retry(attempts=3, delay=0, on=("crashed",)) if i % 2 else None
         s.schedule_at_fixed_rate(prefetch_jobs.record_busy, PERIOD, args=(f"{out}.t{i}", WORK), key=f"t{i}",
                                  retry=retry)  # fmt: skip
-    os.write(1, b"ready\n")
-    if len(sys.argv) > 3:  # a clean end: run this many more events, then shut down
-        sys.stdin.readline()
-        s.shutdown(wait=True)
-        os.write(1, b"closed\n")
-        return
-    sys.stdin.readline()  # runs until killed
+    serve(s)
 
 
 if __name__ == "__main__":

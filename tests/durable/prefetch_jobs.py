@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-import procsched
+import jobs_mod  # (this directory is on the path of whoever imports this)
 
 
 def gate(path: str) -> str:
@@ -25,13 +25,6 @@ def mark(path: str, tag: str) -> str:
 
 
 def record_busy(path: str, seconds: float) -> None:
-    """Append this run's identity to ``path`` (as jobs_mod.record), then work ``seconds``."""
-    run = procsched.current_run()
-    assert run is not None
-    line = f"{run.run} {run.attempt} {int(run.scheduled_at.timestamp() * 1e6)} {os.getpid()}\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    """Append this run's identity to ``path`` (jobs_mod.record), then work ``seconds``."""
+    jobs_mod.record(path)
     time.sleep(seconds)

@@ -9,11 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import random
-import select
-import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -28,17 +24,11 @@ sys.path.insert(0, HERE)
 
 import jobs_mod  # noqa: E402
 
+from tests.durable.killing import any_store as any_store  # noqa: E402,F401  (sqlite and postgresql)
+from tests.durable.killing import check_exact, kill_and_restart  # noqa: E402
+from tests.durable.killing import lines as _lines  # noqa: E402
 from tests.runtime.rt_helpers import Waiter  # noqa: E402
 
-PY = sys.executable
-
-
-def _lines(path: str) -> list[tuple[int, int, int]]:
-    try:
-        with open(path) as f:
-            return [tuple(int(x) for x in line.split()[:3]) for line in f if line.strip()]  # type: ignore[misc]
-    except FileNotFoundError:
-        return []
 
 
 # -- bad input -------------------------------------------------------------------
@@ -175,98 +165,13 @@ def test_unloadable_task_is_kept_and_visible(tmp_path):
 # -- crashes: the user process SIGKILLed -------------------------------------------
 
 
-class Child:
-    """The fault test's user program (fault_child.py), read line by line with a deadline."""
-
-    def __init__(self, db: str, out: str, clean: bool = False) -> None:
-        args = [PY, os.path.join(HERE, "fault_child.py"), db, out] + (["clean"] if clean else [])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self.buf = b""
-
-    def line(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0.0, left))
-            if not ready:
-                raise AssertionError("the child said nothing in time")
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise AssertionError(f"the child exited ({self.proc.wait()})")
-            self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        return line.decode()
-
-    def until(self, text: str) -> None:
-        while self.line() != text:
-            pass
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request, tmp_path):
-    if request.param == "sqlite":
-        return str(tmp_path / "s.db")
-    return request.getfixturevalue("pg_url")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, any_store):
-    # Every run of the whole test stays in the history (the default keeps the
-    # last 100 per task, which may trim away the crashes the checks look for).
-    keep = "keep_runs=100000"
-    db = f"sqlite:///{any_store}?{keep}" if "://" not in any_store else f"{any_store}&{keep}"
     out = str(tmp_path / "out")
-    rng = random.Random(int(os.environ.get("PROCSCHED_FAULT_SEED", "0")) or None)
-    for _ in range(20):
-        child = Child(db, out)
-        child.until("ready")
-        for _ in range(rng.randint(0, 12)):
-            child.line()
-        time.sleep(rng.uniform(0, 0.02))  # a random instant (not a synchronisation)
-        child.proc.kill()
-        child.proc.wait()  # reaped: its pid is gone, so the restart takes over at once
-        child.proc.stdout.close()  # type: ignore[union-attr]
-        child.proc.stdin.close()  # type: ignore[union-attr]
-    child = Child(db, out, clean=True)
-    child.until("ready")
-    for _ in range(6):
-        child.line()
-    child.proc.stdin.write(b"stop\n")  # type: ignore[union-attr]
-    child.proc.stdin.flush()  # type: ignore[union-attr]
-    child.until("closed")
-    assert child.proc.wait(30) == 0
-    store = open_store(db)
-    for key, period_us, retried in (("a", 20_000, False), ("b", 30_000, True)):
-        history = store.history(key, 10_000)
-        ran = _lines(f"{out}.{key}")
-        assert len(ran) == len({(r, a) for r, a, _s in ran}), f"{key}: a run attempt ran twice"
-        assert all(h.outcome is not None for h in history), f"{key}: a run left in flight"
-        first = history[0].run
-        runs = sorted({h.run for h in history})
-        assert runs == list(range(first, runs[-1] + 1)), f"{key}: a run number is missing (a slot lost)"
-        recorded = {(h.run, h.attempt): h for h in history}
-        # nothing ran unrecorded; everything recorded ok ran
-        assert all((r, a) in recorded for r, a, _s in ran if r >= first), f"{key}: a run ran unrecorded"
-        ran_set = {(r, a) for r, a, _s in ran}
-        assert all(k in ran_set for k, h in recorded.items() if h.outcome == "ok"), f"{key}: an ok run never ran"
-        # the grid: attempt 1 of run n is slot n
-        base = next(h for h in history if h.attempt == 1)
-        for h in history:
-            if h.attempt == 1:
-                assert abs((h.scheduled_ns - base.scheduled_ns) // 1000 - (h.run - base.run) * period_us) <= 1000
-        by_run: dict[int, list] = {}
-        for h in history:
-            by_run.setdefault(h.run, []).append(h)
-        for run, attempts in by_run.items():
-            assert [h.attempt for h in attempts] == list(range(1, len(attempts) + 1)), (key, run)
-            if retried and attempts[-1].outcome == "crashed":
-                assert attempts[-1].attempt == 3, f"{key} run {run}: a crash the Retry covers was not retried"
-            if not retried:
-                assert len(attempts) == 1
-        assert any(h.outcome == "crashed" for h in history) or key == "b"
+    kill_and_restart("fault_child.py", any_store, out, most_lines=12, last_lines=6)
+    assert check_exact(any_store, out, "a", 20_000, retried=False)  # the kills hit runs in flight
+    check_exact(any_store, out, "b", 30_000, retried=True)
 
 
 def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
