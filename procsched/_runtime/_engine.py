@@ -229,6 +229,10 @@ class Engine:
         self.ranked = self.policy is not Policy.FIFO
         self.prio: dict[int, int] = {}  # live tasks whose priority is not 0 (priority policies only)
         self.staged: list[tuple[Any, int, Run]] = []  # heap (rank, n, run): claimed runs taken back, not started
+        #: Staged runs whose run_started the user has heard already (a run
+        #: handed over early, taken back after the events were flushed):
+        #: given again, they are not announced twice.
+        self.announced: set[tuple[int, int, int]] = set()
         self._staged_n = itertools.count()
         self.interrupting: set[tuple[int, int]] = set()  # queued runs cancelled with interrupt after they started
         self.early_ns = int(getattr(carrier, "early_ns", 0)) if self.prefetch else 0
@@ -392,6 +396,7 @@ class Engine:
                     self.staged[i] = self.staged[-1]
                     self.staged.pop()
                     heapq.heapify(self.staged)
+                    self.announced.discard((run.task_id, run.run, run.attempt))
                     break
         for i in range(len(self.events) - 1, -1, -1):
             ev = self.events[i]
@@ -679,6 +684,9 @@ class Engine:
         if run.timeout_ns is not None:
             slot.loading = self.load_grace_ns is not None
             slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
+        if self.announced and (run.task_id, run.run, run.attempt) in self.announced:
+            self.announced.discard((run.task_id, run.run, run.attempt))
+            return  # given early, taken back, given again: the user heard of it the first time
         self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
 
     def _revoke_tail(self, slot: Slot, count: int) -> int:
@@ -711,6 +719,7 @@ class Engine:
             return []
         self._revoke_tail(slot, len(slot.queue))
         if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run[0]):
+            self._unannounce(slot.run[0])
             self._stage(slot.run[0])
             slot.run = slot.deadline = None
             slot.loading = False
@@ -735,8 +744,20 @@ class Engine:
                 self.staged[i] = self.staged[-1]
                 self.staged.pop()
                 heapq.heapify(self.staged)
+                self.announced.discard((run.task_id, run.run, run.attempt))
                 return run
         return None
+
+    def _unannounce(self, run: Run) -> None:
+        """``run`` (the slot's current run, so announced by ``_assign``) is
+        taken back: take its run_started back if the user has not heard it,
+        else remember that it was heard."""
+        for i in range(len(self.events) - 1, -1, -1):
+            ev = self.events[i]
+            if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
+                del self.events[i]
+                return
+        self.announced.add((run.task_id, run.run, run.attempt))
 
     def _stage(self, run: Run) -> None:
         heapq.heappush(self.staged, (self._rank(run), next(self._staged_n), run))

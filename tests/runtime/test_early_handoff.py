@@ -73,8 +73,10 @@ def test_a_periodic_run_given_early_and_cancelled_never_starts(make_scheduler, t
 def test_a_run_due_now_does_not_wait_behind_one_given_early(make_scheduler, tmp_path):
     out = str(tmp_path / "marks")
     s = _warm(make_scheduler, out)
+    started = []
+    s.add_listener(lambda event: started.append((event["task_id"], event["run"])), events=["run_started"])
     later = s.schedule(pt.mark, 3, args=(out, "later"))
-    until_stats(s, _given_early(later))
+    until_stats(s, _given_early(later))  # its run_started has reached the listener
     now = s.submit(pt.mark, out, "now")
     # "later" is taken back; the worker passes over it when its wait for
     # later's due time ends (at most the early window: a bounded delay, not
@@ -84,6 +86,8 @@ def test_a_run_due_now_does_not_wait_behind_one_given_early(make_scheduler, tmp_
     assert pt.marks(out) == ["now", "later"]
     (run,) = later.runs
     assert run.started_at >= run.scheduled_for
+    s.shutdown(wait=True)  # every event delivered
+    assert started.count((later.id, 1)) == 1  # given again after the take-back: announced once
 
 
 @pytest.mark.slow
