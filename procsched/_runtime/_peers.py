@@ -151,7 +151,11 @@ class Peers:
         if task.holder == me or not any(h.id != me for h in self.holders):
             return  # lost to its own run in flight (a run given ahead), not to another scheduler
         if engine.core.pause(tid):
-            self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
+            self._note(tid, task)
+
+    def _note(self, tid: int, task: StoredTask) -> None:
+        """What the re-read checks for a task on standby: its next due time, None while a run is in flight."""
+        self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
 
     def wake(self, engine: Any, tid: int, now: int) -> bool:
         """Take ``tid`` off standby (quietly: the core resumes it; the caller
@@ -268,7 +272,7 @@ class Peers:
             return
         if tid in self.standby:
             if store_now is not None and self._kept_up(task, store_now):
-                self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
+                self._note(tid, task)
                 return
             self.wake(engine, tid, now)
             state, force = core.state(tid), True
