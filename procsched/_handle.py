@@ -49,6 +49,7 @@ class RunInfo:
 
 
 _PENDING = getattr(concurrent.futures._base, "PENDING", None)
+_FINISHED = getattr(concurrent.futures._base, "FINISHED", None)
 _CONDITION_LOCK = threading.Lock()
 #: Future's instance fields are the ones TaskHandle sets itself (checked, so a
 #: Python whose Future differs gets its plain __init__).
@@ -94,6 +95,19 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
             if condition is None:
                 condition = self.__dict__["_condition"] = threading.Condition()
         return condition
+
+    # Reading a finished handle needs no Condition: its state never changes
+    # again, and ``_on_result`` sets the result before the state.
+
+    def done(self) -> bool:  # noqa: D102
+        if self._state is _FINISHED:
+            return True
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> Any:  # noqa: D102
+        if self._state is _FINISHED and self._exception is None:
+            return self._result
+        return super().result(timeout)
 
     @property
     def state(self) -> TaskState:
@@ -158,6 +172,16 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         """The task ended in ``state`` (DONE/FAILED) with a value or exception."""
         self._task_state = state
         self.next_run = None
+        if _LAZY_CONDITION:
+            with _CONDITION_LOCK:
+                if self._state is _PENDING and "_condition" not in self.__dict__:
+                    # Nobody waits on it or has a callback on it (either
+                    # would have made its Condition, under this lock): it is
+                    # finished without making one - the usual case for a
+                    # handle read only after it finished.
+                    self._result, self._exception = value, exc
+                    self._state = _FINISHED
+                    return
         if exc is not None:
             self.set_exception(exc)
         else:

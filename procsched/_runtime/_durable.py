@@ -390,8 +390,8 @@ class Journal:
         """Become ``engine``'s durable store (its hooks: see _engine.py)."""
         self.engine = engine
         engine.hold, engine.withdraw, engine.unstarted = self.hold, self.withdraw, self.unstarted
-        if engine.prefetch:
-            engine.prefetch = max(engine.prefetch, STORE_PREFETCH)
+        if engine.prefetch:  # (fewer than without a store: a kill -9 records every run given ahead crashed)
+            engine.prefetch = STORE_PREFETCH
 
     def hold(self, worker: Any, run: Any) -> bool:
         """Engine.hold: keep a keyed run until its start is committed - and

@@ -46,6 +46,7 @@ from ._peers import EV_ADOPT
 from ._wire import unpack
 
 NS = 1_000_000_000
+_STATES = {state.value: state for state in TaskState}  # (a dict lookup: an Enum call costs more, per run)
 logger = logging.getLogger("procsched")
 #: How long a request (cancel, stats) waits for its answer before the
 #: dispatcher is taken as wedged (a SchedulerBrokenError, never a bare TimeoutError).
@@ -650,7 +651,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if tag == EV_RUN:
             (_, task_id, run, scheduled, started, finished, worker, outcome,
              state_value, next_due, missed, ended, blob_kind, blob, output, attempt, wall, next_wall) = event[:18]  # fmt: skip
-            state = TaskState(state_value)
+            state = _STATES[state_value]
             handle = self._handles.get(task_id)
             value: Any = None
             exc: BaseException | None = None

@@ -87,6 +87,9 @@ def send(conn: Connection, message: Any) -> None:
 #: band: as raw frames after their message, so the dispatcher takes them as
 #: they were read, without copying them out of a pickle.
 OOB_MIN = 1 << 20
+#: Frames up to this size are written in one piece, as Connection.send_bytes
+#: writes them (larger ones: through it).
+SMALL_FRAME = 16384
 
 
 def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
@@ -94,7 +97,16 @@ def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
     frame (how many raw frames follow it), the pickled message, then each
     blob as a frame of its own (see ``CommandReader``)."""
     if not _has_big(message):
-        conn.send_bytes(pickle.dumps(message, PROTOCOL))
+        body = pickle.dumps(message, PROTOCOL)
+        if len(body) > SMALL_FRAME:
+            conn.send_bytes(body)
+            return
+        # The usual command (a submit): Connection.send_bytes's own frame,
+        # written here without its checks and slicing (a submit's hot path).
+        data = len(body).to_bytes(4, "big") + body
+        fd = conn.fileno()
+        while data:
+            data = data[os.write(fd, data):]
         return
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(_out_of_band(message), PROTOCOL, buffer_callback=buffers.append)

@@ -25,7 +25,7 @@ DEPTH = 2
 
 @pytest.fixture(autouse=True)
 def _depth(monkeypatch):
-    monkeypatch.setenv("PROCSCHED_PREFETCH", str(DEPTH))  # the default, stated
+    monkeypatch.setenv("PROCSCHED_PREFETCH", str(DEPTH))  # pinned: the tests count the runs given ahead
 
 
 def _queued_is(n, slot=0):
