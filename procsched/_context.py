@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ._handle import RunInfo
 
 if TYPE_CHECKING:
     from ._api import SchedulingAPI
 
-_RUN: contextvars.ContextVar[tuple[RunInfo, SchedulingAPI] | None] = contextvars.ContextVar(
+#: (the run's RunInfo, or a function that makes it; its scheduler), while a task runs.
+_RUN: contextvars.ContextVar[tuple[RunInfo | Callable[[], RunInfo], SchedulingAPI] | None] = contextvars.ContextVar(
     "procsched_run", default=None
 )
 
@@ -25,7 +26,8 @@ def current_run() -> RunInfo:
     entry = _RUN.get()
     if entry is None:
         raise RuntimeError("procsched.current_run() called outside a running task")
-    return entry[0]
+    info = entry[0]
+    return info if isinstance(info, RunInfo) else info()  # a worker makes it only when asked
 
 
 def current_scheduler() -> SchedulingAPI:
@@ -37,6 +39,17 @@ def current_scheduler() -> SchedulingAPI:
     if entry is None:
         raise RuntimeError("procsched.current_scheduler() called outside a running task")
     return entry[1]
+
+
+def begin_run(info: RunInfo | Callable[[], RunInfo], scheduler: SchedulingAPI) -> contextvars.Token[Any]:
+    """``running`` without a context manager, for a worker's hot loop: end
+    it with ``end_run(token)``. ``info`` may be a function that makes the
+    RunInfo, called only if the task asks for it."""
+    return _RUN.set((info, scheduler))
+
+
+def end_run(token: contextvars.Token[Any]) -> None:
+    _RUN.reset(token)
 
 
 @contextlib.contextmanager

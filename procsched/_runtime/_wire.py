@@ -92,6 +92,15 @@ OOB_MIN = 1 << 20
 SMALL_FRAME = 16384
 
 
+def write_frame(fd: int, body: bytes) -> None:
+    """Write ``body`` (at most SMALL_FRAME bytes) to a blocking descriptor as
+    one ``Connection.send_bytes`` frame, in one piece as it writes them -
+    without its checks and slicing, a few microseconds on a hot path."""
+    data = len(body).to_bytes(4, "big") + body
+    while data:
+        data = data[os.write(fd, data) :]
+
+
 def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
     """Send a command; a message that carries large blobs goes as a 1-byte
     frame (how many raw frames follow it), the pickled message, then each
@@ -101,12 +110,7 @@ def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
         if len(body) > SMALL_FRAME:
             conn.send_bytes(body)
             return
-        # The usual command (a submit): Connection.send_bytes's own frame,
-        # written here without its checks and slicing (a submit's hot path).
-        data = len(body).to_bytes(4, "big") + body
-        fd = conn.fileno()
-        while data:
-            data = data[os.write(fd, data):]
+        write_frame(conn.fileno(), body)  # the usual command (a submit)
         return
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(_out_of_band(message), PROTOCOL, buffer_callback=buffers.append)
@@ -246,8 +250,15 @@ class CallLoader:
         return fn, args, kwargs
 
 
+#: Return values of these types pickle the same with pickle as with
+#: cloudpickle, without making a CloudPickler (~2 µs a run).
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def pack_value(value: Any) -> tuple[int, bytes]:
     """A run's return value as a blob; an unpicklable one becomes an error."""
+    if type(value) in _PLAIN:
+        return BLOB_VALUE, pickle.dumps(value, PROTOCOL)
     try:
         return BLOB_VALUE, cloudpickle.dumps(value, PROTOCOL)
     except Exception as exc:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import faulthandler
+import functools
 import os
 import pickle
 import signal
@@ -51,12 +52,12 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, NoReturn
 
 from .._api import SchedulingAPI
-from .._context import running
+from .._context import begin_run, end_run
 from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle, wall_datetime
 from .._validate import TaskSpec, flag, task_id as task_id_, wire_extra
 from ._engine import BLOB_ERROR
-from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value
+from ._wire import PROTOCOL, SMALL_FRAME, CallLoader, FrameReader, pack_call, pack_error, pack_value, write_frame
 
 NS = 1_000_000_000
 
@@ -121,9 +122,14 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
                 send(dumps(("started", task_id, run_no, started), PROTOCOL))
             if wall is None:
                 wall = scheduled + time.time_ns() - started
-            info = RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
-            with running(info, proxy):
+            # current_run()'s RunInfo is made only if the task asks for it (a
+            # few microseconds a run, as much as a no-op task's whole run)
+            token = begin_run(functools.partial(_run_info, task_id, run_no, scheduled, started, pid, attempt, wall),
+                              proxy)  # fmt: skip
+            try:
                 value = fn(*args, **kwargs)
+            finally:
+                end_run(token)
         except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
             # After a MemoryError this process is suspect (a task may have
             # lowered its rlimit, or wrecked the heap): ask to be replaced.
@@ -147,6 +153,10 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
+
+
+def _run_info(task_id: int, run_no: int, scheduled: int, started: int, pid: int, attempt: int, wall: int) -> RunInfo:
+    return RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
 
 
 def _flush() -> None:
@@ -221,6 +231,7 @@ class _Channel:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.fd = conn.fileno()
         self.reader = FrameReader(conn.fileno())
         self.cond = threading.Condition(threading.Lock())  # guards the fields below
         self.orders: collections.deque[Any] = collections.deque()
@@ -234,7 +245,10 @@ class _Channel:
 
     def send(self, frame: bytes) -> None:
         with self.send_lock:
-            self.conn.send_bytes(frame)
+            if len(frame) <= SMALL_FRAME:
+                write_frame(self.fd, frame)  # a run's "done", usually
+            else:
+                self.conn.send_bytes(frame)
 
     def order(self) -> Any:
         return self._take(self.orders)
