@@ -110,7 +110,7 @@ def call(fn: object, args: object, kwargs: object) -> tuple[Callable[..., Any], 
     fn = as_sync(fn)  # an async def runs to completion in the worker (see _async.py)
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple or list, not {_describe(args)}")
-    if kwargs is None:
+    if kwargs is None or (type(kwargs) is dict and not kwargs):  # (the usual case, without an ABC check)
         kwargs = {}
     elif not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise TypeError(f"kwargs must be a mapping of str keys or None, not {_describe(kwargs)}")

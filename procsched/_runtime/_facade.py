@@ -468,7 +468,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if spec.key is not None:
                 self._keys[spec.key] = handle
             message: tuple[Any, ...] = (
-                "add", task_id, due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
+                "add", task_id, due, spec.priority, spec.kind._value_, spec.period_ns, spec.misfire._value_,
                 spec.stop_on_error, timeout, spec.name, payload,
             )  # fmt: skip
             send = self._backend.send
