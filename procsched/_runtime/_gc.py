@@ -1,40 +1,76 @@
-"""The dispatcher's garbage-collector policy: freeze after bulk adds.
+"""The dispatcher's garbage-collector policy: freeze while the pending count grows.
 
-Every pending task is a long-lived object (its core record). CPython's
-cyclic GC walks all long-lived objects in each full collection, and a full
-collection comes whenever they have grown by a quarter: scheduling a million
-tasks walks them several times over, more than doubling the cost of
-``schedule`` (benchmarks/core_scale.py). The dispatcher runs no user code,
-so the policy of its collector is ours: each time the pending count has
-grown by FREEZE_STEP since the last freeze (or since its lowest point after
-it), a young-generation collection clears the cyclic garbage of the last
-moments, then ``gc.freeze()`` (a list splice, O(1)) moves every object alive
-into the permanent generation, which collections skip. Frozen objects are
-still freed by reference counting (a task record holds no reference cycle),
-so nothing is kept alive by this; what freezing costs is that cyclic garbage
-old enough to be in the oldest generation at that moment is never collected
-(the dispatcher runs no user code and makes little: exceptions it logged).
+Every pending task is a long-lived object (its core record, its heap entry,
+its payload). CPython's cyclic GC walks every young object once or twice
+(generations 0 and 1) and every long-lived one in each full collection,
+which comes whenever they have grown by a quarter: scheduling a million
+tasks walks each record three to eight times, more than doubling the cost
+of ``schedule`` (benchmarks/core_scale.py: 0.57 -> 1.9 us/op). A record
+holds no reference cycle, so all those walks find nothing.
+
+The dispatcher runs no user code, so the policy of its collector is ours.
+It is called after each batch of commands with the pending count:
+
+    pending >= FREEZE_FLOOR and grown by FREEZE_STEP since the last freeze
+        -> gc.freeze()    O(1), a list splice: every object alive moves to
+                          the permanent generation, which collections skip.
+                          The records of the last batch go there before any
+                          collection has walked them (a young collection
+                          comes every 700 allocations; a batch of FREEZE_STEP
+                          adds makes fewer), so bulk adds cost the GC nothing.
+    pending <= half its peak since the last thaw, something frozen since
+        -> gc.unfreeze() + gc.collect()   the thaw: one full collection,
+                          of at most half the peak (O(1) per task that
+                          ended since the peak).
+
+Frozen objects are still freed by reference counting, so finished tasks
+free their records as before. What freezing costs is that cyclic garbage
+(which the dispatcher seldom makes: an exception it logged, a dead worker's
+bookkeeping) whose objects were alive at a freeze is collected only at the
+next thaw, i.e. once the pending count has halved. Below FREEZE_FLOOR
+pending tasks nothing is frozen: full collections of that few records are
+cheap, and a small workload that grows and drains in waves should not pay a
+full collection per wave.
 """
 
 from __future__ import annotations
 
 import gc
 
-#: Freeze each time the pending count has grown by this much.
-FREEZE_STEP = 20_000
+#: Nothing is frozen below this many pending tasks.
+FREEZE_FLOOR = 20_000
+#: Above the floor, freeze each time the pending count has grown by this
+#: much since the last freeze (or since its lowest point after it). Small
+#: enough that the records added in between make fewer allocations than a
+#: young collection waits for (700), so no collection walks them.
+FREEZE_STEP = 64
 
 
 class FreezeOnGrowth:
-    __slots__ = ("mark",)
+    __slots__ = ("mark", "peak", "frozen")
 
     def __init__(self) -> None:
-        self.mark = 0  # pending count at the last freeze
+        self.mark = 0  # pending count at the last freeze (or its lowest point since)
+        self.peak = 0  # the highest pending count since the last thaw
+        self.frozen = False  # something was frozen since the last thaw
 
     def __call__(self, pending: int) -> None:
-        """Call after adding tasks (cheap: a comparison)."""
+        """Call after each batch of commands (cheap: two comparisons)."""
         if pending - self.mark >= FREEZE_STEP:
-            gc.collect(1)  # the young generations' cyclic garbage first (cheap: FREEZE_STEP objects or so)
-            gc.freeze()  # O(1): a list splice
             self.mark = pending
+            if pending > self.peak:
+                self.peak = pending
+            if pending >= FREEZE_FLOOR:
+                gc.freeze()
+                self.frozen = True
         elif pending < self.mark:  # growth counts from the lowest point since the last freeze
             self.mark = pending
+            if self.frozen and pending * 2 <= self.peak:
+                self.thaw(pending)
+
+    def thaw(self, pending: int) -> None:
+        """Give the frozen objects back to the collector and collect once."""
+        gc.unfreeze()
+        gc.collect()
+        self.frozen = False
+        self.peak = pending
