@@ -1,6 +1,6 @@
-"""The dispatcher's GC policy (procsched/_runtime/_gc.py): above FREEZE_FLOOR
-pending tasks, freeze once per FREEZE_STEP of growth of the pending count
-(never per call); once the count has halved from its peak, thaw and collect."""
+"""The dispatcher's GC policy (procsched/_runtime/_gc.py): from FREEZE_FLOOR
+pending tasks up, freeze once per FREEZE_STEP of growth of the pending count
+(never per call); once the count is back under half the floor, thaw and collect."""
 
 from __future__ import annotations
 
@@ -46,12 +46,11 @@ def test_freezes_once_per_step_of_growth_above_the_floor() -> None:
     del keep
 
 
-def test_thaws_and_collects_once_the_pending_count_has_halved() -> None:
+def test_thaws_and_collects_once_the_backlog_has_drained() -> None:
     policy = FreezeOnGrowth()
     peak = FREEZE_FLOOR + 1000 * FREEZE_STEP
     for pending in range(FREEZE_FLOOR, peak + 1, FREEZE_STEP):
         policy(pending)
-    assert policy.peak == peak and policy.frozen
 
     class Node:
         pass
@@ -59,18 +58,19 @@ def test_thaws_and_collects_once_the_pending_count_has_halved() -> None:
     a, b = Node(), Node()
     a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle, frozen while alive
     ref = weakref.ref(a)
-    peak += FREEZE_STEP
-    policy(peak)  # the cycle frozen
+    policy(peak + FREEZE_STEP)
+    assert policy.frozen
     del a, b
     gc.collect()
     assert ref() is not None  # frozen: the collector does not see it
-    policy(peak // 2 + 1)
-    assert policy.frozen and ref() is not None  # not halved yet
-    policy(peak // 2)  # halved: thaw, collect
+    policy(FREEZE_FLOOR // 2)
+    assert policy.frozen and ref() is not None  # not drained below the thaw point yet
+    policy(FREEZE_FLOOR // 2 - 1)  # drained: thaw, collect
     assert not policy.frozen and gc.get_freeze_count() == 0 and ref() is None
-    assert policy.peak == peak // 2  # the next halving counts from here
-    policy(peak // 4)
+    policy(0)
     assert not policy.frozen  # nothing frozen since: no second collection
+    policy(FREEZE_FLOOR - 1)
+    assert gc.get_freeze_count() == 0  # below the floor: nothing frozen
 
 
 def test_frozen_objects_are_still_freed_by_reference_counting() -> None:
