@@ -38,7 +38,8 @@ CPython's collector costs for a million long-lived task records, which a
 bare heap of int tuples never pays (the GC untracks tuples of atoms).
 With the GC on, ``core[...]+freeze`` is the core as the processes runner's
 dispatcher runs it: with its GC policy (``procsched/_runtime/_gc.py``:
-``gc.freeze()`` once the pending count has doubled), called every 64 adds.
+from 20,000 pending tasks up, ``gc.freeze()`` after each 64 of growth),
+called every 64 adds as the dispatcher calls it after each batch of commands.
 
 Pairs mode: N x (add one task, cancel it) on one core, sampling RSS 20
 times; with lazy deletion plus compaction the heap and the RSS stay flat.
