@@ -15,14 +15,18 @@ It is called after each batch of commands with the pending count:
         -> gc.freeze()    O(1), a list splice: every object alive moves to
                           the permanent generation, which collections skip.
                           The records of the last batch go there before any
-                          collection has walked them (a young collection
-                          comes every 700 allocations, some 200 adds; a
-                          bigger batch has one walk some of its records
-                          once), so bulk adds cost the GC next to nothing.
+                          collection has walked them, so bulk adds cost the
+                          GC next to nothing. For that, a young collection
+                          must not come in the middle of a batch: by default
+                          it comes every 700 allocations (an add makes 4 or
+                          5: some 150 adds, and a 64 KiB read of commands
+                          holds ~400), so from the first freeze to the thaw
+                          it waits for YOUNG_WHILE_FROZEN.
     pending < FREEZE_FLOOR / 2, something frozen since the last thaw
         -> gc.unfreeze() + gc.collect()   the thaw: one full collection,
                           of fewer than FREEZE_FLOOR / 2 records (~5 ms; at
-                          500,000 it would stall the dispatcher ~150 ms).
+                          500,000 it would stall the dispatcher ~150 ms);
+                          the collector's thresholds are restored.
 
 Frozen objects are still freed by reference counting, so finished tasks
 free their records as before. What freezing costs is that cyclic garbage
@@ -43,33 +47,41 @@ import gc
 #: Nothing is frozen below this many pending tasks.
 FREEZE_FLOOR = 20_000
 #: Above the floor, freeze each time the pending count has grown by this
-#: much since the last freeze (or since its lowest point after it). Small
-#: enough that the records added in between make fewer allocations than a
-#: young collection waits for (700), so no collection walks them.
+#: much since the last freeze (or since its lowest point after it).
 FREEZE_STEP = 64
+#: While frozen, a young collection waits for this many allocations (net of
+#: deallocations; CPython's default: 700): more than a batch of commands
+#: makes, so the records it adds are frozen before any collection walks them.
+YOUNG_WHILE_FROZEN = 10_000
 
 
 class FreezeOnGrowth:
-    __slots__ = ("mark", "frozen")
+    __slots__ = ("mark", "frozen", "thresholds")
 
     def __init__(self) -> None:
         self.mark = 0  # pending count at the last freeze (or its lowest point since)
         self.frozen = False  # something was frozen since the last thaw
+        self.thresholds = gc.get_threshold()  # the collector's, restored at the thaw
 
     def __call__(self, pending: int) -> None:
         """Call after each batch of commands (cheap: two comparisons)."""
         if pending - self.mark >= FREEZE_STEP:
             self.mark = pending
             if pending >= FREEZE_FLOOR:
+                if not self.frozen:
+                    self.thresholds = gc.get_threshold()
+                    gc.set_threshold(max(YOUNG_WHILE_FROZEN, self.thresholds[0]), *self.thresholds[1:])
+                    self.frozen = True
                 gc.freeze()
-                self.frozen = True
         elif pending < self.mark:  # growth counts from the lowest point since the last freeze
             self.mark = pending
             if self.frozen and pending < FREEZE_FLOOR // 2:
                 self.thaw()
 
     def thaw(self) -> None:
-        """Give the frozen objects back to the collector and collect once."""
+        """Give the frozen objects back to the collector, collect once, and
+        restore its thresholds."""
         gc.unfreeze()
+        gc.set_threshold(*self.thresholds)
         gc.collect()
         self.frozen = False

@@ -9,14 +9,16 @@ import weakref
 
 import pytest
 
-from procsched._runtime._gc import FREEZE_FLOOR, FREEZE_STEP, FreezeOnGrowth
+from procsched._runtime._gc import FREEZE_FLOOR, FREEZE_STEP, YOUNG_WHILE_FROZEN, FreezeOnGrowth
 
 
 @pytest.fixture(autouse=True)
 def _thawed() -> object:
+    thresholds = gc.get_threshold()
     gc.unfreeze()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 def test_nothing_frozen_below_the_floor() -> None:
@@ -47,6 +49,7 @@ def test_freezes_once_per_step_of_growth_above_the_floor() -> None:
 
 
 def test_thaws_and_collects_once_the_backlog_has_drained() -> None:
+    before = gc.get_threshold()
     policy = FreezeOnGrowth()
     peak = FREEZE_FLOOR + 1000 * FREEZE_STEP
     for pending in range(FREEZE_FLOOR, peak + 1, FREEZE_STEP):
@@ -65,8 +68,10 @@ def test_thaws_and_collects_once_the_backlog_has_drained() -> None:
     assert ref() is not None  # frozen: the collector does not see it
     policy(FREEZE_FLOOR // 2)
     assert policy.frozen and ref() is not None  # not drained below the thaw point yet
+    assert gc.get_threshold()[0] == YOUNG_WHILE_FROZEN  # young collections wait longer while frozen
     policy(FREEZE_FLOOR // 2 - 1)  # drained: thaw, collect
     assert not policy.frozen and gc.get_freeze_count() == 0 and ref() is None
+    assert gc.get_threshold() == before  # restored
     policy(0)
     assert not policy.frozen  # nothing frozen since: no second collection
     policy(FREEZE_FLOOR - 1)
