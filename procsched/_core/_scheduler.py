@@ -145,6 +145,11 @@ R_CANCELLED, R_STOPPED, R_INTERRUPT = CancelResult.CANCELLED, CancelResult.STOPP
 R_REFUSED, R_UNKNOWN = CancelResult.REFUSED, CancelResult.UNKNOWN
 CLAIMED = transition(PENDING, "claim")  # PENDING --claim--> RUNNING
 CANCELLED_PENDING = transition(PENDING, "cancel")  # PENDING --cancel--> CANCELLED
+#: Members by value, for runners that get kinds and misfire policies as
+#: strings off a wire: ``KIND_OF[kind]`` is a dict lookup (~15 ns),
+#: ``Kind(kind)`` runs the enum machinery (~240 ns, as much as half an add).
+KIND_OF: dict[str, Kind] = {member.value: member for member in Kind}
+MISFIRE_OF: dict[str, Misfire] = {member.value: member for member in Misfire}
 
 
 class Run(NamedTuple):
@@ -372,18 +377,6 @@ class SchedulerCore:
         time of the call, from which ``extra.until_ns`` counts.
         """
         seq = next(self._seq)
-        tasks = self._tasks
-        if task_id is None and self._own_ids:
-            tid = seq  # a fresh number, and every id so far was the core's: no task holds it
-        else:
-            tid = seq if task_id is None else task_id
-            self._own_ids = False
-            if tid in tasks:
-                if not _is_buried(tasks[tid]):
-                    raise ValueError(f"task_id {tid!r} is already in use")
-                del tasks[tid]  # a cancelled task's id, chosen again: the new task goes last in submission order
-                self._buried -= 1
-                self._dead += 1  # its heap entry stays dead, counted as such
         task = _Task()
         task.seq = seq
         task.kind = kind
@@ -406,16 +399,40 @@ class SchedulerCore:
                     raise ValueError("the calendar task has no slot before its until")
                 extra.slot = slot
                 due_ns = task.due = slot - self.wall_offset
-                self.calendars += 1
             elif extra.until_ns is not None:
                 extra.until_ns += now
-        tasks[tid] = task
+        tasks = self._tasks
+        if task_id is None and self._own_ids:
+            tid = seq  # a fresh number, and every id so far was the core's: no task holds it
+            tasks[tid] = task
+        else:
+            tid = seq if task_id is None else task_id
+            self._own_ids = False
+            # A runner's id is new but for a cancelled task's id chosen again:
+            # one probe of the table (a million records: a cache miss) stores
+            # the record, the rare id already held is seen by what it returns.
+            if tasks.setdefault(tid, task) is not task:
+                self._reuse_id(tid, task)
+        if extra is not None and extra.trigger is not None:
+            self.calendars += 1
         # _push, inlined (the per-task path)
         if self._due_first:
             heappush(self._timers, (due_ns, -priority, seq, tid))
         else:
             heappush(self._timers, (due_ns, seq, tid))
         return tid
+
+    def _reuse_id(self, tid: int, task: _Task) -> None:
+        """``add`` with an id the table holds: a buried (cancelled) task's id
+        is given to the new task, which goes last in submission order; a
+        live task's id is refused."""
+        tasks = self._tasks
+        if not _is_buried(tasks[tid]):
+            raise ValueError(f"task_id {tid!r} is already in use")
+        del tasks[tid]
+        tasks[tid] = task
+        self._buried -= 1
+        self._dead += 1  # the buried task's heap entry stays dead, counted as such
 
     def claim(self, now: int) -> Run | None:
         """Hand out the next run due at ``now`` under the policy (task -> RUNNING).
