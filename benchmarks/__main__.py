@@ -3,7 +3,8 @@
     python -m benchmarks                     # the full suite (several minutes)
     python -m benchmarks --quick             # smaller workloads, under ~2 minutes
     python -m benchmarks --only throughput --only crashes   (or --only throughput,crashes)
-    python -m benchmarks --check             # exit 1 if procsched misses a target
+    python -m benchmarks --check             # exit 1 if procsched misses a target (the full run
+                                             # checks the core's targets too: core_scale)
     python -m benchmarks --workers 4
     python -m benchmarks --only soak --minutes 10      # benchmarks/soak.py, if present
     python -m benchmarks --only core_scale             # benchmarks/core_scale.py, if present
@@ -24,8 +25,11 @@ from typing import Any
 
 from . import _contenders, _harness
 
-#: Entries that hand over to another script's ``main(argv)``; run only when named.
+#: Entries that hand over to another script's ``main(argv)``; run only when
+#: named, except core_scale's target check, which the whole suite runs too.
 EXTERNAL = {"soak": "benchmarks.soak", "core_scale": "benchmarks.core_scale"}
+#: core_scale's arguments in a whole-suite run: the rows its targets are checked on.
+CORE_TARGETS = ["--policies", "priority", "--gc", "on", "--repeat", "3"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # unknown options go on to soak/core_scale intact
         description="Benchmarks: procsched against its threads runner and the peers users would pick instead.",
         epilog="Scenarios: " + ", ".join(REGISTRY) + "; also (only when named): " + ", ".join(EXTERNAL)
-        + ". Unrecognised options are passed on to soak/core_scale.",
+        + " (a full run without --only runs core_scale's target check too). "
+        + "Unrecognised options are passed on to soak/core_scale.",
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads and fewer repetitions (< ~2 min)")
     p.add_argument("--tiny", action="store_true", help="minimal sizes, for the smoke test only (figures meaningless)")
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in only:
         if name in EXTERNAL:
             forwarded = list(extra)
+            if name == "core_scale" and args.check:
+                forwarded.append("--check")
             if name == "soak":  # options soak.py shares with this parser, when given explicitly
                 if any(a == "--workers" or a.startswith("--workers=") for a in given):
                     forwarded += ["--workers", str(args.workers)]
@@ -90,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                     forwarded += ["--results-dir", args.results_dir]
             status = max(status, _run_external(name, forwarded))
     names = [n for n in (only or list(REGISTRY)) if n in REGISTRY]
+    if not only and not args.tiny and not args.quick:
+        # The whole suite: the core's targets too (issue 13), as core_scale checks them.
+        status = max(status, _run_external("core_scale", CORE_TARGETS + (["--check"] if args.check else [])))
     if not names:
         return status
 

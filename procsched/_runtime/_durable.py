@@ -60,7 +60,7 @@ import os
 import time
 from typing import Any
 
-from .._core import Kind, Misfire
+from .._core import KIND_OF, MISFIRE_OF, Kind, Misfire
 from .._core import TaskState as RunState
 from .._core._scheduler import SchedulerCore
 from .._errors import StoreError
@@ -316,7 +316,7 @@ class Journal:
             # A plain shape's tasks go to the core directly, its enums made
             # once (Engine.add would make them per task); a calendar, retry
             # or limits take Engine.add (per task: its trigger, its errors).
-            plain = None if extra is not None else (priority, Kind(kind), period, Misfire(misfire), stop_on_error,
+            plain = None if extra is not None else (priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error,
                                                     default_timeout if timeout is None else timeout, payload, name)
             self.shapes.append((plain, (priority, kind, period, misfire, stop_on_error, timeout, name, payload),
                                 extra, period_ns))  # fmt: skip

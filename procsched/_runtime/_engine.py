@@ -72,7 +72,7 @@ import heapq
 import itertools
 from typing import Any, Protocol
 
-from .._core import CancelResult, Kind, Misfire, Policy, Run, SchedulerCore, TaskState
+from .._core import KIND_OF, MISFIRE_OF, CancelResult, Kind, Policy, Run, SchedulerCore, TaskState
 from .._core._calendar import CronTrigger
 from .._core._scheduler import RetryPolicy, TaskExtra
 from .._core._state import OUTCOMES
@@ -256,7 +256,7 @@ class Engine:
             self.prio[task_id] = priority
         if extra is None:
             self.core.add(  # (dict lookups: an Enum call costs a microsecond per task)
-                due, priority, _KINDS[kind], period, _MISFIRES[misfire], stop_on_error, timeout, payload, name, task_id
+                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id
             )
             return
         cron, after_wall, until, max_runs, retry, retry_on, now = extra
@@ -268,7 +268,7 @@ class Engine:
                 trigger = CronTrigger(cron[0], from_wire(cron[1]))
             policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
             self.core.add(
-                due, priority, Kind(kind), period, Misfire(misfire), stop_on_error, timeout, payload, name, task_id,
+                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id,
                 TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
@@ -974,10 +974,6 @@ class Engine:
 
     def _log(self, level: int, message: str) -> None:
         self.events.append((EV_LOG, level, message))
-
-
-_KINDS = {kind.value: kind for kind in Kind}
-_MISFIRES = {misfire.value: misfire for misfire in Misfire}
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:
