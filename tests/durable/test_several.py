@@ -49,7 +49,7 @@ def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers
     _start(peers, "p0", cfg, tmp_path)
     for name in ("p1", "p2"):
         _start(peers, name, cfg, tmp_path)
-    time.sleep(10)  # real time: ten seconds of slots, shared by the three
+    wait_for(lambda: len(lines(rate)) >= 150 and len(lines(cron)) >= 9, 60, "ten seconds of slots", peers)
     views = [p.ask("stats") for p in peers]
     for p, view in zip(peers, views):
         assert view["store"]["scheduler"]["pid"] == p.pid
@@ -115,8 +115,9 @@ def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_
         # stopped mid-transaction holds the file's write lock and stalls every
         # other scheduler until it goes on or dies (README: the SQLite limit).
         n = len(lines(out))
-        wait_for(lambda: len(lines(out)) > n, 10, "a slot to start")
-        time.sleep(0.04)  # its claim committed, its end (a few ms) too; the next slot is 60 ms away
+        run = wait_for(lambda: lines(out)[n:], 10, "a slot to start")[0][0]
+        wait_for(lambda: any(h.run == run and h.outcome is not None for h in store.history("r")), 10,
+                 "its end to be recorded")  # its claim and its end committed; the next slot is ~100 ms away
         a.signal(signal.SIGSTOP, stopped)
         t_stop = time.time()
         wait_for(lambda: all(h.id != old.id for h in store.schedulers()), lease + 10, "b to take a over")
@@ -187,7 +188,7 @@ def test_clock_skew_between_schedulers_runs_no_slot_twice(store_url, tmp_path, p
              {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron}]  # fmt: skip
     _start(peers, "a", {"store": store_url, "lease": 1.5, "tasks": tasks}, tmp_path)
     _start(peers, "b", {"store": store_url, "lease": 1.5, "tasks": tasks, "skew_ns": 400_000_000}, tmp_path)
-    time.sleep(5)
+    wait_for(lambda: len(lines(rate)) >= 40 and len(lines(cron)) >= 4, 60, "five seconds of slots", peers)
     for p in peers:
         p.quit()
     with open_store(store_url) as store:
