@@ -41,6 +41,8 @@ import os
 import pickle
 import sys
 
+from ._worker_main import name_process  # (a module that imports nothing)
+
 #: What the forkserver imports before it forks the first worker.
 #: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
 FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver",
@@ -170,7 +172,7 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str
         try:
             for fd in (*ours, alive_w):
                 os.close(fd)
-            _name_process("psc-forkserver")
+            name_process("psc-forkserver")
             dispatcher_module = sys.modules["__main__"]  # noqa: F841 - kept alive: this code is its
             import builtins
 
@@ -211,7 +213,7 @@ def _fork_resource_tracker(ours: tuple[int, ...]) -> tuple[int, int]:
         try:
             for fd in (*ours, w):
                 os.close(fd)
-            _name_process("psc-rtracker")
+            name_process("psc-rtracker")
             resource_tracker.main(r)  # returns when every holder of w is gone
             code = 0
         except BaseException:  # noqa: BLE001
@@ -222,15 +224,6 @@ def _fork_resource_tracker(ours: tuple[int, ...]) -> tuple[int, int]:
             os._exit(code)  # never into the dispatcher's code (or its atexit)
     os.close(r)
     return w, pid
-
-
-def _name_process(name: str) -> None:
-    """A forked helper's command line is ours: tell them apart in ps/top (psutil's name())."""
-    try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write(name)
-    except OSError:
-        pass
 
 
 def _client_fields(server: Any) -> tuple[Any, ...] | None:
@@ -261,7 +254,7 @@ from .._errors import SchedulerClosedError  # noqa: E402
 from . import _worker_main  # noqa: E402 - the target, not the worker (see _worker_main.py)
 from ._gc import FreezeOnGrowth  # noqa: E402
 from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
-from ._wire import PROTOCOL, CommandReader, FrameReader  # noqa: E402
+from ._wire import PROTOCOL, CommandReader, FrameReader, frame_head  # noqa: E402
 
 #: psutil, imported on first use (``_psutil``): listing a worker's tree, its
 #: RSS, its state. Not at start, where its ~10 ms import would delay the
@@ -412,11 +405,11 @@ class ProcessCarrier:
         if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
             body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob, *more),
                                 PROTOCOL)
-            out.append(memoryview(_frame_head(len(body)) + body))
+            out.append(memoryview(frame_head(len(body)) + body))
         else:  # a header, then the blobs as raw frames, written from their own bytes
             header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start, *more), PROTOCOL)
             for blob in (header, fn_blob, arg_blob):
-                out.append(memoryview(_frame_head(len(blob))))
+                out.append(memoryview(frame_head(len(blob))))
                 out.append(memoryview(blob))
 
     def flush(self) -> None:
@@ -555,7 +548,7 @@ class ProcessCarrier:
         if worker.conn is None:
             return
         body = pickle.dumps(message, PROTOCOL)
-        worker.out.append(memoryview(_frame_head(len(body)) + body))
+        worker.out.append(memoryview(frame_head(len(body)) + body))
         self.write(worker)
 
     def write(self, worker: _Worker, now: int | None = None) -> None:
@@ -610,13 +603,6 @@ def _psutil() -> Any:
 
         psutil = module
     return psutil
-
-
-def _frame_head(size: int) -> bytes:
-    """``Connection.send_bytes``'s frame header for ``size`` bytes."""
-    if size < 2**31 - 1:
-        return size.to_bytes(4, "big", signed=True)
-    return (-1).to_bytes(4, "big", signed=True) + size.to_bytes(8, "big")
 
 
 class Dispatcher:
@@ -914,8 +900,7 @@ class Dispatcher:
         otherwise deadlock the two processes. What the pipe cannot take now
         waits in ``self.out`` until the selector says it is writable."""
         body = pickle.dumps(events, PROTOCOL)
-        self.out += len(body).to_bytes(4, "big", signed=True) if len(body) < 2**31 else (
-            (-1).to_bytes(4, "big", signed=True) + len(body).to_bytes(8, "big"))
+        self.out += frame_head(len(body))
         self.out += body
         self.write_out()
 

@@ -679,22 +679,22 @@ class Journal:
                 known[0] = RECORDED
         if gone:  # a run another scheduler holds never started here: the user hears nothing of it
             ids = {(known[1].task_id, known[1].run) for known in gone}
-            told = [ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in ids)]
-            self.told = [ev for ev in self.told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in ids)]
+            told = _split_started(told, ids)[0]
+            self.told = _split_started(self.told, ids)[0]
         if told:
             self.emit(told)
         for _, run, key in gone:  # another scheduler has it: the next slot
-            worker = None
-            for w, fifo in self.fifo.items():
-                for i, (r, _) in enumerate(fifo):
-                    if r is run:
-                        del fifo[i]
-                        worker = w
-                        break
-                if worker is not None:
-                    break
-            self.peers.lost(engine, worker, run, key, now, self.offset)
+            self.peers.lost(engine, self._unhold(run), run, key, now, self.offset)
         self._release(carrier)
+
+    def _unhold(self, run: Any) -> Any:
+        """Take ``run`` out of its worker's held runs; that worker, or None."""
+        for worker, fifo in self.fifo.items():
+            for i, (held, _) in enumerate(fifo):
+                if held is run:
+                    del fifo[i]
+                    return worker
+        return None
 
     def _retry(self, engine: Any, batch: Any, mine: list[tuple[Any, list[Any]]], told: list[Any],
                error: StoreError, now: int) -> None:  # fmt: skip
@@ -710,9 +710,9 @@ class Journal:
                             "(trying again, at most every 2 s)")  # fmt: skip
         self.retry_ns = min(2 * self.retry_ns or RETRY_FIRST_NS, RETRY_MAX_NS)
         self.retry_at = now + self.retry_ns
-        waiting = {(known[1].task_id, known[1].run) for _c, known in mine}
-        self.emit([ev for ev in told if not (ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting)])
-        self.told[:0] = [ev for ev in told if ev[0] == EV_STARTED and (ev[1], ev[2]) in waiting]
+        others, starts = _split_started(told, {(known[1].task_id, known[1].run) for _c, known in mine})
+        self.emit(others)
+        self.told[:0] = starts
         # The batch goes again, before what came since (a run withdrawn
         # meanwhile has its end there, after its start).
         self.batch.ops[:0] = batch.ops
@@ -742,3 +742,11 @@ class Journal:
         finally:
             self.store.close()
 
+
+def _split_started(events: list[Any], runs: set[tuple[int, int]]) -> tuple[list[Any], list[Any]]:
+    """(the events but the run_started of ``runs`` (task id, run), those run_started)."""
+    rest: list[Any] = []
+    started: list[Any] = []
+    for ev in events:
+        (started if ev[0] == EV_STARTED and (ev[1], ev[2]) in runs else rest).append(ev)
+    return rest, started

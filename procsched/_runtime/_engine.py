@@ -393,16 +393,9 @@ class Engine:
         else:
             for i, entry in enumerate(self.staged):  # taken back after it was claimed
                 if entry[2] is run:
-                    self.staged[i] = self.staged[-1]
-                    self.staged.pop()
-                    heapq.heapify(self.staged)
-                    self.announced.discard((run.task_id, run.run, run.attempt))
+                    self._unstage(i)
                     break
-        for i in range(len(self.events) - 1, -1, -1):
-            ev = self.events[i]
-            if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
-                del self.events[i]
-                break
+        self._drop_started(run)
         done = self.core.skip(run.task_id, run.run, now)
         if done is None or (done.state is TaskState.CANCELLED and not done.ended):
             return  # cancelled during the claim: its cancellation was said already
@@ -741,23 +734,34 @@ class Engine:
                     break
         for i, (_, _, run) in enumerate(self.staged):
             if run.task_id == task_id:
-                self.staged[i] = self.staged[-1]
-                self.staged.pop()
-                heapq.heapify(self.staged)
-                self.announced.discard((run.task_id, run.run, run.attempt))
-                return run
+                return self._unstage(i)
         return None
+
+    def _unstage(self, i: int) -> Run:
+        """Remove and return ``staged[i]`` (no longer to be given again)."""
+        run = self.staged[i][2]
+        self.staged[i] = self.staged[-1]
+        self.staged.pop()
+        heapq.heapify(self.staged)
+        self.announced.discard((run.task_id, run.run, run.attempt))
+        return run
 
     def _unannounce(self, run: Run) -> None:
         """``run`` (the slot's current run, so announced by ``_assign``) is
         taken back: take its run_started back if the user has not heard it,
         else remember that it was heard."""
+        if not self._drop_started(run):
+            self.announced.add((run.task_id, run.run, run.attempt))
+
+    def _drop_started(self, run: Run) -> bool:
+        """Take ``run``'s run_started out of the turn's events; False if it
+        is not there (flushed to the user already)."""
         for i in range(len(self.events) - 1, -1, -1):
             ev = self.events[i]
             if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
                 del self.events[i]
-                return
-        self.announced.add((run.task_id, run.run, run.attempt))
+                return True
+        return False
 
     def _stage(self, run: Run) -> None:
         heapq.heappush(self.staged, (self._rank(run), next(self._staged_n), run))

@@ -92,11 +92,22 @@ OOB_MIN = 1 << 20
 SMALL_FRAME = 16384
 
 
-def write_frame(fd: int, body: bytes) -> None:
-    """Write ``body`` (at most SMALL_FRAME bytes) to a blocking descriptor as
-    one ``Connection.send_bytes`` frame, in one piece as it writes them -
-    without its checks and slicing, a few microseconds on a hot path."""
-    data = len(body).to_bytes(4, "big") + body
+def frame_head(size: int) -> bytes:
+    """``Connection.send_bytes``'s frame header for ``size`` bytes."""
+    if size < 2**31 - 1:
+        return size.to_bytes(4, "big", signed=True)
+    return (-1).to_bytes(4, "big", signed=True) + size.to_bytes(8, "big")
+
+
+def send_frame(conn: Connection, body: bytes) -> None:
+    """``conn.send_bytes(body)`` on a blocking connection; a small frame
+    (the usual command, a run's "done") is written here in one piece as it
+    writes them, without its checks and slicing - microseconds on a hot path."""
+    if len(body) > SMALL_FRAME:
+        conn.send_bytes(body)
+        return
+    data = frame_head(len(body)) + body
+    fd = conn.fileno()
     while data:
         data = data[os.write(fd, data) :]
 
@@ -106,11 +117,7 @@ def send_command(conn: Connection, message: tuple[Any, ...]) -> None:
     frame (how many raw frames follow it), the pickled message, then each
     blob as a frame of its own (see ``CommandReader``)."""
     if not _has_big(message):
-        body = pickle.dumps(message, PROTOCOL)
-        if len(body) > SMALL_FRAME:
-            conn.send_bytes(body)
-            return
-        write_frame(conn.fileno(), body)  # the usual command (a submit)
+        send_frame(conn, pickle.dumps(message, PROTOCOL))
         return
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(_out_of_band(message), PROTOCOL, buffer_callback=buffers.append)

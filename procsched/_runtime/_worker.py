@@ -57,7 +57,7 @@ from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle, wall_datetime
 from .._validate import TaskSpec, flag, task_id as task_id_, wire_extra
 from ._engine import BLOB_ERROR
-from ._wire import PROTOCOL, SMALL_FRAME, CallLoader, FrameReader, pack_call, pack_error, pack_value, write_frame
+from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value, send_frame
 
 NS = 1_000_000_000
 
@@ -231,7 +231,6 @@ class _Channel:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.fd = conn.fileno()
         self.reader = FrameReader(conn.fileno())
         self.cond = threading.Condition(threading.Lock())  # guards the fields below
         self.orders: collections.deque[Any] = collections.deque()
@@ -245,10 +244,7 @@ class _Channel:
 
     def send(self, frame: bytes) -> None:
         with self.send_lock:
-            if len(frame) <= SMALL_FRAME:
-                write_frame(self.fd, frame)  # a run's "done", usually
-            else:
-                self.conn.send_bytes(frame)
+            send_frame(self.conn, frame)
 
     def order(self) -> Any:
         return self._take(self.orders)

@@ -17,11 +17,18 @@ if TYPE_CHECKING:
 
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
-    try:  # forked from the forkserver, which is a fork of the dispatcher: its command line is theirs
-        with open("/proc/self/comm", "w") as comm:
-            comm.write("psc-worker")
-    except OSError:
-        pass
+    name_process("psc-worker")
     from ._worker import main as worker_main
 
     worker_main(conn, capture, tickets)
+
+
+def name_process(name: str) -> None:
+    """A process forked from the dispatcher (the forkserver, the resource
+    tracker, and so the workers) has its command line: tell them apart in
+    ps/top (psutil's name())."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name)
+    except OSError:
+        pass
