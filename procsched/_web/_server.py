@@ -66,8 +66,9 @@ class Console:
         self.port = self.sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/"
+        # No proxy headers: a client must not choose the address it is throttled by.
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=GRACE, ws="none")  # fmt: skip
+                                timeout_graceful_shutdown=GRACE, ws="none", proxy_headers=False)  # fmt: skip
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
