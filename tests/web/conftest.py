@@ -118,3 +118,25 @@ def program(scheduler: procsched.Scheduler, tmp_path: Path) -> Iterator[Any]:
         yield served
     finally:
         served.close()
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, what: str = "") -> Any:
+    """Wait (a deadlock guard, not a timing) until ``predicate()`` is truthy."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def lines(path: str) -> int:
+    try:
+        with open(path) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
