@@ -68,6 +68,13 @@ class Live:
         self._changed = asyncio.Event()
         self._watched = asyncio.Event()
         self.shutdown = anyio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def end_streams(self) -> None:
+        """From any thread: end every open event stream (before a stop, so
+        that the server need not wait for them)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.shutdown.set)
 
     def join(self) -> None:
         self.watchers += 1
@@ -89,7 +96,7 @@ class Live:
         changed.set()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         last: object = None
         while True:
             await self._watched.wait()
@@ -357,19 +364,28 @@ def _when(value: object, name: str) -> datetime:
 
 
 def when_text(when: datetime | None) -> str:
-    """Local time with its zone: ``2026-12-04 16:03:05 CET``."""
+    """Local time with its zone: ``2026-12-04 16:03:05 CET`` (``16:03:05.250`` for sub-second slots)."""
     if when is None:
         return "-"
     local = when.astimezone()
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + (local.tzname() or "")
+    ms = f".{local.microsecond // 1000:03d}" if local.microsecond // 1000 else ""
+    return local.strftime("%Y-%m-%d %H:%M:%S") + ms + " " + (local.tzname() or "")
 
 
 def relative_text(when: datetime | None, now: datetime) -> str:
-    """``in 3.2 s``, ``5 min ago``."""
+    """``in 3.2 s``, ``5 min ago``, ``in 10.5 h``."""
     if when is None:
         return ""
     seconds = (when - now).total_seconds()
-    text = _words.duration_text(abs(seconds)) if abs(seconds) >= 0.001 else "0 s"
+    left = abs(seconds)
+    if left < 60:
+        text = _words.duration_text(left) if left >= 0.001 else "0 s"
+    elif left < 3600:
+        text = f"{left / 60:.0f} min"
+    elif left < 86400:
+        text = f"{left / 3600:.1f} h"
+    else:
+        text = f"{left / 86400:.1f} d"
     return f"in {text}" if seconds >= 0 else f"{text} ago"
 
 

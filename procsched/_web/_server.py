@@ -108,6 +108,7 @@ class Console:
 
     def close(self) -> None:
         """Stop serving (open event streams end) and release the source."""
+        self.live.end_streams()
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(GRACE + 5)

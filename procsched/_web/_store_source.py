@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import urllib.parse
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -68,7 +69,7 @@ class StoreSource(ConsoleSource):
         from .._store import open_store
 
         self.store: Any = open_store(target)  # StoreError / ValueError: the caller says why
-        self.title = f"store {target}"
+        self.title = f"store {_redacted(target)}"
         self._lock = threading.Lock()  # one thread at a time on the connection
         self._since = 0  # store clock of the last change read
         self._mark: tuple[Any, ...] = ()
@@ -244,6 +245,15 @@ class StoreSource(ConsoleSource):
     def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
         self._task(ref)
         raise Refused(NEEDS_CONTROL.format("A backfill"))
+
+
+def _redacted(target: str) -> str:
+    """The store as the pages name it: a URL without its password."""
+    parts = urllib.parse.urlsplit(target)
+    if parts.password is None:
+        return target
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _holder_text(holder_id: str) -> str:
