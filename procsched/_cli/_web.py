@@ -1,7 +1,7 @@
 """``procsched web --store S`` and ``procsched run jobs.py --web [HOST:]PORT``: the console.
 
     procsched web --store S [--host H] [--port P] [--read-only]
-        StoreSource(S) ──▶ Console ──▶ serves in the foreground until Ctrl-C / SIGTERM
+        StoreSource(S) ──▶ Console (its own thread) ──▶ the main thread waits for Ctrl-C / SIGTERM
     procsched run jobs.py --web [HOST:]PORT [--web-read-only]   (and procsched demo --web ...)
         Session ──▶ start_console(session, scheduler) ──▶ ProgramSource ──▶ Console on its own thread
 
@@ -12,7 +12,9 @@ or ``PROCSCHED_WEB_TOKEN``) on stderr. Needs ``pip install "procsched[web]"``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Any
 
 EXIT_OK = 0
@@ -95,11 +97,19 @@ def web_command(args: argparse.Namespace) -> int:
         source.close()
         print(f"procsched: cannot serve the console on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    _announce(console, sys.stderr)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        console.serve()
+        console.start()
+        _announce(console, sys.stderr)
+        stop.wait()
+    except OSError as exc:
+        print(f"procsched: the console failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
-        source.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        console.close()
     return EXIT_OK
 
 

@@ -1,9 +1,9 @@
 """Serving the console: uvicorn on a socket bound here.
 
 ``Console(source, host=..., port=...)`` binds at once (an ``OSError`` names
-a taken port at the call), then either serves in the calling thread
-(``serve()``, ``procsched web``: uvicorn handles Ctrl-C / SIGTERM) or on a
-thread of its own (``start()`` / ``close()``, beside a running program).
+a taken port at the call), then serves on a thread of its own
+(``start()`` / ``close()``): beside a running program (``run --web``), or
+while the main thread waits for Ctrl-C / SIGTERM (``procsched web``).
 No access log: the login link's token must not reach a log.
 """
 
@@ -81,13 +81,6 @@ class Console:
     def live(self) -> Any:
         """The change-mark reader (``_app.Live``)."""
         return self.app.app.state.live  # type: ignore[attr-defined]
-
-    def serve(self) -> None:
-        """Serve until Ctrl-C or SIGTERM (in the main thread)."""
-        try:
-            self.server.run(sockets=[self.sock])
-        finally:
-            self.sock.close()
 
     def start(self, timeout: float = 10.0) -> None:
         """Serve on a thread of its own; return once it serves (its lifespan started)."""
