@@ -37,12 +37,20 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import _chart, _words
-from ._model import ACTIONS, BadRequest, ConsoleError, ConsoleSource, Job, JobDetail, NotFound
+from ._model import (
+    ACTIONS,
+    BadRequest,
+    ConsoleError,
+    ConsoleSource,
+    Job,
+    JobDetail,
+    NotFound,
+)
 from ._security import Access, Guard
 
 logger = logging.getLogger("procsched")

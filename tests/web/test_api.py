@@ -7,7 +7,7 @@ import time
 from datetime import datetime
 
 import pytest
-from conftest import lines, rate, serve, wait_until
+from web_helpers import lines, serve, wait_until
 
 import procsched
 from procsched._web._store_source import StoreSource

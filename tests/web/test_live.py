@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from conftest import TOKEN, serve, wait_until
+from web_helpers import TOKEN, serve, wait_until
 
 import procsched
 from procsched._web._store_source import StoreSource

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TOKEN, serve
 from starlette.routing import Mount, Route
+from web_helpers import TOKEN, serve
 
 from procsched._web._security import COOKIE, DELAY_BASE
 
@@ -133,7 +133,7 @@ def test_logout_ends_the_session(program):
 
 def test_read_only_offers_and_takes_no_action(scheduler):
     import web_jobs
-    from conftest import rate
+    from web_helpers import rate
 
     from procsched._web._program import ProgramSource
 
