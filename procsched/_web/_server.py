@@ -31,6 +31,10 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit it: uvicorn writes a response's head and
+        # body apart, and with Nagle on, a kept-alive connection's body waited
+        # for the client's delayed ACK (40 ms a request).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(128)
         sock.set_inheritable(False)

@@ -26,7 +26,7 @@ def log_in(page, served):
     assert page.url == served.url + "/"
 
 
-def test_login_link_and_the_jobs(page, program):
+def test_login_link_and_the_jobs(program, page):
     log_in(page, program)
     rows = page.locator("table.jobs tbody tr")
     assert rows.count() == 3
@@ -40,7 +40,7 @@ def test_login_link_and_the_jobs(page, program):
     assert page.locator("table.jobs tbody tr").count() == 1
 
 
-def test_a_run_appears_without_reloading(page, program):
+def test_a_run_appears_without_reloading(program, page):
     log_in(page, program)
     page.click("text=tick")
     page.wait_for_selector("#job table.runs")
@@ -58,7 +58,7 @@ def test_a_run_appears_without_reloading(page, program):
     assert page.evaluate("window.loadedOnce") is True
 
 
-def test_pause_in_the_browser_stops_the_program_running_it(page, program):
+def test_pause_in_the_browser_stops_the_program_running_it(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
     wait_until(lambda: lines(program.log) >= 1, what="tick's first run")
@@ -75,7 +75,7 @@ def test_pause_in_the_browser_stops_the_program_running_it(page, program):
     wait_until(lambda: lines(program.log) > seen, what="runs again after the resume")
 
 
-def test_a_page_without_the_token_shows_nothing(page, program):
+def test_a_page_without_the_token_shows_nothing(program, page):
     wait_until(lambda: program.scheduler.get(3).runs, what="a failed run")
     for path in ("/", "/jobs/~3", "/instances", "/workers", "/fragments/jobs", "/api/jobs", "/api/jobs/~3"):
         answer = page.goto(program.url + path)
@@ -91,7 +91,7 @@ def test_a_page_without_the_token_shows_nothing(page, program):
 
 
 @pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
-def test_run_now_in_the_browser(page, program):
+def test_run_now_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
     page.click("button[name=pause]")
@@ -104,7 +104,7 @@ def test_run_now_in_the_browser(page, program):
 
 
 @pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
-def test_backfill_dry_run_then_backfill_in_the_browser(page, program):
+def test_backfill_dry_run_then_backfill_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
     wait_until(lambda: program.scheduler.get(1).runs, what="a run")
@@ -121,7 +121,7 @@ def test_backfill_dry_run_then_backfill_in_the_browser(page, program):
     wait_until(lambda: lines(program.log) >= seen + 5, what="the backfilled runs")
 
 
-def test_run_now_and_backfill_in_the_browser_say_why_not_yet(page, program):
+def test_run_now_and_backfill_in_the_browser_say_why_not_yet(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
     page.click("button[name=run-now]")
@@ -159,7 +159,7 @@ def demo_store(tmp_path):
         s.shutdown(wait=True, cancel_futures=True)
 
 
-def test_screenshots(page, browser, demo_store, tmp_path, monkeypatch):
+def test_screenshots(browser, demo_store, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     served = serve(StoreSource("demo.db"))
     out = Path(SHOTS) if SHOTS else tmp_path

@@ -90,3 +90,11 @@ def test_run_with_web(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_console_benchmark_runs():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.console", "--jobs", "50", "--runs", "5", "--repeat", "1"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| GET /api/jobs (50 jobs) |" in proc.stdout
