@@ -145,13 +145,13 @@ def demo_store(tmp_path):
     log = str(tmp_path / "marks.log")
     s = procsched.Scheduler(workers=2, store=db)
     handles = [
-        s.schedule_at_fixed_rate(web_jobs.mark, 0.1, args=(log,), key="billing.sync-invoices"),
+        s.schedule_at_fixed_rate(web_jobs.report, 0.1, args=(log,), key="billing.sync-invoices"),
         s.schedule_at_fixed_rate(web_jobs.fails, 0.15, key="crm.import-contacts"),
         s.schedule_with_fixed_delay(web_jobs.tick, 0.2, key="cache.warm"),
         s.schedule_cron(web_jobs.tick, "0 3 * * *", tz="Europe/Berlin", key="reports.nightly"),
         s.schedule_cron(web_jobs.tick, "*/15 8-18 * * mon-fri", tz="America/New_York", key="ops.heartbeat"),
     ]
-    wait_until(lambda: len(handles[0].runs) >= 12 and len(handles[1].runs) >= 6, what="some history")
+    wait_until(lambda: len(handles[0].runs) >= 24 and len(handles[1].runs) >= 6, what="some history")
     handles[2].pause()
     try:
         yield db
@@ -176,7 +176,7 @@ def test_screenshots(browser, demo_store, tmp_path, monkeypatch):
             pg.goto(f"{served.url}/jobs/billing.sync-invoices")
             pg.wait_for_selector("svg.chart")
             assert pg.evaluate("document.documentElement.scrollWidth") <= width
-            pg.screenshot(path=str(out / f"console-job{suffix}.png"), full_page=False)
+            pg.screenshot(path=str(out / f"console-job{suffix}.png"), full_page=not suffix)  # a phone: one screen
             context.close()
         assert (out / "console-jobs.png").stat().st_size > 10_000
     finally:
