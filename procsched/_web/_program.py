@@ -163,9 +163,9 @@ class ProgramSource(ConsoleSource):
                 return handle
         if ref.startswith(UNKEYED) and ref[1:].isdigit():
             with self._lock:
-                handle = self._known.get(int(ref[1:]))
-            if handle is not None:
-                return handle
+                known = self._known.get(int(ref[1:]))
+            if known is not None:
+                return known
         raise NotFound(f"no task {ref!r}")
 
     def job(self, ref: str, limit: int = 50) -> JobDetail:
@@ -239,7 +239,7 @@ class ProgramSource(ConsoleSource):
     def run_now(self, ref: str) -> bool:
         handle = self._handle(ref)
         try:
-            run_now = handle.run_now  # type: ignore[attr-defined]  # issue 22: not on TaskHandle yet
+            run_now = handle.run_now  # issue 22: not on TaskHandle yet (AttributeError from its __getattr__)
         except AttributeError:
             raise Refused(NEEDS_ISSUE_22.format("run now", "run_now")) from None
         done = bool(run_now())
@@ -250,7 +250,7 @@ class ProgramSource(ConsoleSource):
     def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
         handle = self._handle(ref)
         try:
-            backfill = handle.backfill  # type: ignore[attr-defined]  # issue 22: not on TaskHandle yet
+            backfill = handle.backfill  # issue 22: not on TaskHandle yet
         except AttributeError:
             raise Refused(NEEDS_ISSUE_22.format("a backfill", "backfill")) from None
         try:

@@ -32,12 +32,9 @@ import secrets
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 COOKIE = "procsched_session"
 CSRF_HEADER = "x-csrf-token"
@@ -301,7 +298,7 @@ async def _body(receive: Receive, limit: int = 4096) -> bytes:
 
 
 def _with_headers(send: Send) -> Send:
-    async def wrapped(message: dict[str, Any]) -> None:
+    async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             have = {k.lower() for k, _ in message.get("headers", [])}
             message = {**message, "headers": [*message.get("headers", []),

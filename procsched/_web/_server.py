@@ -22,7 +22,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 TOKEN_ENV = "PROCSCHED_WEB_TOKEN"
 #: Seconds a stop waits for open streams before closing them.
-GRACE = 1.0
+GRACE = 1
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -205,7 +205,7 @@ class StoreSource(ConsoleSource):
                 yield inst
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(Collector())  # type: ignore[arg-type]
+        registry.register(Collector())
         return bytes(generate_latest(registry))
 
     # -- actions: the writes an instance makes itself --------------------------------
