@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 ]
         finally:
             console.close()
-    print(f"\n| request | median [ms] | max [ms] | target [ms] | verdict |\n|---|---:|---:|---:|---|")
+    print("\n| request | median [ms] | max [ms] | target [ms] | verdict |\n|---|---:|---:|---:|---|")
     for name, times, target in rows:
         median = statistics.median(times)
         verdict = "-" if target is None else ("PASS" if median <= target else "MISS")

@@ -106,14 +106,21 @@ class Live:
     async def run(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
         last: object = None
+        failing = False
         while True:
             await self._watched.wait()
             started = loop.time()
             try:
                 mark = await run_in_threadpool(self.source.change_mark)
-            except Exception as exc:  # noqa: BLE001 - a store fault: say so, try again in a second
-                logger.warning("console: reading the change mark failed: %s: %s", type(exc).__name__, exc)
-                mark = last
+            except Exception as exc:  # noqa: BLE001 - a store fault: say so once, try again in a second
+                if not failing:
+                    logger.warning("console: reading the change mark failed (retried every second): %s: %s",
+                                   type(exc).__name__, exc)  # fmt: skip
+                failing, mark = True, last
+            else:
+                if failing:
+                    logger.warning("console: the change mark reads again")
+                failing = False
             self.reads += 1
             if mark != last:
                 last = mark

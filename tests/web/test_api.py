@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime
 
@@ -172,3 +173,36 @@ def test_store_pause_reaches_the_instance(stored):
     assert stored.client.post("/api/jobs/nightly/cancel").json()["ok"] is True
     assert [j["key"] for j in stored.client.get("/api/jobs").json()] == ["tick"]
     assert stored.client.get("/api/jobs/nightly").status_code == 404
+
+
+class _Trap:
+    """Unpickling this creates a file: the console must never do it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_the_store_console_never_unpickles_a_payload(tmp_path):
+    import pickle
+
+    from procsched._store import TaskDefinition, TaskState, open_store
+
+    db, trap = str(tmp_path / "trap.db"), str(tmp_path / "unpickled")
+    store = open_store(db)
+    batch = store.batch()
+    schedule = {"kind": "fixed_rate", "period_ns": 10**9, "initial_delay_ns": 0, "misfire": "catch_up"}
+    batch.upsert(TaskDefinition("trap", "web_jobs:tick", pickle.dumps(((_Trap(trap),), {})), schedule,
+                                {"name": "trap"}), TaskState(next_due_ns=time.time_ns()))  # fmt: skip
+    batch.commit()
+    store.close()
+    served = serve(StoreSource(db))
+    try:
+        for path in ("/api/jobs", "/api/jobs/trap", "/jobs/trap", "/", "/api/instances", "/metrics"):
+            assert served.client.get(path).status_code == 200, path
+        assert served.client.post("/api/jobs/trap/pause").json()["ok"] is True
+    finally:
+        served.close()
+    assert not os.path.exists(trap)

@@ -181,3 +181,13 @@ def test_screenshots(browser, demo_store, tmp_path, monkeypatch):
         assert (out / "console-jobs.png").stat().st_size > 10_000
     finally:
         served.close()
+
+
+def test_the_browser_is_debians_chromium(browser):
+    """Playwright drives /usr/bin/chromium: no browser of its own was downloaded or used."""
+    import subprocess
+
+    from web_helpers import CHROMIUM
+
+    version = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=30).stdout
+    assert browser.version and browser.version in version
