@@ -147,10 +147,27 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     async def call(fn: Any, *args: Any) -> Any:
         return await run_in_threadpool(fn, *args)
 
+    # While pages are open, every viewer's read of one view at one change
+    # generation shares one source read (its fetches come all at once, on
+    # the same event): the store sees one read per view per change, however
+    # many watch. With no page open the generation stands still: read afresh.
+    shared: dict[tuple[Any, ...], tuple[int, asyncio.Future[Any]]] = {}
+
+    async def read(fn: Any, *args: Any) -> Any:
+        if not live.watchers:
+            return await call(fn, *args)
+        key, generation = (fn.__name__, *args), live.generation
+        hit = shared.get(key)
+        if hit is None or hit[0] != generation:
+            if len(shared) > 1000:
+                shared.clear()
+            hit = shared[key] = (generation, asyncio.ensure_future(call(fn, *args)))
+        return await asyncio.shield(hit[1])
+
     # -- pages and fragments ----------------------------------------------------------
 
     async def jobs_context(request: Request) -> dict[str, Any]:
-        jobs = await call(source.jobs)
+        jobs = await read(source.jobs)
         q = request.query_params.get("q", "").strip()
         state = request.query_params.get("state", "")
         shown = filter_jobs(jobs, q, state)
@@ -164,8 +181,9 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     async def jobs_fragment(request: Request) -> Response:
         return page(request, "_jobs_table.html", **await jobs_context(request))
 
-    async def job_context(ref: str, message: str = "", error: str = "", backfill: Any = None) -> dict[str, Any]:
-        detail: JobDetail = await call(source.job, ref)
+    async def job_context(ref: str, message: str = "", error: str = "", backfill: Any = None,
+                          fresh: bool = False) -> dict[str, Any]:  # fmt: skip
+        detail: JobDetail = await (call(source.job, ref) if fresh else read(source.job, ref))
         return {"d": detail, "j": detail.job, "chart": _chart.chart(detail.runs), "message": message, "error": error,
                 "backfill": backfill, "now": datetime.now(timezone.utc), "ref": ref}  # fmt: skip
 
@@ -183,18 +201,18 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             return page(request, "missing.html", 404, message=exc.message)
 
     async def instances_page(request: Request) -> Response:
-        return page(request, "instances.html", instances=await call(source.instances),
+        return page(request, "instances.html", instances=await read(source.instances),
                     now=datetime.now(timezone.utc))  # fmt: skip
 
     async def instances_fragment(request: Request) -> Response:
-        return page(request, "_instances.html", instances=await call(source.instances),
+        return page(request, "_instances.html", instances=await read(source.instances),
                     now=datetime.now(timezone.utc))  # fmt: skip
 
     async def workers_page(request: Request) -> Response:
-        return page(request, "workers.html", instances=await call(source.instances))
+        return page(request, "workers.html", instances=await read(source.instances))
 
     async def workers_fragment(request: Request) -> Response:
-        return page(request, "_workers.html", instances=await call(source.instances))
+        return page(request, "_workers.html", instances=await read(source.instances))
 
     async def page_action(request: Request) -> Response:
         """An action from the job page: the job's fragment, with what happened."""
@@ -218,7 +236,7 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             return page(request, "missing.html", 404, message=exc.message)
         except ConsoleError as exc:
             error = exc.message
-        context = await job_context(ref, message, error, backfill)
+        context = await job_context(ref, message, error, backfill, fresh=True)  # after an action: as it is now
         return page(request, "_job_body.html", **context)
 
     async def act(ref: str, action: str) -> bool:
@@ -253,7 +271,7 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     # -- the JSON API -------------------------------------------------------------------
 
     async def api_jobs(request: Request) -> Response:
-        jobs = await call(source.jobs)
+        jobs = await read(source.jobs)
         q, state = request.query_params.get("q", ""), request.query_params.get("state", "")
         return _json([j.api() for j in filter_jobs(jobs, q, state)])
 
@@ -266,7 +284,7 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             return _json({"error": f"limit must be a whole number from 1 to 1000, not "
                                    f"{request.query_params.get('limit')!r}"}, 400)  # fmt: skip
         try:
-            detail = await call(source.job, request.path_params["ref"], limit)
+            detail = await read(source.job, request.path_params["ref"], limit)
         except ConsoleError as exc:
             return _json({"error": exc.message}, exc.status)
         return _json(detail.api())
@@ -288,10 +306,10 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         return _json({"key": ref, "action": action, "ok": done})
 
     async def api_instances(request: Request) -> Response:
-        return _json([i.api() for i in await call(source.instances)])
+        return _json([i.api() for i in await read(source.instances)])
 
     async def api_workers(request: Request) -> Response:
-        instances = await call(source.instances)
+        instances = await read(source.instances)
         return _json([w.api() for i in instances for w in (i.workers or [])])
 
     async def metrics(request: Request) -> Response:
