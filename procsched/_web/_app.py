@@ -14,8 +14,10 @@
 Live updates: ONE reader per console process (``Live``) reads the source's
 change mark at most once a second, and only while a page is open; each
 open page's event stream waits on it, and on a change the page fetches its
-fragment. So a store sees one cheap read a second whatever the number of
-viewers, and a finished run shows within about a second.
+fragment. The viewers' fetches of one view at one change share one read of
+the source (``read``). So a store sees one cheap read a second, and one
+read per view that is open when something changed, whatever the number of
+viewers; a finished run shows within about a second.
 
 Access control is not here: ``_security.Guard`` wraps this app.
 """
