@@ -88,6 +88,9 @@ def test_a_page_without_the_token_shows_nothing(program, page):
     page.fill("input[name=token]", TOKEN)  # the login form works too
     page.click("button[type=submit]")
     page.wait_for_selector("table.jobs")
+    page.click("form.logout button")  # and logging out ends the session
+    page.wait_for_selector("input[name=token]")
+    assert page.goto(program.url + "/").status == 401
 
 
 @pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
