@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
+
 from .._jobs import Job, JobsFileError, load_jobs_file
 from . import _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
