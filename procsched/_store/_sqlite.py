@@ -95,10 +95,13 @@ class SQLiteStore(SQLStore):
         self.path = os.path.abspath(os.fspath(path))
         self.describe = f"SQLite store {self.path}"
         directory = os.path.dirname(self.path)
-        if read_only and not os.path.isfile(self.path):
-            if os.path.isdir(self.path):
-                raise StoreError(f"{self.describe}: is a directory, not a database file")
-            raise StoreError(f"no store at {self.path} (opened read-only: nothing was created)")
+        if read_only:
+            try:
+                os.stat(self.path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise StoreError(f"no store at {self.path} (opened read-only: nothing was created)") from None
+            except OSError as exc:
+                raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         if not os.path.isdir(directory):
             raise StoreError(f"{self.describe}: the directory {directory} does not exist")
         if os.path.isdir(self.path):
@@ -115,6 +118,7 @@ class SQLiteStore(SQLStore):
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             if read_only:
+                self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
                 check_schema(self)
                 return
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
