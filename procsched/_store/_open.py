@@ -85,7 +85,7 @@ def open_store(target: str | os.PathLike[str], *, read_only: bool = False, secre
     from ._sqlite import SQLiteStore
 
     if text.startswith("sqlite://"):
-        path = text[len("sqlite://"):]
+        path = text[len("sqlite://") :]
         if not path.startswith("/") or path == "/":
             raise StoreURLError(f"a SQLite URL is sqlite:///path, got {redact(text)!r}")
         text = path[1:]  # "/rel" -> "rel", "//abs" -> "/abs"

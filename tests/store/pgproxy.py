@@ -24,6 +24,7 @@ import os
 import socket
 import struct
 import threading
+from typing import Self
 
 
 class Proxy:
@@ -65,7 +66,7 @@ class Proxy:
         for t in self._threads:
             t.join(10)
 
-    def __enter__(self) -> Proxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,7 +93,10 @@ class Proxy:
             state = {"seen": False, "doomed": False}
             with self._lock:
                 self._pairs.append((client, server))
-            for target, args in ((self._upstream, (client, server, state)), (self._downstream, (server, client, state))):
+            for target, args in (
+                (self._upstream, (client, server, state)),
+                (self._downstream, (server, client, state)),
+            ):
                 t = threading.Thread(target=target, args=args, daemon=True)
                 t.start()
                 self._threads.append(t)

@@ -100,8 +100,8 @@ def test_a_scheduler_goes_on_after_a_commit_whose_answer_was_lost(proxy, pg_url,
         for _ in range(2):  # twice: a batch of one claim and one of two are both likely among them
             proxy.lose_next_commit(after=CLAIM)
             assert proxy.cut.wait(20), "no claim was committed through the proxy"
-            seen = [len(h.runs) for h in handles]
-            waiter.until(lambda: all(len(h.runs) >= n + 10 for h, n in zip(handles, seen)), timeout=30)
+            wanted = [(h, len(h.runs) + 10) for h in handles]
+            waiter.until(lambda wanted=wanted: all(len(h.runs) >= n for h, n in wanted), timeout=30)
         for h in handles:
             h.cancel()
     assert "could not record a turn" in caplog.text  # the drop was seen, and retried

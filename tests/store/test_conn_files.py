@@ -71,8 +71,7 @@ def test_a_scheduler_s_store_files_are_private_under_umask_000(tmp_path):
     """The real Scheduler: the facade creates the database, the dispatcher
     and its writer thread the -wal, -shm and lock files."""
     path = str(tmp_path / "s.db")
-    with umask(0o000):
-        with procsched.Scheduler(1, store=path) as s:
-            assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
-            modes = _modes(path)
+    with umask(0o000), procsched.Scheduler(1, store=path) as s:
+        assert s.schedule(jobs_mod.add, 0, args=(1, 2), key="k").result(30) == 3
+        modes = _modes(path)
     assert modes == dict.fromkeys(("db", "-wal", "-shm", "-procsched.lock"), "0o600")

@@ -65,13 +65,9 @@ def test_a_bad_key_is_refused_at_the_call_and_nothing_stops(store_url):
     unkeyed tasks go on."""
     with procsched.Scheduler(2, store=store_url) as s:
         for key in ("k\ud800", "k\x00", "x" * 10_000):
-            for schedule in (
-                lambda: s.schedule(jobs_mod.add, 0, args=(1, 2), key=key),
-                lambda: s.schedule_at_fixed_rate(jobs_mod.add, 0.01, args=(1, 2), key=key),
-                lambda: s.schedule_cron(jobs_mod.add, "* * * * *", args=(1, 2), key=key),
-            ):
+            for method, when in ((s.schedule, 0), (s.schedule_at_fixed_rate, 0.01), (s.schedule_cron, "* * * * *")):
                 with pytest.raises(ValueError, match="^key must") as info:
-                    schedule()
+                    method(jobs_mod.add, when, args=(1, 2), key=key)
                 assert repr(key)[:20] in str(info.value)
         assert s.jobs() == []
         tick = s.schedule_at_fixed_rate(jobs_mod.add, 0.02, args=(1, 1), key="tick", max_runs=5)

@@ -48,8 +48,11 @@ def test_an_unreachable_server_s_error_shows_no_password():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for url in (f"postgresql://u:{PW}@127.0.0.1:{port}/db", f"postgresql://u@127.0.0.1:{port}/db?password={PW}",
-                f"postgresql://u:{PW}@[::1/db?password={PW}"):  # the last one: libpq echoes the URL
+    for url in (
+        f"postgresql://u:{PW}@127.0.0.1:{port}/db",
+        f"postgresql://u@127.0.0.1:{port}/db?password={PW}",
+        f"postgresql://u:{PW}@[::1/db?password={PW}",
+    ):  # the last one: libpq echoes the URL
         with pytest.raises(StoreError) as info:
             open_store(url, connect_timeout=2)
         assert PW not in str(info.value) and "***" in str(info.value)
