@@ -228,12 +228,14 @@ class SQLiteStore(SQLStore):
     @contextlib.contextmanager
     def _gated(self, what: str) -> Iterator[Any]:
         lock, unlock = self._gate_ops
-        self._flock(self._gate, lock)
+        gate = self._gate
+        assert gate is not None  # (_tx comes here only with a gate)
+        self._flock(gate, lock)
         try:
             with super()._tx(what, True) as cur:
                 yield cur
         finally:
-            self._flock(self._gate, unlock)
+            self._flock(gate, unlock)
 
     def manual_checkpoints(self) -> Callable[[], None]:
         """Take WAL checkpoints out of this connection's commits, for a
