@@ -165,9 +165,9 @@ def key(value: object) -> str | None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"key must be a non-empty str or None, not {_describe(value)}")
-    if not value:
-        raise ValueError("key must be a non-empty str, not ''")
-    return value
+    from ._store._keys import check_key  # (here: the store package loads on the first key only)
+
+    return check_key(value)  # a key both stores can hold: length, characters
 
 
 def retry(value: object) -> Any:

@@ -101,7 +101,7 @@ class ThrowawayCluster:
         signal to our process group does not take it along."""
         r, self._watch_w = os.pipe()
         as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.Popen([sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir,  # type: ignore[arg-type]
+        subprocess.Popen([sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir,  # type: ignore[arg-type,list-item]
                           *as_postgres], pass_fds=(r,), start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         os.close(r)

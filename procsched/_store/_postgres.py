@@ -18,6 +18,7 @@ import functools
 from typing import Any, Callable
 
 from .._errors import StoreError
+from ._open import check_schema, lease_ns, redact, scrub, seconds
 from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
 
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
@@ -40,7 +41,14 @@ def _pg_sql(sql: str) -> str:
 
 
 class PostgresStore(SQLStore):
-    """A store in the PostgreSQL database at ``url`` (``postgresql://...``)."""
+    """A store in the PostgreSQL database at ``url`` (``postgresql://...``).
+
+    ``read_only``: read an existing store (its tables must be there), every
+    transaction read-only, nothing created. ``lease``: seconds, from
+    ``lease=`` in the store URL (``lease_ns``). ``secret``: the key(s)
+    signing stored payloads, for the shared code. The URL's password
+    (``user:pw@`` or ``?password=``) is never shown: messages carry the
+    URL ``redact``-ed and the driver's messages ``scrub``-bed."""
 
     BLOB = "BYTEA"
 
@@ -50,33 +58,59 @@ class PostgresStore(SQLStore):
         *,
         keep_runs: int = KEEP_RUNS,
         connect_timeout: float = 5.0,
+        read_only: bool = False,
+        lease: float | None = None,
+        secret: Any = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        super().__init__(keep_runs=keep_runs, clock=clock)
+        super().__init__(keep_runs=keep_runs, clock=clock, secret=secret)
         self.psycopg = _psycopg()
         self.url = url
+        connect_timeout = seconds("connect_timeout", connect_timeout)
         self.connect_timeout = max(2, int(connect_timeout + 0.999))  # libpq: whole seconds, at least 2
-        self.describe = f"PostgreSQL store {_redact(url)}"
+        self.lease_ns = lease_ns(lease)
+        self.read_only = read_only
+        self.describe = f"PostgreSQL store {redact(url)}"
+        # Session settings, made again on every new connection (a reconnect must not drop them).
+        self._session: dict[str, str] = {"default_transaction_read_only": "on"} if read_only else {}
         self.conn: Any = None
         self._connect()
         try:
-            self._init_schema()
+            if read_only:
+                check_schema(self)
+            else:
+                self._init_schema()
         except BaseException:
             self.close()
             raise
 
     def _connect(self) -> None:
+        psycopg = self.psycopg
         try:
-            self.conn = self.psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
-        except self.psycopg.Error as exc:
-            raise StoreError(f"{self.describe}: cannot connect: {str(exc).strip()}") from exc
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
+            try:
+                for name, value in self._session.items():
+                    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
+        except psycopg.Error as exc:
+            message = str(exc).strip()
+            clean = scrub(message, self.url)
+            raise StoreError(f"{self.describe}: cannot connect: {clean}") from (exc if clean == message else None)
 
     def bound_idle_transactions(self, ms: int) -> None:
         """Have the server end this session if it sits inside a transaction
         for ``ms`` without a statement (the process was stopped or hangs):
-        its row locks would otherwise stall the schedulers taking it over."""
+        its row locks would otherwise stall the schedulers taking it over.
+        Kept for the connections this store makes after a drop too."""
+        self._session["idle_in_transaction_session_timeout"] = str(int(ms))
         with self._tx("bounding idle transactions", write=False) as cur:
-            cur.execute(f"SET idle_in_transaction_session_timeout = {int(ms)}")
+            cur.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (str(int(ms)),))
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {redact(self.url)}{' read-only' if self.read_only else ''}>"
 
     def _cursor(self) -> Any:
         if self.conn is None or self.conn.closed or self.conn.broken:
@@ -124,15 +158,16 @@ class PostgresStore(SQLStore):
             f"""WITH v (key, run, attempt, scheduled_ns, started_ns) AS (VALUES {values}),
             won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = v.attempt,
                 next_due_ns = v.scheduled_ns, holder = %s, token = %s, updated_ns = %s
-                FROM v WHERE t.key = v.key AND t.holder IS NULL AND t.paused = 0 AND t.next_attempt = v.attempt
+                FROM v WHERE t.key = v.key AND ((t.holder IS NULL AND t.paused = 0 AND t.next_attempt = v.attempt
                 AND t.run_count + (CASE WHEN t.next_attempt = 1 THEN 1 ELSE 0 END) = v.run
                 AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = v.key AND v.attempt = 1
-                    AND r.run = v.run - 1 AND r.attempt = 1 AND r.scheduled_ns > v.scheduled_ns - %s)
+                    AND r.run = v.run - 1 AND r.attempt = 1 AND r.scheduled_ns > v.scheduled_ns - %s))
+                OR (t.holder = %s AND t.token = %s AND t.run_count = v.run AND t.next_attempt = v.attempt))
                 RETURNING t.key)
             INSERT INTO procsched_runs ({_RUN_COLS})
             SELECT v.key, v.run, v.attempt, v.scheduled_ns, v.started_ns, NULL, %s, %s, NULL, NULL, NULL, %s, %s
             FROM v JOIN won USING (key) {_REPLACE_RUN} RETURNING key, run, attempt""",
-            [*params, h.id, h.token, now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
+            [*params, h.id, h.token, now, SLOT_GAP_NS, h.id, h.token, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
         result.lost.extend(op[1:4] for op in group if op[1:4] not in won)
 
     def _set_finished(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
@@ -170,16 +205,6 @@ class PostgresStore(SQLStore):
                 "'procsched_schedulers', 'procsched_version']::regclass[]) AS c"
             ).fetchone()
         return int(row[0])
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        cred, _, host = rest.rpartition("@")
-        if ":" in cred:
-            return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
-    return url
 
 
 def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:

@@ -147,7 +147,9 @@ class SQLStore:
     SET_OPS: ClassVar[frozenset[str]] = frozenset()
     describe: str = "store"
 
-    def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None,
+                 secret: Any = None) -> None:  # fmt: skip
+        # secret: the key(s) that sign stored payloads (issue 24; the signing is the store2 branch's)
         if type(keep_runs) is not int or keep_runs < 1:
             raise ValueError(f"keep_runs must be an int >= 1, got {keep_runs!r}")
         self.keep_runs = keep_runs
@@ -453,15 +455,18 @@ class SQLStore:
 
     def _op_started(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
                     scheduled_ns: int, started_ns: int | None) -> None:  # fmt: skip
-        # The claim: only the task's exact next (run, attempt), only if free and not paused.
+        # The claim: only the task's exact next (run, attempt), only if free and not paused - or
+        # this very claim, already ours: a batch retried after its COMMIT's answer was lost
+        # (the connection dropped) finds what it wrote (issue 20 item 5).
         cur = self._x(cur, """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?,
                 holder = ?, token = ?, updated_ns = ?
-                WHERE key = ? AND holder IS NULL AND paused = 0 AND next_attempt = ?
+                WHERE key = ? AND ((holder IS NULL AND paused = 0 AND next_attempt = ?
                 AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
                 AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
-                    AND r.scheduled_ns > ?)""",
+                    AND r.scheduled_ns > ?))
+                OR (holder = ? AND token = ? AND run_count = ? AND next_attempt = ?))""",
                 (run, attempt, scheduled_ns, h.id, h.token, now, key, attempt, run,
-                 key, run - 1 if attempt == 1 else 0, scheduled_ns - SLOT_GAP_NS))  # fmt: skip
+                 key, run - 1 if attempt == 1 else 0, scheduled_ns - SLOT_GAP_NS, h.id, h.token, run, attempt))  # fmt: skip
         if cur.rowcount != 1:
             result.lost.append((key, run, attempt))
             return

@@ -26,16 +26,18 @@ import time
 from typing import Any, Callable, Iterator
 
 from .._errors import StoreError
+from ._open import check_schema, lease_ns, seconds
 from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
 
 # The statements of _set_started / _set_finished: the same as _sql's
 # _op_started / _op_finished (the slot guard included), run with executemany (one prepared statement
 # for the whole group, no Python between rows).
 _CLAIM = """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?, holder = ?, token = ?,
-    updated_ns = ? WHERE key = ? AND holder IS NULL AND paused = 0 AND next_attempt = ?
+    updated_ns = ? WHERE key = ? AND ((holder IS NULL AND paused = 0 AND next_attempt = ?
     AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
     AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
-        AND r.scheduled_ns > ?)"""
+        AND r.scheduled_ns > ?))
+    OR (holder = ? AND token = ? AND run_count = ? AND next_attempt = ?))"""
 _INSERT_RUN = (f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?) "
                f"{_REPLACE_RUN}")  # fmt: skip
 _END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?
@@ -48,7 +50,25 @@ _TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NO
 class SQLiteStore(SQLStore):
     """A store in the SQLite file at ``path`` (created if missing, in an
     existing directory). ``clock``: the store clock for leases (UTC ns;
-    default ``time.time_ns``; see ``_sql``'s docstring on skew)."""
+    default ``time.time_ns``; see ``_sql``'s docstring on skew).
+
+    Files: a database this creates is readable by its owner only (0600,
+    whatever the umask); an existing one keeps its mode (the user chose
+    it). The files next to it - SQLite's ``-wal`` and ``-shm``, the
+    ``-procsched.lock`` of ``gate_writes`` - take the database's mode
+    (SQLite does so for its own; ``gate_writes`` for the lock).
+
+    ``read_only``: read an existing store, create and change nothing: a
+    missing file is a StoreError, a write fails (StoreError). The store
+    may be on a read-only file system (a backup snapshot): with a WAL file
+    beside it, the database is opened ``mode=ro`` (its ``-shm`` must be
+    there too: reading a WAL needs one, and creating it is a change);
+    without one, the file holds every committed change and is opened
+    ``immutable=1`` (no lock, no ``-wal``/``-shm`` created; a scheduler
+    that starts on it while it is read cannot be seen by this read).
+    ``lease``: seconds, from ``lease=`` in the store URL (``lease_ns``).
+    ``secret``: the key(s) signing stored payloads, for the shared code.
+    """
 
     RUNS_SUFFIX = " WITHOUT ROWID"
     _gate: int | None = None  # the write gate's file (gate_writes)
@@ -60,27 +80,47 @@ class SQLiteStore(SQLStore):
         keep_runs: int = KEEP_RUNS,
         busy_timeout: float = 10.0,
         synchronous: str = "NORMAL",
+        read_only: bool = False,
+        lease: float | None = None,
+        secret: Any = None,
         clock: Callable[[], int] | None = None,
         _connect: Callable[..., Any] = sqlite3.connect,
     ) -> None:
-        super().__init__(keep_runs=keep_runs, clock=clock)
+        super().__init__(keep_runs=keep_runs, clock=clock, secret=secret)
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
-        if not isinstance(busy_timeout, (int, float)) or not busy_timeout >= 0:
-            raise ValueError(f"busy_timeout must be seconds >= 0, got {busy_timeout!r}")
+        busy_timeout = seconds("busy_timeout", busy_timeout)
+        self.lease_ns = lease_ns(lease)
+        self.read_only = read_only
         self.path = os.path.abspath(os.fspath(path))
         self.describe = f"SQLite store {self.path}"
         directory = os.path.dirname(self.path)
+        if read_only:
+            try:
+                os.stat(self.path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise StoreError(f"no store at {self.path} (opened read-only: nothing was created)") from None
+            except OSError as exc:
+                raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         if not os.path.isdir(directory):
             raise StoreError(f"{self.describe}: the directory {directory} does not exist")
         if os.path.isdir(self.path):
             raise StoreError(f"{self.describe}: is a directory, not a database file")
         try:
-            self.conn = _connect(self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False)
-        except sqlite3.Error as exc:
+            if read_only:
+                self.conn = _connect(self._read_only_uri(), uri=True, isolation_level=None, timeout=busy_timeout,
+                                     check_same_thread=False)  # fmt: skip
+            else:
+                _create_private(self.path)
+                self.conn = _connect(self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False)
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            if read_only:
+                self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
+                check_schema(self)
+                return
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.describe}: cannot use WAL mode (journal_mode is {mode})")
@@ -94,6 +134,21 @@ class SQLiteStore(SQLStore):
         except BaseException:
             self.conn.close()
             raise
+
+    def _read_only_uri(self) -> str:
+        """The URI that reads this store without creating anything (see the class docstring)."""
+        from urllib.parse import quote
+
+        if not os.path.exists(self.path + "-wal"):
+            return f"file:{quote(self.path)}?immutable=1"
+        if not os.path.exists(self.path + "-shm"):
+            raise StoreError(f"{self.describe}: has a write-ahead log ({self.path}-wal) but no {self.path}-shm: "
+                             "reading the log needs one, and opened read-only nothing is created; copy the "
+                             "store with its -wal and -shm files, or open it read-write")  # fmt: skip
+        return f"file:{quote(self.path)}?mode=ro"
+
+    def __repr__(self) -> str:
+        return f"<SQLiteStore {self.path}{' read-only' if self.read_only else ''}>"
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
@@ -109,7 +164,7 @@ class SQLiteStore(SQLStore):
     def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
         cur.execute("SAVEPOINT claims")
         cur.executemany(_CLAIM, [(run, attempt, sched, h.id, h.token, now, key, attempt, run,
-                                  key, run - 1 if attempt == 1 else 0, sched - SLOT_GAP_NS)
+                                  key, run - 1 if attempt == 1 else 0, sched - SLOT_GAP_NS, h.id, h.token, run, attempt)
                                  for _, key, run, attempt, sched, _started in group])  # fmt: skip
         if cur.rowcount != len(group):
             cur.execute("ROLLBACK TO claims")
@@ -156,8 +211,10 @@ class SQLiteStore(SQLStore):
         bounded wait."""
         import fcntl
 
+        if self.read_only:
+            return  # it writes nothing, and creates nothing
         try:
-            self._gate = os.open(self.path + "-procsched.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._gate = _open_beside(self.path, self.path + "-procsched.lock")
         except OSError:
             return  # (a read-only directory) SQLite's own wait it is
         self._flock = fcntl.flock
@@ -171,12 +228,14 @@ class SQLiteStore(SQLStore):
     @contextlib.contextmanager
     def _gated(self, what: str) -> Iterator[Any]:
         lock, unlock = self._gate_ops
-        self._flock(self._gate, lock)
+        gate = self._gate
+        assert gate is not None  # (_tx comes here only with a gate)
+        self._flock(gate, lock)
         try:
             with super()._tx(what, True) as cur:
                 yield cur
         finally:
-            self._flock(self._gate, unlock)
+            self._flock(gate, unlock)
 
     def manual_checkpoints(self) -> Callable[[], None]:
         """Take WAL checkpoints out of this connection's commits, for a
@@ -219,3 +278,34 @@ class SQLiteStore(SQLStore):
             free = cur.execute("PRAGMA freelist_count").fetchone()[0]
             size = cur.execute("PRAGMA page_size").fetchone()[0]
         return int((count - free) * size)
+
+
+def _create_private(path: str) -> None:
+    """Create the empty database file ``path`` readable by its owner only
+    (0600 whatever the umask: SQLite would make it 0644 less the umask);
+    an existing file keeps its mode. SQLite gives its -wal and -shm files
+    the database's mode, so they are private too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)  # a umask removes bits from open()'s mode, and only that
+    finally:
+        os.close(fd)
+
+
+def _open_beside(db: str, path: str) -> int:
+    """Open (creating it if needed) the file ``path`` that procsched keeps
+    next to the database ``db``, with the database's mode whatever the umask."""
+    mode = os.stat(db).st_mode & 0o777
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
