@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import urllib.parse
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -66,9 +65,10 @@ class StoreSource(ConsoleSource):
 
     def __init__(self, target: str) -> None:
         from .._store import open_store
+        from .._store._open import redact
 
         self.store: Any = open_store(target)  # StoreError / ValueError: the caller says why
-        self.title = f"store {_redacted(target)}"
+        self.title = f"store {redact(target)}"  # a URL's password never reaches a page
         self._lock = threading.Lock()  # one thread at a time on the connection
         self._since = 0  # store clock of the last change read
         self._mark: tuple[Any, ...] = ()
@@ -258,15 +258,6 @@ class StoreSource(ConsoleSource):
     def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
         self._task(ref)
         raise Refused(NEEDS_CONTROL.format("A backfill"))
-
-
-def _redacted(target: str) -> str:
-    """The store as the pages name it: a URL without its password."""
-    parts = urllib.parse.urlsplit(target)
-    if parts.password is None:
-        return target
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _holder_text(holder_id: str) -> str:
