@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 
 from .._jobs import Job, JobsFileError, load_jobs_file
-from . import _next, _store_cmds
+from . import _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 from ._session import EXIT_LOAD, Session
 
@@ -128,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--mp-context", choices=("forkserver", "spawn", "fork"), default=None, dest="mp_context",
                      help="how worker processes are started (default: forkserver)")  # fmt: skip
     _common(run, None)
+    _web.add_run_options(run)
     run.add_argument("--fail-on-error", action="store_true",
                      help="exit 4 if any run failed, 5 if every run of some job failed (see exit status)")  # fmt: skip
     run.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
@@ -144,9 +145,11 @@ def parser() -> argparse.ArgumentParser:
                       help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, "
                       f"at least {MIN_WORKERS})")  # fmt: skip
     _common(demo, DEMO_SECONDS)
+    _web.add_run_options(demo)
 
     _next.add_parser(commands)
     _store_cmds.add_parsers(commands)
+    _web.add_parser(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top
 

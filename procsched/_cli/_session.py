@@ -25,6 +25,7 @@ from typing import Any
 from .._errors import SchedulerBrokenError, SchedulerError, StoreError
 from .._jobs import Job
 from .._runtime._facade import Scheduler
+from . import _web
 from ._board import OUTCOME_COLUMNS, Board, JobRow, pool_text, schedule_text, text_table
 from ._lines import Lines, guard_streams
 from ._live import LiveView, LogToBoard, have_rich
@@ -101,6 +102,7 @@ class Session:
         self.view: LiveView | None = None
         self.stopper = Stopper()
         self.metrics: Any = None
+        self.console: Any = None  # the --web console (_web.start_console)
         self.broken = ""  # why the scheduler broke, if it did
         self.err: Any = sys.stderr  # the real stderr, even while fd 2 points away
         self.title = ""
@@ -144,6 +146,8 @@ class Session:
             restore_streams()
             if self.metrics is not None:
                 self.metrics.close()
+            if self.console is not None:
+                self.console.close()
 
     def _session(self, scheduler: Scheduler) -> int:
         args, out = self.args, self.out
@@ -178,6 +182,11 @@ class Session:
                 scheduler.shutdown(wait=True, cancel_futures=True)
                 return EXIT_LOAD
             self.board.add(job, handle, first_due)
+        if args.web is not None:
+            self.console = _web.start_console(self, scheduler)
+            if self.console is None:
+                scheduler.shutdown(wait=True, cancel_futures=True)
+                return EXIT_LOAD
         if out.mode == "live":
             if self.metrics is not None:
                 self.title += f" - metrics at {self.metrics.url}"
