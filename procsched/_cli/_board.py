@@ -182,7 +182,9 @@ class Board:
                 row.durations += event["duration"]
                 row.lateness.append(event["lateness"])
                 if event["outcome"] == "error":  # crashes, timeouts and misses are logged by the engine
-                    self.recent.append(f"{row.name} run {event['run']} failed: {shorten(event['error'] or '?', 300)}")
+                    retried = event.get("attempt", 1) > 1 or (row.job is not None and row.job.options.get("retry"))
+                    which = f"run {event['run']}" + (f" attempt {event['attempt']}" if retried else "")
+                    self.recent.append(f"{row.name} {which} failed: {shorten(event['error'] or '?', 300)}")
                 shown = run_output(event, self.tracebacks)
                 if shown:
                     entry = RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,

@@ -37,7 +37,7 @@ from .._runtime._facade import Scheduler
 from ._board import Board, JobRow, pool_text, schedule_text, text_table, wrap
 from ._lines import Lines, guard_streams
 from ._live import LiveView, LogToBoard, have_rich
-from ._store_cmds import one_line, sync_jobs
+from ._store_cmds import one_line, store_label, sync_jobs
 from ._store_view import Note, StoreWatch, recovered_notes, startup_notes
 
 # Exit statuses (documented in the --help epilog and the README).
@@ -146,8 +146,8 @@ class Session:
             snapshot = sync_jobs(self.store, [job.name for job in self.jobs], keep_others=args.keep_others)
             if snapshot is None:
                 return EXIT_LOAD
-            self.pending_notes = startup_notes(self.store, snapshot, self.jobs)
-            self.watch = StoreWatch(self.store, snapshot.live)
+            self.pending_notes = startup_notes(store_label(self.store), snapshot, self.jobs)
+            self.watch = StoreWatch(store_label(self.store), snapshot.live)
         stdout, self.err, restore_streams = guard_streams(self.mode, self.board.stray, ray=args.runner == "ray")
         self.out.stdout = stdout
         self.out.notes = self.err if self.mode == "json" else stdout
@@ -202,7 +202,8 @@ class Session:
         if out.mode == "json":
             out.json_line({"event": "procsched_started", "name": None, "jobs": [
                 {"name": job.name, "schedule": schedule_text(job)} for job in self.jobs
-            ], "workers": scheduler.workers, "runner": args.runner, "store": self.store,
+            ], "workers": scheduler.workers, "runner": args.runner,
+                "store": None if self.store is None else store_label(self.store),
                 "metrics": None if self.metrics is None else self.metrics.url})  # fmt: skip
         elif out.mode == "plain":
             stop = f"for {args.duration:g} s" if args.duration else "until stopped (Ctrl-C)"

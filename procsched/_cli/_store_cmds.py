@@ -120,6 +120,25 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def store_label(target: str) -> str:
+    """How the CLI names a store in what it prints: a SQLite target as
+    given, a PostgreSQL URL without its password and parameters
+    (``postgresql://user@host:5432/db``)."""
+    if not target.startswith(("postgresql://", "postgres://")):
+        return target
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(target)
+        netloc = url.hostname or ""
+        if url.port is not None:
+            netloc += f":{url.port}"
+    except ValueError:
+        return target.partition("://")[0] + "://..."
+    user = f"{url.username}@" if url.username else ""
+    return f"{url.scheme}://{user}{netloc}{url.path}"
+
+
 def _sqlite_path(target: str) -> str | None:
     """The file a SQLite target names (as ``open_store`` reads it), or None for another store."""
     if target.startswith(("postgresql://", "postgres://")):

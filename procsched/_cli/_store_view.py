@@ -44,7 +44,7 @@ def startup_notes(store: str, snapshot: StoreSnapshot, jobs: list[Job]) -> list[
         names = ", ".join(snapshot.removed)
         notes.append(Note("procsched_store_removed", None,
                           f"removed {_count(len(snapshot.removed), 'stored job')} the jobs file no longer declares "
-                          f"from {store}: {names} (their history is kept; --keep-others keeps them)",
+                          f"from {store}: {names} (history kept; --keep-others keeps such jobs)",
                           {"keys": snapshot.removed}))  # fmt: skip
     declared = {job.name: job for job in jobs}
     resumed = [job.name for job in jobs if job.name in snapshot.tasks]
