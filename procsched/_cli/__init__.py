@@ -29,7 +29,9 @@ it; otherwise (no rich, not a terminal, or ``--plain``) one line per finished
 run (its output framed under it) and per worker change, then the table once
 at the end; ``--json`` prints one JSON object per line, per event, for log
 collectors, and nothing else on stdout. Status notes go to stdout, except
-with ``--json`` (stderr).
+with ``--json`` (stderr); what the store says (``_store_view``: resumed jobs,
+missed slots, standby, take-overs) is a note in plain mode, a JSON record with
+``--json``, a line under the live view's tables.
 
 Stopping: the first Ctrl-C (or SIGTERM) cancels every task that is not
 running and lets the running ones finish, for at most ``--grace`` seconds; a

@@ -130,9 +130,8 @@ def _table(columns: list[str], cells: list[dict[str, str]], merged: str, *, wrap
     for row in cells:
         styled = [row[c] for c in columns]
         for i, column in enumerate(columns):
-            if column in bad and row[column] != "0":
-                styled[i] = f"[bold red]{row[column]}[/]"
-            elif column == merged and any(row.get(o, "0") != "0" for o in bad):
+            failed = row[column] != "0" if column in bad else column == merged and any(row.get(o, "0") != "0" for o in bad)
+            if failed:
                 styled[i] = f"[bold red]{row[column]}[/]"
         table.add_row(*styled)
     return table

@@ -343,7 +343,7 @@ class Session:
     def _summary(self, stopped_at: float, status_code: int) -> None:
         board, out = self.board, self.out
         elapsed = stopped_at - board.started
-        every, some = board.failing_jobs()
+        every, _some = board.failing_jobs()
         if out.mode == "json":
             with board.lock:
                 jobs = [self._job_summary(r, stopped_at) for r in board.rows]

@@ -150,3 +150,23 @@ def test_the_demo_on_an_80_x_24_terminal() -> None:
     frames = screen[: screen.rindex("procsched demo:")]
     assert "procsched - 7 jobs from the demo jobs on 2 worker processes" in frames
     assert "(t..." not in frames
+
+
+def test_the_live_view_says_what_this_instance_does_on_its_store() -> None:
+    from rich.console import Console
+
+    from procsched._cli._store_view import StoreWatch
+
+    board = _board_with("tick")
+    watch = StoreWatch("s.db", {})
+    notes = watch.update({"scheduler": {"id": "vm:1:a", "host": "vm", "pid": 1, "lease": 30.0}, "holding": [],
+                          "peers": [{"id": "vm:2:b", "host": "vm", "pid": 2}], "taken_over": 0,
+                          "standby": ["tick"]})  # fmt: skip
+    assert [n.event for n in notes] == ["procsched_peer_joined", "procsched_standby"]
+    board.store_status = watch.status
+    console = Console(width=80, height=24, file=io.StringIO(), color_system=None, legacy_windows=False)
+    view = LiveView(Lines("live", io.StringIO(), board), board, "procsched - 1 job from jobs.py", console=console)
+    with console.capture() as capture:
+        console.print(view.render("up 1 s - Ctrl-C to stop"))
+    screen = " ".join(row.strip() for row in capture.get().splitlines())
+    assert "store s.db: this instance vm/1, lease 30 s; 1 other: vm/2; standby for tick (held by vm/2)" in screen
