@@ -154,7 +154,9 @@ def parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones",
                                description="A jobs file of healthy, segfaulting and hanging jobs, on worker "
                                "processes: the bad jobs cost their own runs only.")  # fmt: skip
-    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False, store=None, keep_others=False)
+    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False, store=None, keep_others=False,
+                      policy=None, timeout=None, mp_context=None, lease=None, max_tasks_per_worker=None,
+                      max_worker_memory=None, no_capture=False)  # fmt: skip
     demo.add_argument("--workers", type=_positive_int("--workers", MIN_WORKERS), default=None, metavar="N",
                       help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, "
                       f"at least {MIN_WORKERS})")  # fmt: skip

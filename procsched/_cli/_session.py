@@ -82,11 +82,9 @@ def make_scheduler(args: argparse.Namespace, workers: int | None) -> Scheduler:
     """The Scheduler the command line asks for, capturing each run's output
     (unless ``--no-capture``). A ``lease=`` in the store URL applies unless
     ``--lease`` is given (the option wins)."""
-    options: dict[str, Any] = {"runner": args.runner, "capture_output": not getattr(args, "no_capture", False)}
-    for name in SCHEDULER_OPTIONS:
-        if getattr(args, name, None) is not None:
-            options[name] = getattr(args, name)
-    return Scheduler(workers, **options)
+    given = vars(args)
+    options = {name: given[name] for name in SCHEDULER_OPTIONS if given[name] is not None}
+    return Scheduler(workers, runner=args.runner, capture_output=not args.no_capture, **options)
 
 
 #: The ``Scheduler()`` options ``procsched run`` passes on when given (the option's dest is the keyword).
@@ -109,7 +107,7 @@ class Session:
         self.label = label
         self.args = args
         self.demo = demo
-        self.store: str | None = getattr(args, "store", None)
+        self.store: str | None = args.store
         self.board = Board(tracebacks=args.tracebacks, keyed=self.store is not None)
         for job in jobs:
             self.board.add_job(job)
@@ -178,9 +176,9 @@ class Session:
             self.metrics.stats_source = scheduler.stats
         for listener in listeners:
             scheduler.add_listener(_not_warm_up(listener))
-        if self.store is not None:
-            self.pending_notes += recovered_notes(scheduler, self.jobs, started_wall - 1.0)
         try:
+            if self.store is not None:
+                self.pending_notes += recovered_notes(scheduler, self.jobs, started_wall - 1.0)
             return self._session(scheduler)
         except BaseException:
             scheduler.shutdown(wait=False, cancel_futures=True)  # the dispatcher stops the rest
@@ -302,7 +300,7 @@ class Session:
         return status_code
 
     def _exit_status(self) -> int:
-        if not getattr(self.args, "fail_on_error", False):
+        if not self.args.fail_on_error:
             return EXIT_OK
         every, some = self.board.failing_jobs()
         return EXIT_JOB_FAILED if every else EXIT_SOME_FAILED if some else EXIT_OK

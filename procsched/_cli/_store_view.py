@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .._errors import StoreError
 from .._jobs import Job
 from ._store_cmds import StoreSnapshot, iso
 
@@ -118,7 +119,11 @@ def recovered_notes(scheduler: Any, jobs: list[Job], since: float) -> list[Note]
     their instance died), from the store's history of each job."""
     notes = []
     for job in jobs:
-        for info in scheduler.history(job.name, 5):
+        try:
+            runs = scheduler.history(job.name, 5)
+        except StoreError:  # the store failed meanwhile: the scheduler logs it and retries
+            continue
+        for info in runs:
             if info.outcome == "crashed" and info.finished_at is not None and info.finished_at >= since:
                 notes.append(Note("procsched_recovered", job.name,
                                   f"{job.name} run {info.run} (attempt {info.attempt}) was in flight when its "
