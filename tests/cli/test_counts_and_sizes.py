@@ -170,3 +170,20 @@ def test_the_live_view_says_what_this_instance_does_on_its_store() -> None:
         console.print(view.render("up 1 s - Ctrl-C to stop"))
     screen = " ".join(row.strip() for row in capture.get().splitlines())
     assert "store s.db: this instance vm/1, lease 30 s; 1 other: vm/2; standby for tick (held by vm/2)" in screen
+
+
+def test_events_before_a_job_is_attached_go_to_its_row() -> None:
+    """Issue 26 item 1: with a store, the resumed task runs before the job is started again."""
+    job = Job(_noop, "rate", 1.0, {"name": "tick", "args": (), "kwargs": {}})
+    keyed = Board(keyed=True)
+    keyed.add_job(job)
+    keyed.on_event(_end(41, 7, 1, "ok", "tick"))  # the stored task, resumed at once
+    handle = job.start(InlineScheduler(ManualClock()))
+    keyed.attach(job, handle, time.monotonic())
+    keyed.on_event(_end(handle.id, 8, 1, "ok", "tick"))
+    assert [(r.name, r.runs) for r in keyed.rows] == [("tick", 2)]
+    # without a store: a follow-up task of the same name, once the job has its handle, has a row of its own
+    plain = Board()
+    plain.add(job, handle, time.monotonic())
+    plain.on_event(_end(99, 1, 1, "ok", "tick"))
+    assert [(r.name, r.runs) for r in plain.rows] == [("tick", 0), ("tick (from a task)", 1)]
