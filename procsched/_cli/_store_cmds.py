@@ -178,11 +178,12 @@ def jobs_command(args: argparse.Namespace) -> int:
 
 def holder_of(holder_id: str | None, schedulers: dict[str, Any], store_now: int) -> dict[str, Any] | None:
     """Which instance (host, pid) holds a task's run in flight (several may
-    share a store), and whether it is alive: ``lease`` is ``"alive"`` (renewed
-    in time), ``"expired"`` (not renewed: it stopped or hangs, and nobody took
-    it over yet) or ``"gone"`` (no registration: taken over, or unregistered);
-    ``process`` is ``"alive"``, ``"dead"`` (on this host) or ``None`` (another
-    host: not known here)."""
+    share a store), and whether it is alive: ``registered`` False: its
+    registration is gone (taken over, or unregistered); ``lease`` is
+    ``"alive"`` (renewed in time), ``"expired"`` (not renewed: it stopped or
+    hangs, and nobody took it over yet) or ``"gone"``; ``process`` is
+    ``"alive"``, ``"dead"`` (on this host) or ``None`` (another host: not
+    known here)."""
     if holder_id is None:
         return None
     h = schedulers.get(holder_id)
@@ -195,7 +196,8 @@ def holder_of(holder_id: str | None, schedulers: dict[str, Any], store_now: int)
         pid_text = rest.partition(":")[0]
         pid = int(pid_text) if pid_text.isdigit() else None
         lease, since = "gone", None
-    return {"host": host, "pid": pid, "lease": lease, "process": _process_state(host, pid, since)}
+    return {"host": host, "pid": pid, "registered": h is not None, "lease": lease,
+            "process": _process_state(host, pid, since)}  # fmt: skip
 
 
 def _process_state(host: str, pid: int | None, heartbeat_ns: int | None) -> str | None:

@@ -90,16 +90,6 @@ def test_the_command_counts_runs_one_way_in_table_summary_and_json(jobs_file) ->
     assert jobs["flaky"]["retries"] == jobs["flaky"]["ok"] >= 3 and jobs["flaky"]["error"] <= 1
 
 
-def test_demo_counts_a_retried_run_once() -> None:
-    done = cli("demo", "--duration", "3", "--plain", timeout=80)
-    assert done.returncode == 0, done.stderr
-    verdict_rows = done.stdout[done.stdout.index("procsched demo:"):]
-    flaky = next(line for line in verdict_rows.splitlines() if line.strip().startswith("flaky_fetch"))
-    runs = int(flaky.split()[5])  # flaky_fetch every 2s, retry 3x RUNS ...
-    assert re.search(rf"\b{runs} ok \({runs} retr(y|ies)\)$", flaky), flaky
-    assert "error" not in flaky
-
-
 # -- 80 x 24 ------------------------------------------------------------------
 
 
