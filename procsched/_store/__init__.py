@@ -26,25 +26,40 @@ How the dispatcher drives it (the integration seam; times are UTC ns):
 
 from ._model import (
     BatchResult as BatchResult,
+    ChangeMark as ChangeMark,
+    ControlRequest as ControlRequest,
+    FailedOp as FailedOp,
     Holder as Holder,
+    HolderRef as HolderRef,
+    InstanceStatus as InstanceStatus,
+    InstanceView as InstanceView,
+    JobDetail as JobDetail,
+    JobView as JobView,
     Loaded as Loaded,
     RunRecord as RunRecord,
+    SkippedSlot as SkippedSlot,
+    StoreCounts as StoreCounts,
     StoredTask as StoredTask,
     TaskDefinition as TaskDefinition,
     TaskState as TaskState,
+    WorkerStatus as WorkerStatus,
     definition_hash as definition_hash,
     function_ref as function_ref,
     resolve_ref as resolve_ref,
 )
+from ._model import CAUSES as CAUSES, OUTCOMES as OUTCOMES, RUN_REASONS as RUN_REASONS, SKIP_REASONS as SKIP_REASONS
 from ._interface import Store as Store, StoreBatch as StoreBatch
 from ._open import open_store as open_store
 from ._sql import KEEP_RUNS as KEEP_RUNS, SCHEMA_VERSION as SCHEMA_VERSION, Batch as Batch, SQLStore as SQLStore
 from ._sql import dead_here as dead_here
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._trust import Secret as Secret
 
 __all__ = [
-    "KEEP_RUNS", "SCHEMA_VERSION", "Batch", "BatchResult", "Holder", "Loaded", "RunRecord", "SQLStore",
-    "SQLiteStore", "Store", "StoreBatch", "StoredTask", "TaskDefinition", "TaskState", "dead_here", "definition_hash",
+    "CAUSES", "KEEP_RUNS", "OUTCOMES", "RUN_REASONS", "SCHEMA_VERSION", "SKIP_REASONS", "Batch", "BatchResult",
+    "ChangeMark", "ControlRequest", "FailedOp", "Holder", "HolderRef", "InstanceStatus", "InstanceView", "JobDetail",
+    "JobView", "Loaded", "RunRecord", "SQLStore", "SQLiteStore", "Secret", "SkippedSlot", "Store", "StoreBatch",
+    "StoreCounts", "StoredTask", "TaskDefinition", "TaskState", "WorkerStatus", "dead_here", "definition_hash",
     "function_ref", "open_store", "resolve_ref",
 ]
 

@@ -1,32 +1,65 @@
-"""The SQL both stores share: schema, migrations, batches, leases.
+"""The SQL both stores share: schema, migrations, batches, leases, control, reads.
 
     dispatcher turn ──▶ Batch (ops in memory, no I/O) ──▶ commit(): ONE transaction
-                                                           ├─ fence: renew the holder's lease
-                                                           ├─ started: claim task row + insert run row
+                                                           ├─ fence: renew the holder's lease (+ its change counter)
+                                                           ├─ started: claim the state row + insert the run row
                                                            ├─ finished: fenced run update + reschedule + trim
-                                                           └─ upsert / update / delete / unloadable
-    start-up ──▶ load() (tasks + in-flight runs + schedulers) ──▶ take_over(dead) per dead holder
+                                                           ├─ skipped: a skipped slot + its counter + trim
+                                                           ├─ upsert (definition row only if it changed)
+                                                           │   / update / delete / unloadable / answer
+                                                           └─ an op the database refuses: left out, reported
+    start-up ──▶ load() (tasks + in-flight runs + schedulers + retries) ──▶ take_over(dead) per dead holder
+    any process ──▶ pause / resume / remove / ask (run now, backfill) ──▶ the holding instance
+                    takes the request (take_requests) and answers it in a batch
+    console, CLI ──▶ change_mark() (cheap: the counters) ──▶ jobs_view / job_view / instances / counts
 
-Theory of operation. A keyed task is one row of ``procsched_tasks`` (its
-definition and its state), its runs rows of ``procsched_runs`` keyed by
-(key, run, attempt), and each live scheduler a row of
-``procsched_schedulers`` with a lease and a fencing token (from a counter
-in ``procsched_version``, so tokens never repeat).
+Theory of operation. A keyed task is a row of ``procsched_definitions``
+(what the program asked for: function reference, pickled arguments,
+schedule, options - written when the program schedules or replaces it,
+never by a run) and a row of ``procsched_tasks`` (its state: run count,
+next due time, pause, runs in flight, holder, per-outcome totals). Its runs
+are rows of ``procsched_runs`` keyed by (key, run, attempt), its skipped
+slots rows of ``procsched_skipped``; each live scheduler instance is a row
+of ``procsched_schedulers`` with a lease and a fencing token (from a counter
+in ``procsched_version``, so tokens never repeat). ``_schema.py`` has the DDL.
 
-- *Claiming* a run (``Batch.started``) is a conditional update of the task
-  row - only if nobody holds it, it is not paused, and (run, attempt) is
-  exactly its next claim, and for a slot at least ``SLOT_GAP_NS`` after the
-  previous run's (a scheduler whose run numbers drifted cannot run a slot
-  twice under another number) - followed by the insert of the run row, whose
-  primary key is a second guard. Both in one transaction: SQLite's ``BEGIN
-  IMMEDIATE`` serialises writers; PostgreSQL's row lock on the task row
-  makes a second claimer wait, re-check and find the row taken. So each
-  (key, run, attempt) is won at most once, and the state is written with
-  the claim, before the worker gets the run.
+- *Claims* (``Batch.started``). A claim names (key, run, attempt) and is won
+  only if it is a claim the state row allows, decided on the row itself
+  (SQLite: ``BEGIN IMMEDIATE`` serialises writers; PostgreSQL: the claim
+  locks the row, so a second claimer waits, re-reads it, and finds it taken):
+  the task has fewer than ``max_concurrent`` runs in flight; a new run
+  (attempt 1) is exactly ``run_count + 1``; a scheduled one (cause
+  ``"schedule"``) only while not paused, not while a retry of the task's
+  latest run is due (with ``max_concurrent`` 1), and only for a slot at least
+  ``SLOT_GAP_NS`` after the last scheduled slot claimed (a scheduler whose
+  run numbers drifted cannot run a slot twice under another number); a
+  retry (attempt k > 1) only if it is the one the state says is next
+  (``run_count``, ``next_attempt``) or one a failed attempt of an earlier
+  run asked for (``retry_due_ns`` on its row), and never twice. The run row
+  is inserted in the same transaction, before the worker gets the run. So
+  each (key, run, attempt) is won at most once among instances, and run
+  numbers are unique. A claim of a task in a *group* with a shared limit
+  is also counted against it, in the claim transaction (the group's limit
+  row is locked, its runs in flight counted): over the limit it is
+  ``limited`` - not lost: the run waits, it is nobody else's.
+- *Causes.* Runs asked for by ``run_now`` (``"manual"``) or ``backfill``
+  (``"backfill"``) are claimed like any (numbered like the others, each once
+  among instances, counted in ``max_concurrent`` and the group's limit) but
+  never move the task's next scheduled slot (``next_due_ns``, the slot
+  guard) and are not held by a pause. ``sched_run`` remembers the latest
+  scheduled run: only its end reschedules the task.
+- *Concurrency.* With ``max_concurrent`` > 1 a task may have several runs
+  in flight, on any instances (``in_flight`` counts them; ``holder`` names
+  one of their holders). A failed attempt that asks for a retry keeps the
+  retry's due time on its run row (``retry_due_ns``, cleared by the retry's
+  claim): a retry of a run that is not the task's latest any more (a newer
+  run was claimed meanwhile) is claimed from there. ``load()`` lists them.
 - *Finishing* a run updates its row only if it is still in flight and held
-  with the caller's token (fencing), and in the same transaction sets the
-  task's next due time, frees the holder and trims the history: there is
-  no instant at which a kill leaves a run finished but not rescheduled.
+  with the caller's token (fencing), and in the same transaction frees its
+  unit of ``in_flight``, sets the task's next due time (the latest scheduled
+  run's end only), adds to the outcome's total and trims the history:
+  there is no instant at which a kill leaves a run finished but not
+  rescheduled, nor a unit of a limit held by a run that ended.
 - *Fencing*: every batch that claims or finishes first renews its holder's
   lease, conditioned on the holder's row still carrying its token; a
   holder that was taken over (its row deleted by a survivor) gets
@@ -37,7 +70,44 @@ in ``procsched_version``, so tokens never repeat).
 - *Taking over* a dead holder deletes its row (only if its lease expired,
   judged by the store clock, or the caller proved it dead) and records its
   in-flight runs ``crashed``: the delete succeeds once, so the crash is
-  recorded exactly once.
+  recorded exactly once, and the runs stop counting in ``max_concurrent``
+  and in their groups' limits at that instant (a SIGKILL never leaks a unit
+  of a limit: it is held by a run row, which the take-over ends). Control
+  requests the dead holder took and did not answer are given back.
+- *Idempotent retries* (issue 20 item 5): a batch committed whose answer
+  was lost (the connection dropped at COMMIT) is sent again by its caller.
+  A claim already written by this very holder and token (its run row in
+  flight, theirs) is won again, not lost; an end already recorded by them
+  with the same outcome and time is not stale. The same makes a claim that
+  appears twice in one batch harmless (issue 20 item 9).
+- *One bad op never blocks the others* (issue 20 item 7): an op the
+  database refuses because of its own data (a key PostgreSQL cannot store,
+  a value out of range) makes the batch go again op by op, each in a
+  savepoint; the refused ops are left out and reported
+  (``BatchResult.failed``, their claims also ``lost``, their ends ``stale``)
+  and the rest is written. A fault of the store itself (unreachable,
+  locked, full) still fails the whole batch (StoreError, nothing written):
+  the caller tries it again.
+- *Control from outside* (DESIGN part three). Pause, resume and remove are
+  conditional writes of the task's state that every instance already
+  follows at its re-read (lease/3, at most 1 s): a pause holds scheduled
+  claims at once, in the store. Run now and backfill are requests
+  (``procsched_requests``): the instance that runs the task takes one
+  (``take_requests``: once, atomically, fenced), carries it out, and answers
+  it (``Batch.answer``) in the batch that holds the claims it caused; the
+  asker reads the answer (``request``).
+- *Change mark*: every write transaction of an instance adds one to its
+  own change counter (``procsched_schedulers.changes``: never a row two
+  instances write; free in a batch that claims or ends runs, whose fence
+  writes that row anyway); other writers add to the store's
+  (``procsched_version.changes``), except a batch with no registration
+  that only writes task rows (upserts, updates), which the mark sees
+  through the tasks' latest write time (an index's last entry).
+  ``change_mark()`` reads only those (a row per instance, one index
+  entry): no table scan, whatever the store holds.
+- *Trust* (``_trust``): with a secret, definitions are signed when written
+  and checked when read; a row that fails is returned untrusted, never
+  loadable.
 
 Clocks and skew: run timestamps (scheduled, started, finished, next due)
 come from the caller (the dispatcher's wall clock). Lease times come from
@@ -55,77 +125,150 @@ late by its skew, never run it twice or drop it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Callable, ClassVar
 
 from .._errors import StoreError
+from . import _schema, _views
+from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
 from ._model import (
     OUTCOMES,
+    REQUEST_KINDS,
+    SKIP_REASONS,
     BatchResult,
+    ChangeMark,
+    ControlRequest,
+    FailedOp,
     Holder,
+    InstanceStatus,
+    InstanceView,
+    JobDetail,
+    JobView,
     Loaded,
     RunRecord,
+    SkippedSlot,
+    StoreCounts,
     StoredTask,
     TaskDefinition,
     TaskState,
 )
+from ._trust import Keyring, Secret
+
+__all__ = ["DEFAULT_LEASE_NS", "KEEP_RUNS", "SCHEMA_VERSION", "SLOT_GAP_NS", "Batch", "SQLStore", "dead_here"]
 
 #: The schema this procsched writes. A store with a higher version was
 #: written by a newer procsched and is refused; a lower one is migrated.
-SCHEMA_VERSION = 1
-#: Runs kept per task (the oldest finished ones beyond this are trimmed).
+SCHEMA_VERSION = 2
+#: Runs (and skipped slots) kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
-#: A new run's slot must come at least this long after the previous run's
-#: (a scheduler whose run numbers drifted from the store's cannot run a slot
-#: twice under another number; two schedulers' wall times of one slot differ
-#: by microseconds of clock reading, far below this).
+#: A new scheduled run's slot must come at least this long after the last
+#: scheduled slot claimed (a scheduler whose run numbers drifted from the
+#: store's cannot run a slot twice under another number; two schedulers'
+#: wall times of one slot differ by microseconds of clock reading, far below this).
 SLOT_GAP_NS = 1_000_000
+#: Control requests asked this long ago are forgotten (answered or not: the
+#: asker gave up long since, or the key is gone).
+REQUEST_TTL_NS = 86_400 * 1_000_000_000
 
-# Column lists, in the order the row readers below expect.
-_TASK_COLS = ("key, fn_ref, args, schedule, options, def_hash, run_count, next_due_ns, next_attempt, paused, "
-              "last_outcome, unloadable, holder, token, updated_ns")  # fmt: skip
+# Schema 1's run columns, which the stores' own modules import (unused since schema 2).
 _RUN_COLS = ("key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
              "error_message, holder, token")  # fmt: skip
-_SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
-#: A claimed run's row replaces one left by an earlier task of the same key
-#: (deleted, then scheduled again): the claim on the task row decided.
 _REPLACE_RUN = ("ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
                 "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
                 "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
                 "token = excluded.token")  # fmt: skip
 
+# Column lists, in the order the row readers below (and RunRecord, Holder) expect.
+RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
+SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
+TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
+    t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
+    t.max_concurrent, t.grp, t.last_holder, d.signature
+    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
+# A claimed run's row: it replaces one left by an earlier task of the same key
+# (deleted, then scheduled again): the claim on the state row decided.
+_INSERT_RUN = f"""INSERT INTO procsched_runs ({RUN_COLS})
+    VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?, ?, NULL, NULL, ?, NULL, NULL, ?)
+    {_REPLACE_RUN}, cause = excluded.cause, reason = NULL, error_traceback = NULL, worker_pid = excluded.worker_pid,
+    output = NULL, retry_due_ns = NULL, grp = excluded.grp"""
+_RUN_COUNTER_SETS = ", ".join(f"{c} = {c} + ?" for c in _schema.RUN_COUNTERS)
+# The end of a run: its row (fenced), then the task's state (see "Finishing").
+_END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?,
+    error_traceback = ?, reason = ?, worker_pid = COALESCE(?, worker_pid), output = ?, retry_due_ns = ?
+    WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL AND holder = ? AND token = ?"""
+_OTHER_HOLDER = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL
+    AND NOT (r.run = ? AND r.attempt = ?) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
+_RESCHEDULE = f"""UPDATE procsched_tasks SET next_due_ns = CASE WHEN sched_run = ? THEN ? ELSE next_due_ns END,
+    next_attempt = CASE WHEN sched_run = ? AND run_count = ? THEN ? ELSE next_attempt END,
+    in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END,
+    holder = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="holder")} END,
+    token = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="token")} END,
+    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?"""
+_TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL"
+# The set-wise claim (SQLite: executemany): a new scheduled run of a task with
+# no group and no retry due - the claims of a busy turn. Anything else, and any
+# claim this does not win, is decided op by op (_op_started).
+_CLAIM_PLAIN = """UPDATE procsched_tasks SET run_count = ?, next_attempt = 1, next_due_ns = ?, sched_run = ?,
+    last_slot_ns = ?, in_flight = in_flight + 1, holder = ?, token = ?, last_holder = ?, updated_ns = ?
+    WHERE key = ? AND grp IS NULL AND paused = 0 AND next_attempt = 1 AND in_flight < max_concurrent
+    AND run_count + 1 = ? AND (last_slot_ns IS NULL OR last_slot_ns <= ?)"""
 
-def _task(row: Any, parsed: dict[str, Any] | None = None) -> StoredTask:
-    """A task from its row. ``parsed`` memoizes JSON texts within one read:
-    a load() of 100,000 tasks parses each distinct schedule and options text
-    once (JSON decoding was 60% of load()), so equal dicts are shared."""
-    if parsed is None:
-        schedule, options = json.loads(row[3]), json.loads(row[4])
-    else:
-        schedule = parsed.get(row[3])
-        if schedule is None:
-            schedule = parsed[row[3]] = json.loads(row[3])
-        options = parsed.get(row[4])
-        if options is None:
-            options = parsed[row[4]] = json.loads(row[4])
-    return StoredTask(
-        TaskDefinition(row[0], row[1], bytes(row[2]), schedule, options, row[5]),
-        TaskState(row[6], row[7], row[8], bool(row[9])),
-        row[10], row[11], row[12], row[13], row[14],
-    )  # fmt: skip
+
+def _holder(row: Any) -> Holder:
+    return Holder(*row)
 
 
 def _run(row: Any) -> RunRecord:
     return RunRecord(*row)
 
 
-def _holder(row: Any) -> Holder:
-    return Holder(*row)
+def _counts(values: tuple[Any, ...]) -> list[int]:
+    return [1 if o == v else 0 for o in OUTCOMES for v in values]
+
+
+def _outcome_counts(outcome: str, n: int = 1) -> list[int]:
+    return [n if o == outcome else 0 for o in OUTCOMES]
+
+
+class _RowFault(Exception):
+    """An op the database refused for its own data (see "One bad op"): the
+    batch goes again op by op. Carries the original exception."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Commit:
+    """One commit's context, for the ops it writes."""
+
+    now: int
+    holder: Holder | None
+    result: BatchResult
+    claim_keys: list[str]
+    groups_locked: bool = False
+
+
+def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
+    """Consecutive ops of one kind, each key at most once per group (so a
+    set-wise statement does exactly what the ops one by one would)."""
+    kind: str | None = None
+    group: list[Any] = []
+    keys: set[str] = set()
+    for op in ops:
+        key = op_key(op)
+        if op[0] != kind or (key is not None and key in keys):
+            if group:
+                yield kind, group  # type: ignore[misc]
+            kind, group, keys = op[0], [], set()
+        group.append(op)
+        if key is not None:
+            keys.add(key)
+    if group:
+        yield kind, group  # type: ignore[misc]
 
 
 class SQLStore:
@@ -134,26 +277,52 @@ class SQLStore:
     One owner: a store object is used by one thread (the dispatcher's). Every
     method either does what it says in one transaction or raises
     ``StoreError`` with nothing written.
+
+    ``secret``: None, or the secret(s) that sign and check definitions
+    (``_trust``): bytes or str, or a list of them (sign with the first,
+    accept any). The stores' constructors pass it here (``secret=``).
     """
 
-    #: schema version -> statements that migrate a store from version - 1.
-    #: (Empty in the first release; a later release appends to it.)
+    #: schema version -> statements that migrate a store from version - 1,
+    #: beyond those of this release (a later release, or a test, adds to it).
     MIGRATIONS: ClassVar[dict[int, list[str]]] = {}
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
     BLOB: ClassVar[str] = "BLOB"
     RUNS_SUFFIX: ClassVar[str] = ""
-    #: Op kinds a store writes as one statement per group of consecutive
-    #: ops (``_set_<kind>``) instead of one per op (``_op_<kind>``).
+    #: (Schema 1's set-wise ops, which the stores' modules still name: the
+    #: set-wise paths of schema 2 live here, see _claim_group / _end_group.)
     SET_OPS: ClassVar[frozenset[str]] = frozenset()
     describe: str = "store"
 
-    def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None,
+                 secret: Secret = None) -> None:  # fmt: skip
         if type(keep_runs) is not int or keep_runs < 1:
             raise ValueError(f"keep_runs must be an int >= 1, got {keep_runs!r}")
         self.keep_runs = keep_runs
         self._clock = clock
+        self._keyring = Keyring(secret)
+
+    def _use_secret(self, secret: Secret) -> None:
+        """Sign and check with ``secret`` from now on (the constructor's
+        ``secret=``, for a store made before it could pass one)."""
+        self._keyring = Keyring(secret)
+
+    @property
+    def signed(self) -> bool:
+        """Whether this store object signs and checks definitions (has a secret)."""
+        return bool(self._keyring)
 
     # -- dialect hooks -------------------------------------------------------
+
+    @property
+    def _pg(self) -> bool:
+        """PostgreSQL (its binary type names the dialect: the set-wise
+        statements and the row locks differ)."""
+        return self.BLOB == "BYTEA"
+
+    @property
+    def _for_update(self) -> str:
+        return " FOR UPDATE" if self._pg else ""  # SQLite: BEGIN IMMEDIATE serialises writers already
 
     def _cursor(self) -> Any:
         raise NotImplementedError
@@ -177,6 +346,21 @@ class SQLStore:
     def _after_error(self) -> None:
         """Called after a failed transaction was rolled back."""
 
+    def _row_fault(self, exc: BaseException) -> bool:
+        """Is ``exc`` a refusal of one op's own data (isolate it), rather
+        than a fault of the store (fail the batch)?"""
+        if isinstance(exc, (ValueError, TypeError, OverflowError)):  # a value the driver cannot bind (UnicodeError too)
+            return True
+        if self._pg:
+            import psycopg
+
+            return isinstance(exc, (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded))
+        import sqlite3
+
+        if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError)):
+            return True
+        return isinstance(exc, (sqlite3.InterfaceError, sqlite3.ProgrammingError)) and "binding" in str(exc)
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -185,6 +369,23 @@ class SQLStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # Abilities only one store has: no-ops here, so that callers need no probes.
+    def bound_idle_transactions(self, ms: int) -> None:
+        """PostgreSQL: have the server end a session stuck inside a
+        transaction for ``ms`` (its locks go with it). Elsewhere nothing."""
+
+    def manual_checkpoints(self) -> Callable[[], None] | None:
+        """SQLite: take WAL checkpoints out of commits and return the
+        checkpoint for the caller to run. Elsewhere None (nothing to do)."""
+        return None
+
+    def gate_writes(self) -> None:
+        """SQLite: queue this connection's writers on a file lock. Elsewhere nothing."""
+
+    def size_bytes(self) -> int:
+        """Bytes the store's tables take (for the benchmarks)."""
+        raise NotImplementedError
 
     # -- transactions --------------------------------------------------------
 
@@ -215,30 +416,45 @@ class SQLStore:
         cur.execute(self._q(sql), params)
         return cur
 
+    def _bump(self, cur: Any, holder: Holder | None) -> None:
+        """Count one more write for the change mark (see the module docstring)."""
+        if holder is not None:
+            cur = self._x(cur, "UPDATE procsched_schedulers SET changes = changes + 1 WHERE id = ?", (holder.id,))
+            if cur.rowcount == 1:
+                return
+        self._x(cur, "UPDATE procsched_version SET changes = changes + 1 WHERE id = 1")
+
     # -- schema --------------------------------------------------------------
 
+    def _dialect(self) -> dict[str, str]:
+        serial = "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY" if self._pg else "INTEGER PRIMARY KEY"
+        return {"blob": self.BLOB, "serial": serial, "runs_suffix": self.RUNS_SUFFIX}
+
     def _schema(self) -> list[str]:
-        b = self.BLOB
-        return [
-            "CREATE TABLE procsched_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, "
-            "written_by TEXT NOT NULL, fence BIGINT NOT NULL)",
-            f"""CREATE TABLE procsched_tasks (
-                key TEXT PRIMARY KEY, fn_ref TEXT NOT NULL, args {b} NOT NULL, schedule TEXT NOT NULL,
-                options TEXT NOT NULL, def_hash TEXT NOT NULL,
-                run_count BIGINT NOT NULL, next_due_ns BIGINT, next_attempt INTEGER NOT NULL,
-                paused INTEGER NOT NULL, last_outcome TEXT, unloadable TEXT,
-                holder TEXT, token BIGINT, updated_ns BIGINT NOT NULL)""",
-            "CREATE INDEX procsched_tasks_updated ON procsched_tasks (updated_ns)",
-            f"""CREATE TABLE procsched_runs (
-                key TEXT NOT NULL, run BIGINT NOT NULL, attempt INTEGER NOT NULL, scheduled_ns BIGINT NOT NULL,
-                started_ns BIGINT, finished_ns BIGINT, host TEXT, pid INTEGER, outcome TEXT,
-                error_type TEXT, error_message TEXT, holder TEXT, token BIGINT,
-                PRIMARY KEY (key, run, attempt)){self.RUNS_SUFFIX}""",
-            "CREATE INDEX procsched_runs_in_flight ON procsched_runs (holder) WHERE outcome IS NULL",
-            """CREATE TABLE procsched_schedulers (
-                id TEXT PRIMARY KEY, token BIGINT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
-                lease_ns BIGINT NOT NULL, lease_until_ns BIGINT NOT NULL, heartbeat_ns BIGINT NOT NULL)""",
-        ]
+        return _schema.schema(**self._dialect())
+
+    def _migration(self, cur: Any, target: int) -> list[str]:
+        """The statements that migrate the store to ``target`` from the version before."""
+        if target == 2:
+            self._refuse_live_instances(cur)
+            return _schema.migration_2(**self._dialect(), now_ns=self._now(cur))
+        return self.MIGRATIONS.get(target, [])
+
+    def _refuse_live_instances(self, cur: Any) -> None:
+        """Before changing the tables under them: no instance of the older
+        procsched may still be running on this store (its writes would fail
+        from then on). One whose lease expired, or whose process is gone on
+        this host, is not running."""
+        now = self._now(cur)
+        rows = self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns >= ?",
+                       (now,)).fetchall()  # fmt: skip
+        live = [h for h in map(_holder, rows) if h not in dead_here([h])]
+        if live:
+            who = ", ".join(f"{h.host}/{h.pid}" for h in live)
+            raise StoreError(
+                f"{self.describe} has schema version 1 and instance(s) of an older procsched hold a live lease on "
+                f"it ({who}): stop them (or wait for their leases to expire) before this procsched upgrades it"
+            )
 
     def _init_schema(self) -> None:
         from .. import __name__ as pkg
@@ -247,58 +463,99 @@ class SQLStore:
             if not self._has_schema(cur):
                 for stmt in self._schema():
                     cur.execute(stmt)
-                self._x(cur, "INSERT INTO procsched_version VALUES (1, ?, ?, 0)",
+                self._x(cur, "INSERT INTO procsched_version (id, version, written_by, fence) VALUES (1, ?, ?, 0)",
                         (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
-                return
-            row = self._x(cur, "SELECT version, written_by FROM procsched_version WHERE id = 1").fetchone()
-            if row is None:
-                raise StoreError(f"{self.describe}: the procsched_version table is empty: not a procsched store")
-            version, written_by = row
-            if version > self.SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.describe} has schema version {version} (written by {written_by}); this procsched "
-                    f"reads up to version {self.SCHEMA_VERSION}: upgrade procsched"
-                )
-            for target in range(version + 1, self.SCHEMA_VERSION + 1):
-                for stmt in self.MIGRATIONS.get(target, []):
-                    cur.execute(stmt)
-            if version < self.SCHEMA_VERSION:
-                self._x(cur, "UPDATE procsched_version SET version = ?, written_by = ? WHERE id = 1",
-                        (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
+            else:
+                row = self._x(cur, "SELECT version, written_by FROM procsched_version WHERE id = 1").fetchone()
+                if row is None:
+                    raise StoreError(f"{self.describe}: the procsched_version table is empty: not a procsched store")
+                version, written_by = row
+                if version > self.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.describe} has schema version {version} (written by {written_by}); this procsched "
+                        f"reads up to version {self.SCHEMA_VERSION}: upgrade procsched"
+                    )
+                for target in range(version + 1, self.SCHEMA_VERSION + 1):
+                    for stmt in self._migration(cur, target):
+                        cur.execute(stmt)
+                if version < self.SCHEMA_VERSION:
+                    self._x(cur, "UPDATE procsched_version SET version = ?, written_by = ? WHERE id = 1",
+                            (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
+        self._keyring.told(self.describe)
 
     def schema_version(self) -> int:
         with self._tx("reading the schema version", write=False) as cur:
             return int(self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()[0])
 
+    # -- reading rows ----------------------------------------------------------
+
+    def _task(self, row: Any, parsed: dict[str, Any] | None = None) -> StoredTask:
+        """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
+        within one read: a load() of 100,000 tasks parses each distinct
+        schedule and options text once (JSON decoding was 60% of load()),
+        so equal dicts are shared. With a secret, the signature is checked
+        here: a row that fails is returned untrusted (see ``_trust``)."""
+        (key, fn_ref, args, sched_text, opts_text, def_hash, run_count, next_due, next_attempt, paused, last_outcome,
+         unloadable, holder, token, updated, in_flight, max_concurrent, group, last_holder, signature) = row  # fmt: skip
+        untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text) if self._keyring else None
+        if untrusted is not None:
+            args, unloadable = b"", untrusted
+            try:
+                schedule, options = json.loads(sched_text), json.loads(opts_text)
+                TaskDefinition(key, fn_ref, b"", schedule, options, def_hash)
+            except (ValueError, TypeError):  # whatever was written there: it is never loaded
+                schedule, options = {"kind": "once"}, {}
+        elif parsed is None:
+            schedule, options = json.loads(sched_text), json.loads(opts_text)
+        else:
+            schedule = parsed.get(sched_text)
+            if schedule is None:
+                schedule = parsed[sched_text] = json.loads(sched_text)
+            options = parsed.get(opts_text)
+            if options is None:
+                options = parsed[opts_text] = json.loads(opts_text)
+        return StoredTask(
+            TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash, max_concurrent, group),
+            TaskState(run_count, next_due, next_attempt, bool(paused)),
+            last_outcome, unloadable, holder, token, updated, in_flight, last_holder, untrusted,
+        )  # fmt: skip
+
     # -- reads ---------------------------------------------------------------
 
     def load(self) -> Loaded:
-        """Every stored task, every in-flight run, every registered scheduler.
+        """Every stored task, every in-flight run, every registered scheduler,
+        every retry due and not claimed yet.
 
         The caller records as ``crashed`` the in-flight runs whose holder is
         dead (``take_over``); runs held by live schedulers are theirs. Equal
         ``schedule`` / ``options`` dicts are shared among the tasks: read them,
-        never mutate them.
+        never mutate them. A task whose ``untrusted`` is set must not be
+        loaded (its arguments are withheld).
         """
         with self._tx("loading", write=False) as cur:
             parsed: dict[str, Any] = {}
-            tasks = [_task(r, parsed) for r in self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks").fetchall()]
+            tasks = [self._task(r, parsed) for r in self._x(cur, TASK_SELECT).fetchall()]
             in_flight = [_run(r) for r in self._x(
-                cur, f"SELECT {_RUN_COLS} FROM procsched_runs WHERE outcome IS NULL ORDER BY key, run, attempt"
+                cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE outcome IS NULL ORDER BY key, run, attempt"
             ).fetchall()]  # fmt: skip
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return Loaded(tasks, in_flight, holders)
+            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            retries = [_run(r) for r in self._x(
+                cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE retry_due_ns IS NOT NULL ORDER BY key, run, attempt"
+            ).fetchall()]  # fmt: skip
+        return Loaded(tasks, in_flight, holders, retries)
 
     def get(self, key: str) -> StoredTask | None:
         with self._tx("reading a task", write=False) as cur:
-            row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _task(row)
+            row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (key,)).fetchone()
+        return None if row is None else self._task(row)
 
     def jobs(self) -> list[StoredTask]:
-        """Stored tasks, by key (for ``procsched jobs``)."""
+        """Stored tasks, by key, definitions included (``jobs_view`` lists
+        them without their arguments)."""
         with self._tx("listing jobs", write=False) as cur:
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks ORDER BY key").fetchall()
-        return [_task(r) for r in rows]
+            rows = self._x(cur, f"{TASK_SELECT} ORDER BY t.key").fetchall()
+        parsed: dict[str, Any] = {}
+        return [self._task(r, parsed) for r in rows]
 
     def changed_since(self, since_ns: int) -> list[StoredTask]:
         """Tasks written at or after ``since_ns`` (store clock): the bounded
@@ -306,9 +563,8 @@ class SQLStore:
         Re-read with an overlap of a few seconds: a transaction may commit a
         little after the time it stamped."""
         with self._tx("reading changes", write=False) as cur:
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
-                           (since_ns,)).fetchall()  # fmt: skip
-        return [_task(r) for r in rows]
+            rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
+        return [self._task(r) for r in rows]
 
     def peers_view(self, since_ns: int) -> tuple[list[StoredTask], int, list[Holder], int]:
         """One snapshot for a scheduler sharing the store (issue 11): the
@@ -317,11 +573,10 @@ class SQLStore:
         registered scheduler, and the store clock."""
         with self._tx("reading changes", write=False) as cur:
             now = self._now(cur)
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
-                           (since_ns,)).fetchall()  # fmt: skip
+            rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
             count = int(self._x(cur, "SELECT count(*) FROM procsched_tasks").fetchone()[0])
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return [_task(r) for r in rows], count, holders, now
+            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+        return [self._task(r) for r in rows], count, holders, now
 
     def keys(self) -> set[str]:
         """Every stored task's key."""
@@ -331,21 +586,22 @@ class SQLStore:
     def schedulers(self) -> list[Holder]:
         """Every registered scheduler (for ``procsched jobs``)."""
         with self._tx("listing schedulers", write=False) as cur:
-            return [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            return [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
 
-    def history(self, key: str | None = None, n: int = KEEP_RUNS) -> list[RunRecord]:
-        """The last ``n`` run attempts of ``key`` (of every task if None), oldest first."""
+    def history(self, key: str | None = None, n: int = KEEP_RUNS, *, skipped: bool = False
+                ) -> list[RunRecord] | list[RunRecord | SkippedSlot]:  # fmt: skip
+        """The last ``n`` run attempts of ``key`` (of every task if None),
+        oldest first. ``skipped=True``: runs and skipped slots together, the
+        last ``n`` in slot order (a run's slot is its scheduled time; newest
+        last)."""
         if type(n) is not int or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         with self._tx("reading history", write=False) as cur:
-            if key is None:
-                sql = (f"SELECT {_RUN_COLS} FROM procsched_runs "
-                       "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?")
-                rows = self._x(cur, sql, (n,)).fetchall()
-            else:
-                sql = f"SELECT {_RUN_COLS} FROM procsched_runs WHERE key = ? ORDER BY run DESC, attempt DESC LIMIT ?"
-                rows = self._x(cur, sql, (key, n)).fetchall()
-        return [_run(r) for r in reversed(rows)]
+            runs = _views.runs(self, cur, key, n)
+            if not skipped:
+                return runs
+            slots = _views.skipped(self, cur, key, n)
+        return _views.merge(runs, slots, n)
 
     def last_run(self, key: str) -> int:
         """The highest run number in ``key``'s history (0: none). A new task
@@ -360,6 +616,34 @@ class SQLStore:
         with self._tx("reading the clock", write=False) as cur:
             return self._now(cur)
 
+    # -- the read model (console, CLI, metrics; see _views) -------------------
+
+    def jobs_view(self) -> list[JobView]:
+        """Every stored task as plain data (never its arguments), by key, in
+        one query: schedule, state, last outcome, who holds / keeps it and
+        whether that instance's lease is alive, totals by outcome."""
+        return _views.jobs_view(self)
+
+    def job_view(self, key: str, n: int = 20) -> JobDetail | None:
+        """One task with its last ``n`` runs and skipped slots (None: no such key)."""
+        return _views.job_view(self, key, n)
+
+    def instances(self) -> list[InstanceView]:
+        """Every registered instance: lease (alive or not), the keys whose
+        runs it holds, how many tasks it keeps, what it published."""
+        return _views.instances(self)
+
+    def counts(self) -> StoreCounts:
+        """Counts for metrics: jobs, instances, attempts by outcome, skipped slots by reason."""
+        return _views.counts(self)
+
+    def change_mark(self) -> ChangeMark:
+        """A cheap read (the change counters and the instances' rows, no
+        table scan) whose value changes whenever anything a view shows
+        changed: read it (at most once a second), and re-read the views only
+        when it differs from the last one."""
+        return _views.change_mark(self)
+
     # -- writes --------------------------------------------------------------
 
     def batch(self, holder: Holder | None = None) -> Batch:
@@ -369,11 +653,11 @@ class SQLStore:
         return Batch(self, holder)
 
     def claim_run(self, holder: Holder, key: str, run: int, attempt: int, scheduled_ns: int,
-                  started_ns: int | None = None) -> bool:  # fmt: skip
+                  started_ns: int | None = None, **kw: Any) -> bool:  # fmt: skip
         """Claim (key, run, attempt) for ``holder`` in one transaction; True
-        if this caller won it (see ``Batch.started``)."""
+        if this caller won it (see ``Batch.started``; ``kw``: its keywords)."""
         b = self.batch(holder)
-        b.started(key, run, attempt, scheduled_ns, started_ns)
+        b.started(key, run, attempt, scheduled_ns, started_ns, **kw)
         return b.commit().ok
 
     def finish_run(self, holder: Holder, key: str, run: int, attempt: int, outcome: str, finished_ns: int,
@@ -385,106 +669,400 @@ class SQLStore:
         return b.commit().ok
 
     def _commit(self, batch: Batch) -> BatchResult:
-        result = BatchResult()
         if not batch.ops:
-            return result
-        with self._tx(f"writing a batch of {len(batch.ops)} change(s)") as cur:
-            now = self._now(cur)
-            holder = batch.holder
+            return BatchResult()
+        try:
+            return self._write(batch, isolate=False)
+        except _RowFault:
+            return self._write(batch, isolate=True)
+
+    def _write(self, batch: Batch, isolate: bool) -> BatchResult:
+        """One try at writing ``batch``; ``isolate``: op by op, each in a
+        savepoint, leaving out those the database refuses."""
+        ops = batch.ops
+        holder = batch.holder
+        c = _Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
+        with self._tx(f"writing a batch of {len(ops)} change(s)") as cur:
+            c.now = self._now(cur)
             if holder is not None and batch.fenced:
-                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                                   "WHERE id = ? AND token = ?", (now, now, holder.id, holder.token))  # fmt: skip
+                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                                   "changes = changes + 1 WHERE id = ? AND token = ?",
+                              (c.now, c.now, holder.id, holder.token))  # fmt: skip
                 if cur.rowcount != 1:
-                    result.fenced_out = True
-                    return result  # nothing written: the transaction commits no change
-            self._lock_tasks(cur, batch.ops)
-            for kind, group in _groups(batch.ops):
-                if len(group) > 1 and kind in self.SET_OPS:
-                    getattr(self, "_set_" + kind)(cur, now, holder, result, group)
-                else:
+                    c.result.fenced_out = True
+                    return c.result  # nothing written: the transaction commits no change
+            elif holder is not None or any(op[0] in ("delete", "skipped") for op in ops):
+                self._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
+            self._lock_keys(cur, ops)
+            for kind, group in _groups(ops):
+                if isolate:
                     for op in group:
-                        getattr(self, "_op_" + kind)(cur, now, holder, result, *op[1:])
-        return result
+                        self._isolated(cur, c, op)
+                    continue
+                try:
+                    if len(group) > 1 and kind == "started":
+                        self._claim_group(cur, c, group)
+                    elif len(group) > 1 and kind == "finished":
+                        self._end_group(cur, c, group)
+                    else:
+                        for op in group:
+                            self._apply(cur, c, op)
+                except self._errors() + (ValueError, TypeError, OverflowError) as exc:
+                    if self._row_fault(exc):
+                        raise _RowFault(exc) from exc
+                    raise
+        c.result.lost = list(dict.fromkeys(c.result.lost))
+        return c.result
 
-    def _lock_tasks(self, cur: Any, ops: list[tuple[Any, ...]]) -> None:
-        """Lock the task rows ``ops`` write, in one order for every writer
-        (a store whose transactions lock rows one by one: see PostgreSQL's)."""
+    def _apply(self, cur: Any, c: _Commit, op: Op) -> None:
+        getattr(self, "_op_" + op[0])(cur, c, op)
 
-    # one method per batch op; each runs inside _commit's transaction
-    def _op_upsert(self, cur: Any, now: int, holder: Any, result: BatchResult, d: TaskDefinition,
-                   s: TaskState | None) -> None:  # fmt: skip
+    def _isolated(self, cur: Any, c: _Commit, op: Op) -> None:
+        """``op`` in a savepoint: refused for its own data, it is left out and reported."""
+        cur.execute("SAVEPOINT procsched_op")
+        try:
+            self._apply(cur, c, op)
+        except self._errors() + (ValueError, TypeError, OverflowError) as exc:
+            if not self._row_fault(exc):
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT procsched_op")
+            run = attempt = None
+            if op[0] in ("started", "finished"):
+                run, attempt = op[2], op[3]
+                (c.result.lost if op[0] == "started" else c.result.stale).append((op[1], run, attempt))
+            c.result.failed.append(FailedOp(op[0], op_key(op), run, attempt, f"{type(exc).__name__}: {exc}"))
+        cur.execute("RELEASE SAVEPOINT procsched_op")
+
+    def _lock_keys(self, cur: Any, ops: list[Any]) -> None:
+        """PostgreSQL: lock the state rows the batch writes, in key order:
+        two instances' batches writing the same rows in different orders
+        would deadlock (the server aborts one after a second). SQLite
+        serialises writers already."""
+        if not self._pg:
+            return
+        keys = sorted({k for op in ops if (k := op_key(op)) is not None})
+        if len(keys) > 1:
+            self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ANY(?) ORDER BY key FOR UPDATE", (keys,))
+
+    # -- claims ------------------------------------------------------------------
+
+    def _op_started(self, cur: Any, c: _Commit, op: Started) -> None:
+        """The reference claim (see "Claims"): decided on the state row, locked."""
+        row = self._x(cur, "SELECT run_count, next_attempt, paused, in_flight, max_concurrent, grp, last_slot_ns "
+                           f"FROM procsched_tasks WHERE key = ?{self._for_update}", (op.key,)).fetchone()  # fmt: skip
+        if row is None or not self._claimable(cur, op, *row):
+            if not self._own_claim(cur, c.holder, op):  # (a batch sent again, a claim twice: it is ours)
+                c.result.lost.append((op.key, op.run, op.attempt))
+            return
+        run_count, next_attempt, _paused, _in_flight, _max, group, _slot = row
+        if group is not None and not self._within_limit(cur, c, group):
+            c.result.limited.append((op.key, op.run, op.attempt))
+            return
+        h = c.holder
+        assert h is not None
+        scheduled = op.cause == "schedule"
+        sets = ["in_flight = in_flight + 1", "holder = ?", "token = ?", "last_holder = ?", "updated_ns = ?"]
+        values: list[Any] = [h.id, h.token, h.id, c.now]
+        if op.attempt == 1:
+            if next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
+                self._x(cur, "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
+                             "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) "
+                             "WHERE key = ? AND run = ? AND attempt = ?",
+                        (op.key, op.key, run_count, next_attempt - 1))  # fmt: skip
+            sets += ["run_count = ?", "next_attempt = 1"]
+            values.append(op.run)
+            if scheduled:
+                sets += ["next_due_ns = ?", "sched_run = ?", "last_slot_ns = ?"]
+                values += [op.scheduled_ns, op.run, op.scheduled_ns]
+        else:
+            if op.run == run_count and next_attempt == op.attempt:  # the state's own next claim: as before
+                sets.append("next_due_ns = ?")
+                values.append(op.scheduled_ns)
+            self._x(cur, "UPDATE procsched_runs SET retry_due_ns = NULL WHERE key = ? AND run = ? AND attempt = ?",
+                    (op.key, op.run, op.attempt - 1))  # fmt: skip
+        self._x(cur, f"UPDATE procsched_tasks SET {', '.join(sets)} WHERE key = ?", (*values, op.key))
+        self._x(cur, _INSERT_RUN, (op.key, op.run, op.attempt, op.scheduled_ns, op.started_ns, h.host, h.pid, h.id,
+                                   h.token, op.cause, op.worker_pid, group))  # fmt: skip
+
+    def _claimable(self, cur: Any, op: Started, run_count: int, next_attempt: int, paused: int, in_flight: int,
+                   max_concurrent: int, group: str | None, last_slot: int | None) -> bool:  # fmt: skip
+        """May ``op`` be claimed, given the task's state row? (see "Claims")"""
+        scheduled = op.cause == "schedule"
+        if in_flight >= max_concurrent or (scheduled and paused):
+            return False
+        if op.attempt == 1:
+            if op.run != run_count + 1:
+                return False
+            if scheduled and next_attempt != 1 and max_concurrent == 1:
+                return False  # the latest run's retry comes first
+            return not (scheduled and last_slot is not None and last_slot > op.scheduled_ns - SLOT_GAP_NS)
+        if self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?",
+                   (op.key, op.run, op.attempt)).fetchone() is not None:  # fmt: skip
+            return False  # claimed already (never twice)
+        if op.run == run_count and next_attempt == op.attempt:
+            return True
+        return self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
+                            "AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1)).fetchone() is not None
+
+    def _own_claim(self, cur: Any, holder: Holder | None, op: Started) -> bool:
+        """Is (key, run, attempt) in flight already, claimed by this very holder and token?"""
+        if holder is None:
+            return False
+        row = self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
+                           "AND outcome IS NULL AND holder = ? AND token = ?",
+                      (op.key, op.run, op.attempt, holder.id, holder.token)).fetchone()  # fmt: skip
+        return row is not None
+
+    def _within_limit(self, cur: Any, c: _Commit, group: str) -> bool:
+        """Has ``group`` room for one more run in flight? Counted in this
+        transaction, on the group's locked limit row (no limit row: no limit)."""
+        if self._pg and not c.groups_locked:
+            # every group of the batch's claims at once, by name: never two
+            # batches each holding one group and waiting for the other's
+            self._x(cur, "SELECT 1 FROM procsched_limits WHERE name IN (SELECT grp FROM procsched_tasks WHERE "
+                         "key = ANY(?) AND grp IS NOT NULL) ORDER BY name FOR UPDATE", (c.claim_keys,))  # fmt: skip
+            c.groups_locked = True
+        row = self._x(cur, "SELECT lim FROM procsched_limits WHERE name = ?", (group,)).fetchone()
+        if row is None:
+            return True
+        n = self._x(cur, "SELECT count(*) FROM procsched_runs WHERE grp = ? AND outcome IS NULL", (group,)).fetchone()[0]
+        return int(n) < int(row[0])
+
+    def _claim_group(self, cur: Any, c: _Commit, group: list[Started]) -> None:
+        """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
+        the ones this does not win are decided op by op."""
+        plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
+        rest = [op for op in group if not (op.attempt == 1 and op.cause == "schedule")]
+        h = c.holder
+        assert h is not None
+        if self._pg:
+            won = self._claim_plain_pg(cur, c, plain) if plain else set()
+        else:
+            won = set()
+            if plain:
+                cur.execute("SAVEPOINT procsched_claims")
+                cur.executemany(_CLAIM_PLAIN, [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id,
+                                                c.now, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS)
+                                               for op in plain])  # fmt: skip
+                if cur.rowcount == len(plain):
+                    cur.executemany(self._q(_INSERT_RUN), [(op.key, op.run, 1, op.scheduled_ns, op.started_ns, h.host,
+                                                            h.pid, h.id, h.token, "schedule", op.worker_pid, None)
+                                                           for op in plain])  # fmt: skip
+                    won = {op.key for op in plain}
+                    cur.execute("RELEASE SAVEPOINT procsched_claims")
+                else:
+                    cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
+                    cur.execute("RELEASE SAVEPOINT procsched_claims")
+        for op in group:
+            if not (op in plain and op.key in won):
+                self._op_started(cur, c, op)
+
+    def _claim_plain_pg(self, cur: Any, c: _Commit, plain: list[Started]) -> set[str]:
+        """PostgreSQL: the plain claims in one statement (a round trip and
+        ~50 us of server work per statement made a 100-run turn ~3x slower op
+        by op); RETURNING says which were won."""
+        h = c.holder
+        assert h is not None
+        values, params = _values([(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
+                                 ("text", "bigint", "bigint", "bigint", "int"))  # fmt: skip
+        rows = self._x(cur, f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
+            won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
+                sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
+                last_holder = ?, updated_ns = ?
+                FROM v WHERE t.key = v.key AND t.grp IS NULL AND t.paused = 0 AND t.next_attempt = 1
+                AND t.in_flight < t.max_concurrent AND t.run_count + 1 = v.run
+                AND (t.last_slot_ns IS NULL OR t.last_slot_ns <= v.scheduled_ns - ?)
+                RETURNING t.key)
+            INSERT INTO procsched_runs ({RUN_COLS})
+            SELECT v.key, v.run, 1, v.scheduled_ns, v.started_ns, NULL, ?, ?, NULL, NULL, NULL, ?, ?, 'schedule',
+                NULL, NULL, v.worker_pid, NULL, NULL, NULL
+            FROM v JOIN won USING (key) {_REPLACE_RUN}, cause = excluded.cause, reason = NULL,
+                error_traceback = NULL, worker_pid = excluded.worker_pid, output = NULL, retry_due_ns = NULL,
+                grp = excluded.grp
+            RETURNING key""",
+            [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token]).fetchall()  # fmt: skip
+        return {r[0] for r in rows}
+
+    # -- ends ----------------------------------------------------------------------
+
+    def _op_finished(self, cur: Any, c: _Commit, op: Finished) -> None:
+        h = c.holder
+        assert h is not None
+        cur = self._x(cur, _END_RUN, self._end_params(op, h))
+        if cur.rowcount != 1:
+            if not self._own_end(cur, h, op):
+                c.result.stale.append((op.key, op.run, op.attempt))
+            return
+        self._x(cur, _RESCHEDULE, self._reschedule_params(op, c.now))
+        if op.run > self.keep_runs:
+            self._x(cur, _TRIM, (op.key, op.run - self.keep_runs))
+
+    @staticmethod
+    def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
+        return (op.finished_ns, op.outcome, op.error_type, op.error_message, op.error_traceback, op.reason,
+                op.worker_pid, op.output, op.next_due_ns if op.retry else None, op.key, op.run, op.attempt, h.id,
+                h.token)  # fmt: skip
+
+    @staticmethod
+    def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
+        return (op.run, op.next_due_ns, op.run, op.run, op.attempt + 1 if op.retry else 1, op.run, op.attempt,
+                op.run, op.attempt, op.outcome, *_outcome_counts(op.outcome), now, op.key)  # fmt: skip
+
+    def _own_end(self, cur: Any, h: Holder, op: Finished) -> bool:
+        """Was this very end recorded already by this holder (a batch sent again)?"""
+        row = self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND outcome = ? "
+                           "AND finished_ns = ? AND holder = ? AND token = ?",
+                      (op.key, op.run, op.attempt, op.outcome, op.finished_ns, h.id, h.token)).fetchone()  # fmt: skip
+        return row is not None
+
+    def _end_group(self, cur: Any, c: _Commit, group: list[Finished]) -> None:
+        """A turn's ends set-wise (when every run is still ours - the rule on
+        one scheduler); otherwise op by op, which says exactly which are stale."""
+        h = c.holder
+        assert h is not None
+        if self._pg:
+            done = self._end_pg(cur, c, group)
+            for op in group:
+                if (op.key, op.run, op.attempt) not in done:
+                    self._op_finished(cur, c, op)
+            return
+        cur.execute("SAVEPOINT procsched_ends")
+        cur.executemany(self._q(_END_RUN), [self._end_params(op, h) for op in group])
+        if cur.rowcount != len(group):
+            cur.execute("ROLLBACK TO SAVEPOINT procsched_ends")
+            cur.execute("RELEASE SAVEPOINT procsched_ends")
+            for op in group:
+                self._op_finished(cur, c, op)
+            return
+        cur.executemany(self._q(_RESCHEDULE), [self._reschedule_params(op, c.now) for op in group])
+        trim = [(op.key, op.run - self.keep_runs) for op in group if op.run > self.keep_runs]
+        if trim:
+            cur.executemany(self._q(_TRIM), trim)
+        cur.execute("RELEASE SAVEPOINT procsched_ends")
+
+    def _end_pg(self, cur: Any, c: _Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
+        """PostgreSQL: the ends and reschedules in one statement; the (key,
+        run, attempt) it recorded."""
+        h = c.holder
+        assert h is not None
+        rows = [(op.key, op.run, op.attempt, op.outcome, op.finished_ns, op.next_due_ns,
+                 op.attempt + 1 if op.retry else 1, op.error_type, op.error_message, op.error_traceback, op.reason,
+                 op.worker_pid, op.output, op.next_due_ns if op.retry else None) for op in group]  # fmt: skip
+        values, params = _values(rows, ("text", "bigint", "int", "text", "bigint", "bigint", "int", "text", "text",
+                                        "text", "text", "int", "text", "bigint"))  # fmt: skip
+        counters = ", ".join(f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
+                             for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES))  # fmt: skip
+        other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
+            AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
+        done = {tuple(r) for r in self._x(cur, f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
+                next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns)
+                AS (VALUES {values}),
+            done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
+                error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
+                reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
+                retry_due_ns = v.retry_due_ns
+                FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
+                AND r.holder = ? AND r.token = ? RETURNING r.key, r.run, r.attempt),
+            resched AS (UPDATE procsched_tasks t SET
+                in_flight = CASE WHEN t.in_flight > 0 THEN t.in_flight - 1 ELSE 0 END,
+                holder = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="holder")} END,
+                token = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="token")} END,
+                next_due_ns = CASE WHEN t.sched_run = v.run THEN v.next_due_ns ELSE t.next_due_ns END,
+                next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
+                    ELSE t.next_attempt END,
+                last_outcome = v.outcome, {counters}, updated_ns = ?
+                FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
+            SELECT key, run, attempt FROM done""", [*params, h.id, h.token, c.now]).fetchall()}  # fmt: skip
+        trim = [(op.key, op.run - self.keep_runs) for op in group
+                if (op.key, op.run, op.attempt) in done and op.run > self.keep_runs]  # fmt: skip
+        if trim:
+            values, params = _values(trim, ("text", "bigint"))
+            self._x(cur, f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
+                WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""", params)  # fmt: skip
+        return done  # type: ignore[return-value]
+
+    # -- the other ops ---------------------------------------------------------------
+
+    def _op_upsert(self, cur: Any, c: _Commit, op: Upsert) -> None:
+        d, s = op.definition, op.state
         sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
+        signature = self._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
+        differs = "IS DISTINCT FROM" if self._pg else "IS NOT"
+        # The definition's row only if it changed (item 18: arguments are written once).
+        self._x(cur, f"""INSERT INTO procsched_definitions (key, fn_ref, args, schedule, options, def_hash, signature,
+                written_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
+                schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
+                signature = excluded.signature, written_ns = excluded.written_ns
+                WHERE procsched_definitions.def_hash <> excluded.def_hash
+                OR procsched_definitions.fn_ref <> excluded.fn_ref
+                OR procsched_definitions.signature {differs} excluded.signature""",
+                (d.key, d.fn_ref, d.args, sched, opts, d.def_hash, signature, c.now))  # fmt: skip
         st = s or TaskState()
         # A stored state is replaced only by a writer that saw every claim
         # (several schedulers: one that adopted the task before another
         # claimed a run must not set the run count back).
         state_update = ("" if s is None else "".join(
-            f", {c} = CASE WHEN procsched_tasks.holder IS NULL AND procsched_tasks.run_count <= excluded.run_count "
-            f"THEN excluded.{c} ELSE procsched_tasks.{c} END"
-            for c in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
-        self._x(cur, f"""INSERT INTO procsched_tasks ({_TASK_COLS})
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)
-                ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
-                schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
+            f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
+            f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
+            for col in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
+        self._x(cur, f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
+                max_concurrent, grp, last_slot_ns)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
+                    AND r.attempt = 1 AND r.cause = 'schedule'))
+                ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
                 unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
-                (d.key, d.fn_ref, d.args, sched, opts, d.def_hash, st.run_count, st.next_due_ns, st.next_attempt,
-                 int(st.paused), now))  # fmt: skip
+                (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent,
+                 d.group, d.key))  # fmt: skip
 
-    def _op_update(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str,
-                   fields: dict[str, Any]) -> None:  # fmt: skip
+    def _op_update(self, cur: Any, c: _Commit, op: Update) -> None:
+        fields = op.fields
         sets = ", ".join(f"{name} = ?" for name in fields)
         values = [int(v) if name == "paused" else v for name, v in fields.items()]
         if "run_count" in fields:
             # Run numbers are set only by a writer that saw every claim (as
             # in _op_upsert): several schedulers, one that adopted the task
             # before another claimed a run must not set the count back.
-            self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND holder IS NULL "
-                         "AND run_count <= ?", (*values, now, key, fields["run_count"]))  # fmt: skip
+            self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 "
+                         "AND run_count <= ?", (*values, c.now, op.key, fields["run_count"]))  # fmt: skip
             return
-        self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, now, key))
+        self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
 
-    def _op_delete(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str, history: bool) -> None:
-        self._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
+    def _op_delete(self, cur: Any, c: _Commit, op: Delete) -> None:
+        self._delete(cur, op.key, op.history)
+
+    def _delete(self, cur: Any, key: str, history: bool) -> bool:
+        self._x(cur, "DELETE FROM procsched_definitions WHERE key = ?", (key,))
+        cur = self._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
+        gone = bool(cur.rowcount == 1)
         if history:
             self._x(cur, "DELETE FROM procsched_runs WHERE key = ?", (key,))
+            self._x(cur, "DELETE FROM procsched_skipped WHERE key = ?", (key,))
+        return gone
 
-    def _op_unloadable(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str, why: str) -> None:
-        self._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (why, now, key))
+    def _op_unloadable(self, cur: Any, c: _Commit, op: Unloadable) -> None:
+        self._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (op.why, c.now, op.key))
 
-    def _op_started(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
-                    scheduled_ns: int, started_ns: int | None) -> None:  # fmt: skip
-        # The claim: only the task's exact next (run, attempt), only if free and not paused.
-        cur = self._x(cur, """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?,
-                holder = ?, token = ?, updated_ns = ?
-                WHERE key = ? AND holder IS NULL AND paused = 0 AND next_attempt = ?
-                AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
-                AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
-                    AND r.scheduled_ns > ?)""",
-                (run, attempt, scheduled_ns, h.id, h.token, now, key, attempt, run,
-                 key, run - 1 if attempt == 1 else 0, scheduled_ns - SLOT_GAP_NS))  # fmt: skip
+    def _op_skipped(self, cur: Any, c: _Commit, op: Skipped) -> None:
+        h = c.holder
+        cur = self._x(cur, "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
+                           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
+                      (op.key, op.slot_ns, op.reason, c.now if op.recorded_ns is None else op.recorded_ns,
+                       None if h is None else h.id))  # fmt: skip
         if cur.rowcount != 1:
-            result.lost.append((key, run, attempt))
-            return
-        self._x(cur, f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, "
-                     f"?, ?) {_REPLACE_RUN}", (key, run, attempt, scheduled_ns, started_ns, h.host, h.pid, h.id,
-                                               h.token))  # fmt: skip
+            return  # recorded already: its first reason stands
+        column = f"skipped_{op.reason}"
+        self._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
+        self._x(cur, "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
+                     "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
+                (op.key, op.key, self.keep_runs - 1))  # fmt: skip
 
-    def _op_finished(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
-                     outcome: str, finished_ns: int, next_due_ns: int | None, retry: bool,
-                     error_type: str | None, error_message: str | None) -> None:  # fmt: skip
-        cur = self._x(cur, """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?,
-                error_message = ? WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL
-                AND holder = ? AND token = ?""",
-                (finished_ns, outcome, error_type, error_message, key, run, attempt, h.id, h.token))  # fmt: skip
-        if cur.rowcount != 1:
-            result.stale.append((key, run, attempt))
-            return
-        self._x(cur, """UPDATE procsched_tasks SET next_due_ns = ?, next_attempt = ?, last_outcome = ?,
-                holder = NULL, token = NULL, updated_ns = ? WHERE key = ? AND holder = ? AND token = ?""",
-                (next_due_ns, attempt + 1 if retry else 1, outcome, now, key, h.id, h.token))  # fmt: skip
-        if run > self.keep_runs:
-            self._x(cur, "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL",
-                    (key, run - self.keep_runs))  # fmt: skip
+    def _op_answer(self, cur: Any, c: _Commit, op: Answer) -> None:
+        h = c.holder
+        assert h is not None
+        self._x(cur, "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? AND taken_by = ? "
+                     "AND taken_token = ? AND done_ns IS NULL",
+                (c.now, json.dumps(op.result), op.error, op.request_id, h.id, h.token))  # fmt: skip
 
     # -- schedulers, leases, take-over (issue 11) -----------------------------
 
@@ -500,38 +1078,46 @@ class SQLStore:
         with self._tx("registering a scheduler") as cur:
             now = self._now(cur)
             token = self._x(cur, "UPDATE procsched_version SET fence = fence + 1 WHERE id = 1 RETURNING fence").fetchone()[0]
-            self._x(cur, f"INSERT INTO procsched_schedulers ({_SCHED_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            self._x(cur, f"INSERT INTO procsched_schedulers ({SCHED_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (ident, token, host, pid, lease_ns, now + lease_ns, now))  # fmt: skip
         return Holder(ident, int(token), host, pid, lease_ns, now + lease_ns, now)
 
-    def renew_lease(self, holder: Holder) -> bool:
-        """Extend ``holder``'s lease by its length from now (store clock).
+    def renew_lease(self, holder: Holder, *, status: InstanceStatus | None = None) -> bool:
+        """Extend ``holder``'s lease by its length from now (store clock),
+        and publish ``status`` (its workers, its standby keys) if given.
         False: it was taken over - it holds nothing any more and must stop
         running stored tasks (and may register again). A committed batch
         with claims or finishes renews the lease too."""
         with self._tx("renewing a lease") as cur:
             now = self._now(cur)
-            cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                               "WHERE id = ? AND token = ?", (now, now, holder.id, holder.token))  # fmt: skip
+            if status is None:
+                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
+                                   "WHERE id = ? AND token = ?", (now, now, holder.id, holder.token))  # fmt: skip
+            else:
+                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                                   "status = ? WHERE id = ? AND token = ?",
+                              (now, now, status.to_json(), holder.id, holder.token))  # fmt: skip
             return bool(cur.rowcount == 1)
 
     def unregister(self, holder: Holder) -> bool:
         """A clean shutdown: drop the registration (its in-flight runs, if
-        any, are recorded ``cancelled``: it stopped them). False if it was
-        taken over already."""
+        any, are recorded ``cancelled``: it stopped them; the requests it
+        took and did not answer are given back). False if it was taken over
+        already."""
         with self._tx("unregistering a scheduler") as cur:
             now = self._now(cur)
             cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ?", (holder.id, holder.token))
             if cur.rowcount != 1:
                 return False
             self._end_runs_of(cur, holder.id, holder.token, now, "cancelled", None, None)
+            self._bump(cur, None)
             return True
 
     def expired_holders(self, now_ns: int | None = None) -> list[Holder]:
         """Schedulers whose lease ended before ``now_ns`` (default: the store clock)."""
         with self._tx("reading leases", write=False) as cur:
             now = self._now(cur) if now_ns is None else now_ns
-            rows = self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?",
+            rows = self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?",
                            (now,)).fetchall()  # fmt: skip
         return [_holder(r) for r in rows]
 
@@ -544,20 +1130,25 @@ class SQLStore:
         the store clock - or ``force``: the caller proved it dead (same host,
         its pid gone; see ``dead_here``). ``by``, if given, must hold a live
         registration (fenced like a batch), so a taken-over scheduler cannot
-        take over others. The caller then reschedules those tasks (and
-        retries the crashed runs its Retry covers) with a batch - or, with
-        ``reschedule(task, crashed_run)`` -> the task's new state fields (see
-        ``Batch.update``; None: the task ended, it is deleted), in this same
-        transaction, so no other scheduler sees the task between the crash
-        and its reschedule (several schedulers, issue 11).
+        take over others. The runs stop counting in their tasks'
+        ``max_concurrent`` and their groups' limits; the requests ``dead``
+        took and did not answer are given back. The caller then reschedules
+        those tasks (and retries the crashed runs its Retry covers) with a
+        batch - or, with ``reschedule(task, crashed_run)`` -> the task's new
+        state fields (see ``Batch.update``; None: the task ended, it is
+        deleted), in this same transaction, so no other scheduler sees the
+        task between the crash and its reschedule (several schedulers, issue 11).
         """
         with self._tx("taking over a scheduler") as cur:
             now = self._now(cur)
             if by is not None:
-                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                                   "WHERE id = ? AND token = ?", (now, now, by.id, by.token))  # fmt: skip
+                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                                   "changes = changes + 1 WHERE id = ? AND token = ?",
+                              (now, now, by.id, by.token))  # fmt: skip
                 if cur.rowcount != 1:
                     return None
+            else:
+                self._bump(cur, None)
             cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ? AND (lease_until_ns < ? OR ?)",
                           (dead.id, dead.token, now, bool(force)))  # fmt: skip
             if cur.rowcount != 1:
@@ -565,125 +1156,199 @@ class SQLStore:
             why = f"its scheduler {dead.id} (host {dead.host}, pid {dead.pid}) died"
             runs = self._end_runs_of(cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
             if reschedule is not None:
+                c = _Commit(now, by, BatchResult(), [])
                 for record in runs:
-                    row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?",
-                                  (record.key,)).fetchone()  # fmt: skip
+                    row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (record.key,)).fetchone()
                     if row is None:
                         continue
-                    fields = reschedule(_task(row), record)
+                    fields = reschedule(self._task(row), record)
                     if fields is None:
-                        self._op_delete(cur, now, None, BatchResult(), record.key, False)
+                        self._delete(cur, record.key, False)
                     elif fields:
-                        self._op_update(cur, now, None, BatchResult(), record.key, fields)
+                        self._op_update(cur, c, Update("update", record.key, fields))
             return runs
 
     def _end_runs_of(self, cur: Any, holder_id: str, token: int, now: int, outcome: str,
                      error_type: str | None, why: str | None) -> list[RunRecord]:  # fmt: skip
-        rows = self._x(cur, f"SELECT {_RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
-                            "AND outcome IS NULL", (holder_id, token)).fetchall()  # fmt: skip
+        rows = self._x(cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
+                            "AND outcome IS NULL ORDER BY key, run, attempt", (holder_id, token)).fetchall()  # fmt: skip
         self._x(cur, "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
                      "WHERE holder = ? AND token = ? AND outcome IS NULL",
                 (outcome, now, error_type, why, holder_id, token))  # fmt: skip
+        per_key: dict[str, int] = {}
+        for r in rows:
+            per_key[r[0]] = per_key.get(r[0], 0) + 1
         # Next claim: the next run (a caller whose Retry covers this outcome
         # sets next_attempt and next_due_ns with Batch.update).
-        self._x(cur, "UPDATE procsched_tasks SET holder = NULL, token = NULL, next_attempt = 1, last_outcome = ?, "
-                     "updated_ns = ? WHERE holder = ? AND token = ?", (outcome, now, holder_id, token))  # fmt: skip
-        return [RunRecord(*r[:5], now, r[6], r[7], outcome, error_type, why, r[11], r[12]) for r in rows]
+        other = "(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL " \
+                "ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"
+        for key, n in per_key.items():
+            self._x(cur, f"""UPDATE procsched_tasks SET in_flight = CASE WHEN in_flight > ? THEN in_flight - ? ELSE 0 END,
+                    holder = {other.format(col="holder")}, token = {other.format(col="token")}, next_attempt = 1,
+                    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?""",
+                    (n, n, outcome, *_outcome_counts(outcome, n), now, key))  # fmt: skip
+        self._x(cur, "UPDATE procsched_requests SET taken_by = NULL, taken_token = NULL, taken_ns = NULL "
+                     "WHERE taken_by = ? AND taken_token = ? AND done_ns IS NULL", (holder_id, token))  # fmt: skip
+        return [dataclasses.replace(_run(r), finished_ns=now, outcome=outcome, error_type=error_type,
+                                    error_message=why) for r in rows]  # fmt: skip
+
+    # -- control from outside (DESIGN part three) -----------------------------------
+
+    def _control(self, what: str, key: str, sql: str, params: tuple[Any, ...]) -> bool:
+        with self._tx(what) as cur:
+            now = self._now(cur)
+            cur = self._x(cur, sql, (now, *params, key))
+            if cur.rowcount == 1:
+                self._bump(cur, None)
+                return True
+            if self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ?", (key,)).fetchone() is None:
+                raise KeyError(key)
+            return False
+
+    def pause(self, key: str) -> bool:
+        """Pause the stored task ``key``, from any process: no scheduled run
+        of it is claimed from now on (the store refuses the claims), and the
+        instance holding it pauses it at its next re-read. True if it was
+        running; False if it was paused already. Raises KeyError: no such key."""
+        return self._control("pausing a task", key, "UPDATE procsched_tasks SET paused = 1, updated_ns = ? "
+                                                    "WHERE key = ? AND paused = 0", ())  # fmt: skip
+
+    def resume(self, key: str) -> bool:
+        """Resume the stored task ``key`` (the holding instance continues it
+        at its next slot from now, at its next re-read). True if it was
+        paused. Raises KeyError: no such key."""
+        return self._control("resuming a task", key, "UPDATE procsched_tasks SET paused = 0, updated_ns = ? "
+                                                     "WHERE key = ? AND paused = 1", ())  # fmt: skip
+
+    def remove(self, key: str) -> bool:
+        """Remove the stored task ``key`` (its definition and state; its
+        history stays): every instance drops it at its next re-read (a run
+        in flight finishes and is recorded). True if it was there."""
+        with self._tx("removing a task") as cur:
+            gone = self._delete(cur, key, False)
+            if gone:
+                self._bump(cur, None)
+            return gone
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the stored task ``key`` from outside: the same write as
+        ``remove`` (the instances cancel their live task at the re-read, as
+        after a ``cancel()`` made on one of them). True if it was there."""
+        return self.remove(key)
+
+    def set_limits(self, limits: Mapping[str, int]) -> None:
+        """Set shared limits (``{"db": 2}``: at most 2 runs of tasks of group
+        "db" in flight at once, across every instance). Groups not named keep
+        theirs (instances sharing a store should agree; the last writer wins)."""
+        rows = []
+        for name, lim in limits.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"a limit's group must be a non-empty str, got {name!r}")
+            if type(lim) is not int or lim < 1:
+                raise ValueError(f"the limit of group {name!r} must be an int >= 1, got {lim!r}")
+            rows.append((name, lim))
+        if not rows:
+            return
+        with self._tx("setting limits") as cur:
+            now = self._now(cur)
+            for name, lim in rows:
+                self._x(cur, "INSERT INTO procsched_limits (name, lim, updated_ns) VALUES (?, ?, ?) ON CONFLICT (name) "
+                             "DO UPDATE SET lim = excluded.lim, updated_ns = excluded.updated_ns", (name, lim, now))
+            self._bump(cur, None)
+
+    def limits(self) -> dict[str, int]:
+        """The shared limits set on this store."""
+        with self._tx("reading limits", write=False) as cur:
+            return {name: int(lim) for name, lim in self._x(cur, "SELECT name, lim FROM procsched_limits").fetchall()}
+
+    def ask(self, key: str, kind: str, *, start_ns: int | None = None, end_ns: int | None = None,
+            dry_run: bool = False, asked_by: str | None = None) -> int:  # fmt: skip
+        """Ask the instance that runs ``key`` to run it now (``kind``
+        ``"run_now"``) or to backfill its slots in ``[start_ns, end_ns)``
+        (``"backfill"``; ``dry_run``: only list them). Returns the request's
+        id; read its answer with ``request(id)``. ``asked_by``: who asks (for
+        the record). Raises KeyError: no such key; ValueError: bad arguments."""
+        if kind not in REQUEST_KINDS:
+            raise ValueError(f"kind must be one of {REQUEST_KINDS}, got {kind!r}")
+        if kind == "backfill":
+            if type(start_ns) is not int or type(end_ns) is not int:
+                raise TypeError(f"a backfill needs start_ns and end_ns (ints, UTC ns), got {start_ns!r}, {end_ns!r}")
+            if start_ns >= end_ns:
+                raise ValueError(f"a backfill needs start_ns < end_ns, got {start_ns} >= {end_ns}")
+        elif start_ns is not None or end_ns is not None or dry_run:
+            raise ValueError("start_ns, end_ns and dry_run are a backfill's")
+        with self._tx("asking for a run") as cur:
+            now = self._now(cur)
+            if self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ?", (key,)).fetchone() is None:
+                raise KeyError(key)
+            self._x(cur, "DELETE FROM procsched_requests WHERE asked_ns < ?", (now - REQUEST_TTL_NS,))
+            row = self._x(cur, "INSERT INTO procsched_requests (key, kind, start_ns, end_ns, dry_run, asked_ns, asked_by) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                          (key, kind, start_ns, end_ns, int(dry_run), now, asked_by)).fetchone()  # fmt: skip
+            self._bump(cur, None)
+        return int(row[0])
+
+    _REQUEST_COLS = "id, key, kind, asked_ns, start_ns, end_ns, dry_run, asked_by, taken_by, taken_ns, done_ns, result, error"
+
+    @staticmethod
+    def _request(row: Any) -> ControlRequest:
+        (rid, key, kind, asked, start, end, dry, asked_by, taken_by, taken_ns, done_ns, result, error) = row
+        return ControlRequest(int(rid), key, kind, asked, start, end, bool(dry), asked_by, taken_by, taken_ns, done_ns,
+                              None if result is None else json.loads(result), error)  # fmt: skip
+
+    def request(self, request_id: int) -> ControlRequest | None:
+        """A control request as it stands (None: unknown or forgotten)."""
+        with self._tx("reading a request", write=False) as cur:
+            row = self._x(cur, f"SELECT {self._REQUEST_COLS} FROM procsched_requests WHERE id = ?",
+                          (int(request_id),)).fetchone()  # fmt: skip
+        return None if row is None else self._request(row)
+
+    def take_requests(self, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
+        """Take the open requests for tasks this instance runs (``keys``: the
+        keys it runs itself, not those on standby): each is taken once among
+        instances, atomically, fenced by ``holder``'s registration. The taker
+        carries each out and answers it (``Batch.answer``). Cheap when there
+        is none (one read of an index of open requests)."""
+        with self._tx("reading requests", write=False) as cur:
+            open_ = self._x(cur, "SELECT id, key FROM procsched_requests WHERE done_ns IS NULL AND taken_by IS NULL "
+                                 "ORDER BY id").fetchall()  # fmt: skip
+        ids = [rid for rid, key in open_ if key in keys]
+        if not ids:
+            return []
+        taken = []
+        with self._tx("taking requests") as cur:
+            now = self._now(cur)
+            cur = self._x(cur, "UPDATE procsched_schedulers SET changes = changes + 1 WHERE id = ? AND token = ?",
+                          (holder.id, holder.token))  # fmt: skip
+            if cur.rowcount != 1:
+                return []  # taken over: it runs nothing any more
+            for rid in ids:
+                row = self._x(cur, f"UPDATE procsched_requests SET taken_by = ?, taken_token = ?, taken_ns = ? "
+                                   f"WHERE id = ? AND taken_by IS NULL AND done_ns IS NULL RETURNING {self._REQUEST_COLS}",
+                              (holder.id, holder.token, now, rid)).fetchone()  # fmt: skip
+                if row is not None:
+                    taken.append(self._request(row))
+        return taken
+
+    def answer(self, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None) -> bool:
+        """Answer a request ``holder`` took, in a transaction of its own
+        (``Batch.answer`` puts it with the claims it caused). False: not
+        taken by ``holder`` (given back after a take-over), or answered."""
+        with self._tx("answering a request") as cur:
+            now = self._now(cur)
+            cur = self._x(cur, "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? "
+                               "AND taken_by = ? AND taken_token = ? AND done_ns IS NULL",
+                          (now, json.dumps(result), error, int(request_id), holder.id, holder.token))  # fmt: skip
+            if cur.rowcount != 1:
+                return False
+            self._bump(cur, holder)
+            return True
 
 
-def _groups(ops: list[tuple[Any, ...]]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive ops of one kind, each key at most once per group (so a
-    set-wise statement does exactly what the ops one by one would)."""
-    kind: str | None = None
-    group: list[tuple[Any, ...]] = []
-    keys: set[str] = set()
-    for op in ops:
-        key = op[1] if isinstance(op[1], str) else op[1].key  # upsert carries a TaskDefinition
-        if op[0] != kind or key in keys:
-            if group:
-                yield kind, group  # type: ignore[misc]
-            kind, group, keys = op[0], [], set()
-        group.append(op)
-        keys.add(key)
-    if group:
-        yield kind, group  # type: ignore[misc]
-
-
-class Batch:
-    """The changes of one dispatcher turn, written by ``commit()`` in one
-    transaction (see the module docstring). Ops apply in the order given.
-    Building a batch does no I/O; a batch commits once."""
-
-    __slots__ = ("store", "holder", "ops", "fenced", "done")
-
-    def __init__(self, store: SQLStore, holder: Holder | None) -> None:
-        self.store = store
-        self.holder = holder
-        self.ops: list[tuple[Any, ...]] = []
-        self.fenced = False
-        self.done = False
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def _need_holder(self, what: str) -> None:
-        if self.holder is None:
-            raise ValueError(f"{what} needs a batch made with the scheduler's holder: store.batch(holder)")
-        self.fenced = True
-
-    def upsert(self, definition: TaskDefinition, state: TaskState | None = None) -> None:
-        """Store ``definition`` (insert or replace; clears ``unloadable``).
-        ``state``: None keeps a stored task's state (a new one starts at
-        ``TaskState()``). Never touches the holder of an in-flight run."""
-        self.ops.append(("upsert", definition, state))
-
-    def update(self, key: str, **fields: Any) -> None:
-        """Set state fields of ``key``: ``next_due_ns``, ``paused``,
-        ``run_count``, ``next_attempt`` (pause/resume, a reschedule), and
-        ``unloadable`` (None: a restart loaded it again)."""
-        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt", "unloadable"}
-        if bad or not fields:
-            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt, unloadable; "
-                             f"got {sorted(fields)}")  # fmt: skip
-        self.ops.append(("update", key, fields))
-
-    def delete(self, key: str, *, history: bool = False) -> None:
-        """Remove ``key`` from the stored tasks (an ended one-shot, a
-        cancel); its runs stay in history unless ``history=True``."""
-        self.ops.append(("delete", key, history))
-
-    def unloadable(self, key: str, why: str) -> None:
-        """Mark ``key`` unloadable (its function failed to import): kept,
-        listed, never run, never deleted by this. A later upsert clears it."""
-        self.ops.append(("unloadable", key, why))
-
-    def started(self, key: str, run: int, attempt: int, scheduled_ns: int, started_ns: int | None = None) -> None:
-        """Claim (key, run, attempt) and record it in flight, with the
-        task's new state (``run_count = run``, ``next_due_ns = scheduled_ns``,
-        held by this batch's holder). Lost (``BatchResult.lost``) unless it
-        is exactly the task's next claim, unheld and not paused."""
-        self._need_holder("started")
-        self.ops.append(("started", key, run, attempt, scheduled_ns, started_ns))
-
-    def finished(self, key: str, run: int, attempt: int, outcome: str, finished_ns: int, next_due_ns: int | None,
-                 *, retry: bool = False, error_type: str | None = None, error_message: str | None = None) -> None:  # fmt: skip
-        """Record the end of an in-flight run and the reschedule together:
-        ``next_due_ns`` (None: no further run), ``retry`` (the next claim is
-        attempt + 1 of this run, else run + 1). Fenced: refused
-        (``BatchResult.stale``) unless this holder still holds the run."""
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        self._need_holder("finished")
-        self.ops.append(("finished", key, run, attempt, outcome, finished_ns, next_due_ns, retry,
-                         error_type, None if error_message is None else error_message[:2000]))  # fmt: skip
-
-    def commit(self) -> BatchResult:
-        """Write every op in one transaction. Raises StoreError (nothing
-        written) on a database fault."""
-        if self.done:
-            raise RuntimeError("this batch was committed already")
-        self.done = True
-        return self.store._commit(self)
+def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """A typed ``VALUES`` list of ``rows`` and its flat parameters (PostgreSQL)."""
+    one = "(" + ", ".join(f"?::{t}" for t in types) + ")"
+    return ", ".join([one] * len(rows)), [x for row in rows for x in row]
 
 
 def dead_here(holders: list[Holder], host: str | None = None) -> list[Holder]:
