@@ -435,15 +435,16 @@ class JobView:
     """One stored task for a listing (``Store.jobs_view``): plain data only,
     never its pickled arguments. ``held_by``: the instance holding a run in
     flight; ``claimed_by``: the one that claimed its last run (the instance
-    keeping it; the others have it on standby). ``runs``: attempts ended,
-    by outcome; ``skipped``: skipped slots, by reason (totals kept by the
-    store for the task's life, not only what the history still holds)."""
+    keeping it; the others have it on standby). ``name``:
+    ``options["name"]``; ``options`` is parsed from ``options_text`` when
+    asked (a listing of 10,000 jobs needs few). Totals by outcome: in
+    ``JobDetail`` and ``StoreCounts``."""
 
     key: str
     name: str | None
     fn_ref: str
     schedule: dict[str, Any]
-    options: dict[str, Any]
+    options_text: str
     def_hash: str
     state: TaskState
     last_outcome: str | None
@@ -454,8 +455,11 @@ class JobView:
     held_by: HolderRef | None
     claimed_by: HolderRef | None
     updated_ns: int
-    runs: dict[str, int]
-    skipped: dict[str, int]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        value = json.loads(self.options_text)
+        return value if isinstance(value, dict) else {}
 
     @property
     def paused(self) -> bool:
@@ -470,12 +474,17 @@ class JobView:
 class JobDetail:
     """One job with its recent history (``Store.job_view``): ``runs``, the
     last attempts (oldest first), ``skipped``, the last skipped slots, and
-    ``slots``: both merged in slot order (newest last, at most ``n``)."""
+    ``slots``: both merged in slot order (newest last, at most ``n``).
+    ``runs_total``: attempts ended by outcome, ``skipped_total``: skipped
+    slots by reason (kept by the store for the task's life, not only what
+    the history still holds)."""
 
     job: JobView
     runs: list[RunRecord]
     skipped: list[SkippedSlot]
     slots: list[RunRecord | SkippedSlot]
+    runs_total: dict[str, int]
+    skipped_total: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,10 @@ RUN_COUNTERS = tuple(f"runs_{o}" for o in OUTCOMES)
 SKIP_COUNTERS = tuple(f"skipped_{r}" for r in SKIP_REASONS)
 _COUNTER_DDL = "".join(f", {c} BIGINT NOT NULL DEFAULT 0" for c in RUN_COUNTERS + SKIP_COUNTERS)
 
+# (``args`` last: the columns a listing reads come before a big blob's overflow pages)
 _DEFINITIONS = """CREATE TABLE procsched_definitions (
-    key TEXT PRIMARY KEY, fn_ref TEXT NOT NULL, args {blob} NOT NULL, schedule TEXT NOT NULL,
-    options TEXT NOT NULL, def_hash TEXT NOT NULL, signature {blob}, written_ns BIGINT NOT NULL)"""
+    key TEXT PRIMARY KEY, fn_ref TEXT NOT NULL, schedule TEXT NOT NULL, options TEXT NOT NULL,
+    def_hash TEXT NOT NULL, name TEXT, signature {blob}, written_ns BIGINT NOT NULL, args {blob} NOT NULL)"""
 
 _TASKS = """CREATE TABLE {name} (
     key TEXT PRIMARY KEY,
@@ -94,7 +95,8 @@ def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:
 def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[str]:
     """Schema 1 -> 2, in the transaction that checked the version (see
     ``SQLStore._init_schema``): the definitions move out of the task rows
-    into their own table (copied as they are: signatures are left empty),
+    into their own table (copied as they are: signatures are left empty;
+    the display names are filled in from the options after these statements),
     the state rows gain the columns of schema 2 (a run in flight counts in
     ``in_flight``; the slot guard starts from the history), the runs and
     the schedulers gain theirs, the new tables are created. Nothing is
@@ -104,8 +106,8 @@ def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[s
              "updated_ns")  # fmt: skip
     return [
         _DEFINITIONS.format(**fmt),
-        "INSERT INTO procsched_definitions (key, fn_ref, args, schedule, options, def_hash, signature, written_ns) "
-        f"SELECT key, fn_ref, args, schedule, options, def_hash, NULL, {int(now_ns)} FROM procsched_tasks",
+        "INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature, written_ns, args) "
+        f"SELECT key, fn_ref, schedule, options, def_hash, NULL, NULL, {int(now_ns)}, args FROM procsched_tasks",
         *(f"ALTER TABLE procsched_runs ADD COLUMN {col}" for col in _RUN_COLUMNS_2),
         _TASKS.format(name="procsched_tasks_2", counters=_COUNTER_DDL),
         f"""INSERT INTO procsched_tasks_2 ({state}, in_flight, sched_run, last_slot_ns, last_holder)

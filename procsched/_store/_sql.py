@@ -125,7 +125,6 @@ late by its skew, never run it twice or drop it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import secrets
@@ -134,16 +133,12 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Callable, ClassVar
 
 from .._errors import StoreError
-from . import _schema, _views
-from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
+from . import _control, _schema, _views, _writes
+from ._batch import Batch, Update
 from ._model import (
-    OUTCOMES,
-    REQUEST_KINDS,
-    SKIP_REASONS,
     BatchResult,
     ChangeMark,
     ControlRequest,
-    FailedOp,
     Holder,
     InstanceStatus,
     InstanceView,
@@ -158,8 +153,12 @@ from ._model import (
     TaskState,
 )
 from ._trust import Keyring, Secret
+from ._writes import _REPLACE_RUN, _RUN_COLS, RUN_COLS, SLOT_GAP_NS
 
-__all__ = ["DEFAULT_LEASE_NS", "KEEP_RUNS", "SCHEMA_VERSION", "SLOT_GAP_NS", "Batch", "SQLStore", "dead_here"]
+__all__ = [
+    "DEFAULT_LEASE_NS", "KEEP_RUNS", "RUN_COLS", "SCHEMA_VERSION", "SLOT_GAP_NS", "Batch", "SQLStore", "dead_here",
+    "_REPLACE_RUN", "_RUN_COLS",
+]
 
 #: The schema this procsched writes. A store with a higher version was
 #: written by a newer procsched and is refused; a lower one is migrated.
@@ -167,108 +166,19 @@ SCHEMA_VERSION = 2
 #: Runs (and skipped slots) kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
-#: A new scheduled run's slot must come at least this long after the last
-#: scheduled slot claimed (a scheduler whose run numbers drifted from the
-#: store's cannot run a slot twice under another number; two schedulers'
-#: wall times of one slot differ by microseconds of clock reading, far below this).
-SLOT_GAP_NS = 1_000_000
-#: Control requests asked this long ago are forgotten (answered or not: the
-#: asker gave up long since, or the key is gone).
-REQUEST_TTL_NS = 86_400 * 1_000_000_000
-
-# Schema 1's run columns, which the stores' own modules import (unused since schema 2).
-_RUN_COLS = ("key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
-             "error_message, holder, token")  # fmt: skip
-_REPLACE_RUN = ("ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
-                "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
-                "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
-                "token = excluded.token")  # fmt: skip
-
-# Column lists, in the order the row readers below (and RunRecord, Holder) expect.
-RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
+# Column lists, in the order the row readers below (and RunRecord, Holder) expect
+# (RUN_COLS: _writes; _RUN_COLS, _REPLACE_RUN: schema 1's, which the stores' modules import).
 SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
 TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
     t.max_concurrent, t.grp, t.last_holder, d.signature
     FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
-# A claimed run's row: it replaces one left by an earlier task of the same key
-# (deleted, then scheduled again): the claim on the state row decided.
-_INSERT_RUN = f"""INSERT INTO procsched_runs ({RUN_COLS})
-    VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?, ?, NULL, NULL, ?, NULL, NULL, ?)
-    {_REPLACE_RUN}, cause = excluded.cause, reason = NULL, error_traceback = NULL, worker_pid = excluded.worker_pid,
-    output = NULL, retry_due_ns = NULL, grp = excluded.grp"""
-_RUN_COUNTER_SETS = ", ".join(f"{c} = {c} + ?" for c in _schema.RUN_COUNTERS)
-# The end of a run: its row (fenced), then the task's state (see "Finishing").
-_END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?,
-    error_traceback = ?, reason = ?, worker_pid = COALESCE(?, worker_pid), output = ?, retry_due_ns = ?
-    WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL AND holder = ? AND token = ?"""
-_OTHER_HOLDER = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL
-    AND NOT (r.run = ? AND r.attempt = ?) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
-_RESCHEDULE = f"""UPDATE procsched_tasks SET next_due_ns = CASE WHEN sched_run = ? THEN ? ELSE next_due_ns END,
-    next_attempt = CASE WHEN sched_run = ? AND run_count = ? THEN ? ELSE next_attempt END,
-    in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END,
-    holder = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="holder")} END,
-    token = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="token")} END,
-    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?"""
-_TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL"
-# The set-wise claim (SQLite: executemany): a new scheduled run of a task with
-# no group and no retry due - the claims of a busy turn. Anything else, and any
-# claim this does not win, is decided op by op (_op_started).
-_CLAIM_PLAIN = """UPDATE procsched_tasks SET run_count = ?, next_attempt = 1, next_due_ns = ?, sched_run = ?,
-    last_slot_ns = ?, in_flight = in_flight + 1, holder = ?, token = ?, last_holder = ?, updated_ns = ?
-    WHERE key = ? AND grp IS NULL AND paused = 0 AND next_attempt = 1 AND in_flight < max_concurrent
-    AND run_count + 1 = ? AND (last_slot_ns IS NULL OR last_slot_ns <= ?)"""
-
-
 def _holder(row: Any) -> Holder:
     return Holder(*row)
 
 
 def _run(row: Any) -> RunRecord:
     return RunRecord(*row)
-
-
-def _counts(values: tuple[Any, ...]) -> list[int]:
-    return [1 if o == v else 0 for o in OUTCOMES for v in values]
-
-
-def _outcome_counts(outcome: str, n: int = 1) -> list[int]:
-    return [n if o == outcome else 0 for o in OUTCOMES]
-
-
-class _RowFault(Exception):
-    """An op the database refused for its own data (see "One bad op"): the
-    batch goes again op by op. Carries the original exception."""
-
-
-@dataclasses.dataclass(slots=True)
-class _Commit:
-    """One commit's context, for the ops it writes."""
-
-    now: int
-    holder: Holder | None
-    result: BatchResult
-    claim_keys: list[str]
-    groups_locked: bool = False
-
-
-def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
-    """Consecutive ops of one kind, each key at most once per group (so a
-    set-wise statement does exactly what the ops one by one would)."""
-    kind: str | None = None
-    group: list[Any] = []
-    keys: set[str] = set()
-    for op in ops:
-        key = op_key(op)
-        if op[0] != kind or (key is not None and key in keys):
-            if group:
-                yield kind, group  # type: ignore[misc]
-            kind, group, keys = op[0], [], set()
-        group.append(op)
-        if key is not None:
-            keys.add(key)
-    if group:
-        yield kind, group  # type: ignore[misc]
 
 
 class SQLStore:
@@ -440,6 +350,15 @@ class SQLStore:
             return _schema.migration_2(**self._dialect(), now_ns=self._now(cur))
         return self.MIGRATIONS.get(target, [])
 
+    def _after_migration(self, cur: Any, target: int) -> None:
+        """What a migration does beyond SQL (schema 2: the display names, from the options)."""
+        if target != 2:
+            return
+        for key, options in self._x(cur, "SELECT key, options FROM procsched_definitions").fetchall():
+            name = _writes._name(options)
+            if name is not None:
+                self._x(cur, "UPDATE procsched_definitions SET name = ? WHERE key = ?", (name, key))
+
     def _refuse_live_instances(self, cur: Any) -> None:
         """Before changing the tables under them: no instance of the older
         procsched may still be running on this store (its writes would fail
@@ -478,6 +397,7 @@ class SQLStore:
                 for target in range(version + 1, self.SCHEMA_VERSION + 1):
                     for stmt in self._migration(cur, target):
                         cur.execute(stmt)
+                    self._after_migration(cur, target)
                 if version < self.SCHEMA_VERSION:
                     self._x(cur, "UPDATE procsched_version SET version = ?, written_by = ? WHERE id = 1",
                             (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
@@ -669,400 +589,7 @@ class SQLStore:
         return b.commit().ok
 
     def _commit(self, batch: Batch) -> BatchResult:
-        if not batch.ops:
-            return BatchResult()
-        try:
-            return self._write(batch, isolate=False)
-        except _RowFault:
-            return self._write(batch, isolate=True)
-
-    def _write(self, batch: Batch, isolate: bool) -> BatchResult:
-        """One try at writing ``batch``; ``isolate``: op by op, each in a
-        savepoint, leaving out those the database refuses."""
-        ops = batch.ops
-        holder = batch.holder
-        c = _Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
-        with self._tx(f"writing a batch of {len(ops)} change(s)") as cur:
-            c.now = self._now(cur)
-            if holder is not None and batch.fenced:
-                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
-                                   "changes = changes + 1 WHERE id = ? AND token = ?",
-                              (c.now, c.now, holder.id, holder.token))  # fmt: skip
-                if cur.rowcount != 1:
-                    c.result.fenced_out = True
-                    return c.result  # nothing written: the transaction commits no change
-            elif holder is not None or any(op[0] in ("delete", "skipped") for op in ops):
-                self._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
-            self._lock_keys(cur, ops)
-            for kind, group in _groups(ops):
-                if isolate:
-                    for op in group:
-                        self._isolated(cur, c, op)
-                    continue
-                try:
-                    if len(group) > 1 and kind == "started":
-                        self._claim_group(cur, c, group)
-                    elif len(group) > 1 and kind == "finished":
-                        self._end_group(cur, c, group)
-                    else:
-                        for op in group:
-                            self._apply(cur, c, op)
-                except self._errors() + (ValueError, TypeError, OverflowError) as exc:
-                    if self._row_fault(exc):
-                        raise _RowFault(exc) from exc
-                    raise
-        c.result.lost = list(dict.fromkeys(c.result.lost))
-        return c.result
-
-    def _apply(self, cur: Any, c: _Commit, op: Op) -> None:
-        getattr(self, "_op_" + op[0])(cur, c, op)
-
-    def _isolated(self, cur: Any, c: _Commit, op: Op) -> None:
-        """``op`` in a savepoint: refused for its own data, it is left out and reported."""
-        cur.execute("SAVEPOINT procsched_op")
-        try:
-            self._apply(cur, c, op)
-        except self._errors() + (ValueError, TypeError, OverflowError) as exc:
-            if not self._row_fault(exc):
-                raise
-            cur.execute("ROLLBACK TO SAVEPOINT procsched_op")
-            run = attempt = None
-            if op[0] in ("started", "finished"):
-                run, attempt = op[2], op[3]
-                (c.result.lost if op[0] == "started" else c.result.stale).append((op[1], run, attempt))
-            c.result.failed.append(FailedOp(op[0], op_key(op), run, attempt, f"{type(exc).__name__}: {exc}"))
-        cur.execute("RELEASE SAVEPOINT procsched_op")
-
-    def _lock_keys(self, cur: Any, ops: list[Any]) -> None:
-        """PostgreSQL: lock the state rows the batch writes, in key order:
-        two instances' batches writing the same rows in different orders
-        would deadlock (the server aborts one after a second). SQLite
-        serialises writers already."""
-        if not self._pg:
-            return
-        keys = sorted({k for op in ops if (k := op_key(op)) is not None})
-        if len(keys) > 1:
-            self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ANY(?) ORDER BY key FOR UPDATE", (keys,))
-
-    # -- claims ------------------------------------------------------------------
-
-    def _op_started(self, cur: Any, c: _Commit, op: Started) -> None:
-        """The reference claim (see "Claims"): decided on the state row, locked."""
-        row = self._x(cur, "SELECT run_count, next_attempt, paused, in_flight, max_concurrent, grp, last_slot_ns "
-                           f"FROM procsched_tasks WHERE key = ?{self._for_update}", (op.key,)).fetchone()  # fmt: skip
-        if row is None or not self._claimable(cur, op, *row):
-            if not self._own_claim(cur, c.holder, op):  # (a batch sent again, a claim twice: it is ours)
-                c.result.lost.append((op.key, op.run, op.attempt))
-            return
-        run_count, next_attempt, _paused, _in_flight, _max, group, _slot = row
-        if group is not None and not self._within_limit(cur, c, group):
-            c.result.limited.append((op.key, op.run, op.attempt))
-            return
-        h = c.holder
-        assert h is not None
-        scheduled = op.cause == "schedule"
-        sets = ["in_flight = in_flight + 1", "holder = ?", "token = ?", "last_holder = ?", "updated_ns = ?"]
-        values: list[Any] = [h.id, h.token, h.id, c.now]
-        if op.attempt == 1:
-            if next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
-                self._x(cur, "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
-                             "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) "
-                             "WHERE key = ? AND run = ? AND attempt = ?",
-                        (op.key, op.key, run_count, next_attempt - 1))  # fmt: skip
-            sets += ["run_count = ?", "next_attempt = 1"]
-            values.append(op.run)
-            if scheduled:
-                sets += ["next_due_ns = ?", "sched_run = ?", "last_slot_ns = ?"]
-                values += [op.scheduled_ns, op.run, op.scheduled_ns]
-        else:
-            if op.run == run_count and next_attempt == op.attempt:  # the state's own next claim: as before
-                sets.append("next_due_ns = ?")
-                values.append(op.scheduled_ns)
-            self._x(cur, "UPDATE procsched_runs SET retry_due_ns = NULL WHERE key = ? AND run = ? AND attempt = ?",
-                    (op.key, op.run, op.attempt - 1))  # fmt: skip
-        self._x(cur, f"UPDATE procsched_tasks SET {', '.join(sets)} WHERE key = ?", (*values, op.key))
-        self._x(cur, _INSERT_RUN, (op.key, op.run, op.attempt, op.scheduled_ns, op.started_ns, h.host, h.pid, h.id,
-                                   h.token, op.cause, op.worker_pid, group))  # fmt: skip
-
-    def _claimable(self, cur: Any, op: Started, run_count: int, next_attempt: int, paused: int, in_flight: int,
-                   max_concurrent: int, group: str | None, last_slot: int | None) -> bool:  # fmt: skip
-        """May ``op`` be claimed, given the task's state row? (see "Claims")"""
-        scheduled = op.cause == "schedule"
-        if in_flight >= max_concurrent or (scheduled and paused):
-            return False
-        if op.attempt == 1:
-            if op.run != run_count + 1:
-                return False
-            if scheduled and next_attempt != 1 and max_concurrent == 1:
-                return False  # the latest run's retry comes first
-            return not (scheduled and last_slot is not None and last_slot > op.scheduled_ns - SLOT_GAP_NS)
-        if self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?",
-                   (op.key, op.run, op.attempt)).fetchone() is not None:  # fmt: skip
-            return False  # claimed already (never twice)
-        if op.run == run_count and next_attempt == op.attempt:
-            return True
-        return self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
-                            "AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1)).fetchone() is not None
-
-    def _own_claim(self, cur: Any, holder: Holder | None, op: Started) -> bool:
-        """Is (key, run, attempt) in flight already, claimed by this very holder and token?"""
-        if holder is None:
-            return False
-        row = self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
-                           "AND outcome IS NULL AND holder = ? AND token = ?",
-                      (op.key, op.run, op.attempt, holder.id, holder.token)).fetchone()  # fmt: skip
-        return row is not None
-
-    def _within_limit(self, cur: Any, c: _Commit, group: str) -> bool:
-        """Has ``group`` room for one more run in flight? Counted in this
-        transaction, on the group's locked limit row (no limit row: no limit)."""
-        if self._pg and not c.groups_locked:
-            # every group of the batch's claims at once, by name: never two
-            # batches each holding one group and waiting for the other's
-            self._x(cur, "SELECT 1 FROM procsched_limits WHERE name IN (SELECT grp FROM procsched_tasks WHERE "
-                         "key = ANY(?) AND grp IS NOT NULL) ORDER BY name FOR UPDATE", (c.claim_keys,))  # fmt: skip
-            c.groups_locked = True
-        row = self._x(cur, "SELECT lim FROM procsched_limits WHERE name = ?", (group,)).fetchone()
-        if row is None:
-            return True
-        n = self._x(cur, "SELECT count(*) FROM procsched_runs WHERE grp = ? AND outcome IS NULL", (group,)).fetchone()[0]
-        return int(n) < int(row[0])
-
-    def _claim_group(self, cur: Any, c: _Commit, group: list[Started]) -> None:
-        """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
-        the ones this does not win are decided op by op."""
-        plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
-        rest = [op for op in group if not (op.attempt == 1 and op.cause == "schedule")]
-        h = c.holder
-        assert h is not None
-        if self._pg:
-            won = self._claim_plain_pg(cur, c, plain) if plain else set()
-        else:
-            won = set()
-            if plain:
-                cur.execute("SAVEPOINT procsched_claims")
-                cur.executemany(_CLAIM_PLAIN, [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id,
-                                                c.now, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS)
-                                               for op in plain])  # fmt: skip
-                if cur.rowcount == len(plain):
-                    cur.executemany(self._q(_INSERT_RUN), [(op.key, op.run, 1, op.scheduled_ns, op.started_ns, h.host,
-                                                            h.pid, h.id, h.token, "schedule", op.worker_pid, None)
-                                                           for op in plain])  # fmt: skip
-                    won = {op.key for op in plain}
-                    cur.execute("RELEASE SAVEPOINT procsched_claims")
-                else:
-                    cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
-                    cur.execute("RELEASE SAVEPOINT procsched_claims")
-        for op in group:
-            if not (op in plain and op.key in won):
-                self._op_started(cur, c, op)
-
-    def _claim_plain_pg(self, cur: Any, c: _Commit, plain: list[Started]) -> set[str]:
-        """PostgreSQL: the plain claims in one statement (a round trip and
-        ~50 us of server work per statement made a 100-run turn ~3x slower op
-        by op); RETURNING says which were won."""
-        h = c.holder
-        assert h is not None
-        values, params = _values([(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
-                                 ("text", "bigint", "bigint", "bigint", "int"))  # fmt: skip
-        rows = self._x(cur, f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
-            won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
-                sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
-                last_holder = ?, updated_ns = ?
-                FROM v WHERE t.key = v.key AND t.grp IS NULL AND t.paused = 0 AND t.next_attempt = 1
-                AND t.in_flight < t.max_concurrent AND t.run_count + 1 = v.run
-                AND (t.last_slot_ns IS NULL OR t.last_slot_ns <= v.scheduled_ns - ?)
-                RETURNING t.key)
-            INSERT INTO procsched_runs ({RUN_COLS})
-            SELECT v.key, v.run, 1, v.scheduled_ns, v.started_ns, NULL, ?, ?, NULL, NULL, NULL, ?, ?, 'schedule',
-                NULL, NULL, v.worker_pid, NULL, NULL, NULL
-            FROM v JOIN won USING (key) {_REPLACE_RUN}, cause = excluded.cause, reason = NULL,
-                error_traceback = NULL, worker_pid = excluded.worker_pid, output = NULL, retry_due_ns = NULL,
-                grp = excluded.grp
-            RETURNING key""",
-            [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token]).fetchall()  # fmt: skip
-        return {r[0] for r in rows}
-
-    # -- ends ----------------------------------------------------------------------
-
-    def _op_finished(self, cur: Any, c: _Commit, op: Finished) -> None:
-        h = c.holder
-        assert h is not None
-        cur = self._x(cur, _END_RUN, self._end_params(op, h))
-        if cur.rowcount != 1:
-            if not self._own_end(cur, h, op):
-                c.result.stale.append((op.key, op.run, op.attempt))
-            return
-        self._x(cur, _RESCHEDULE, self._reschedule_params(op, c.now))
-        if op.run > self.keep_runs:
-            self._x(cur, _TRIM, (op.key, op.run - self.keep_runs))
-
-    @staticmethod
-    def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
-        return (op.finished_ns, op.outcome, op.error_type, op.error_message, op.error_traceback, op.reason,
-                op.worker_pid, op.output, op.next_due_ns if op.retry else None, op.key, op.run, op.attempt, h.id,
-                h.token)  # fmt: skip
-
-    @staticmethod
-    def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
-        return (op.run, op.next_due_ns, op.run, op.run, op.attempt + 1 if op.retry else 1, op.run, op.attempt,
-                op.run, op.attempt, op.outcome, *_outcome_counts(op.outcome), now, op.key)  # fmt: skip
-
-    def _own_end(self, cur: Any, h: Holder, op: Finished) -> bool:
-        """Was this very end recorded already by this holder (a batch sent again)?"""
-        row = self._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND outcome = ? "
-                           "AND finished_ns = ? AND holder = ? AND token = ?",
-                      (op.key, op.run, op.attempt, op.outcome, op.finished_ns, h.id, h.token)).fetchone()  # fmt: skip
-        return row is not None
-
-    def _end_group(self, cur: Any, c: _Commit, group: list[Finished]) -> None:
-        """A turn's ends set-wise (when every run is still ours - the rule on
-        one scheduler); otherwise op by op, which says exactly which are stale."""
-        h = c.holder
-        assert h is not None
-        if self._pg:
-            done = self._end_pg(cur, c, group)
-            for op in group:
-                if (op.key, op.run, op.attempt) not in done:
-                    self._op_finished(cur, c, op)
-            return
-        cur.execute("SAVEPOINT procsched_ends")
-        cur.executemany(self._q(_END_RUN), [self._end_params(op, h) for op in group])
-        if cur.rowcount != len(group):
-            cur.execute("ROLLBACK TO SAVEPOINT procsched_ends")
-            cur.execute("RELEASE SAVEPOINT procsched_ends")
-            for op in group:
-                self._op_finished(cur, c, op)
-            return
-        cur.executemany(self._q(_RESCHEDULE), [self._reschedule_params(op, c.now) for op in group])
-        trim = [(op.key, op.run - self.keep_runs) for op in group if op.run > self.keep_runs]
-        if trim:
-            cur.executemany(self._q(_TRIM), trim)
-        cur.execute("RELEASE SAVEPOINT procsched_ends")
-
-    def _end_pg(self, cur: Any, c: _Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
-        """PostgreSQL: the ends and reschedules in one statement; the (key,
-        run, attempt) it recorded."""
-        h = c.holder
-        assert h is not None
-        rows = [(op.key, op.run, op.attempt, op.outcome, op.finished_ns, op.next_due_ns,
-                 op.attempt + 1 if op.retry else 1, op.error_type, op.error_message, op.error_traceback, op.reason,
-                 op.worker_pid, op.output, op.next_due_ns if op.retry else None) for op in group]  # fmt: skip
-        values, params = _values(rows, ("text", "bigint", "int", "text", "bigint", "bigint", "int", "text", "text",
-                                        "text", "text", "int", "text", "bigint"))  # fmt: skip
-        counters = ", ".join(f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
-                             for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES))  # fmt: skip
-        other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
-            AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
-        done = {tuple(r) for r in self._x(cur, f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
-                next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns)
-                AS (VALUES {values}),
-            done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
-                error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
-                reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
-                retry_due_ns = v.retry_due_ns
-                FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
-                AND r.holder = ? AND r.token = ? RETURNING r.key, r.run, r.attempt),
-            resched AS (UPDATE procsched_tasks t SET
-                in_flight = CASE WHEN t.in_flight > 0 THEN t.in_flight - 1 ELSE 0 END,
-                holder = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="holder")} END,
-                token = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="token")} END,
-                next_due_ns = CASE WHEN t.sched_run = v.run THEN v.next_due_ns ELSE t.next_due_ns END,
-                next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
-                    ELSE t.next_attempt END,
-                last_outcome = v.outcome, {counters}, updated_ns = ?
-                FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
-            SELECT key, run, attempt FROM done""", [*params, h.id, h.token, c.now]).fetchall()}  # fmt: skip
-        trim = [(op.key, op.run - self.keep_runs) for op in group
-                if (op.key, op.run, op.attempt) in done and op.run > self.keep_runs]  # fmt: skip
-        if trim:
-            values, params = _values(trim, ("text", "bigint"))
-            self._x(cur, f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
-                WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""", params)  # fmt: skip
-        return done  # type: ignore[return-value]
-
-    # -- the other ops ---------------------------------------------------------------
-
-    def _op_upsert(self, cur: Any, c: _Commit, op: Upsert) -> None:
-        d, s = op.definition, op.state
-        sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
-        signature = self._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
-        differs = "IS DISTINCT FROM" if self._pg else "IS NOT"
-        # The definition's row only if it changed (item 18: arguments are written once).
-        self._x(cur, f"""INSERT INTO procsched_definitions (key, fn_ref, args, schedule, options, def_hash, signature,
-                written_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
-                schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
-                signature = excluded.signature, written_ns = excluded.written_ns
-                WHERE procsched_definitions.def_hash <> excluded.def_hash
-                OR procsched_definitions.fn_ref <> excluded.fn_ref
-                OR procsched_definitions.signature {differs} excluded.signature""",
-                (d.key, d.fn_ref, d.args, sched, opts, d.def_hash, signature, c.now))  # fmt: skip
-        st = s or TaskState()
-        # A stored state is replaced only by a writer that saw every claim
-        # (several schedulers: one that adopted the task before another
-        # claimed a run must not set the run count back).
-        state_update = ("" if s is None else "".join(
-            f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
-            f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
-            for col in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
-        self._x(cur, f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
-                max_concurrent, grp, last_slot_ns)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
-                    AND r.attempt = 1 AND r.cause = 'schedule'))
-                ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
-                unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
-                (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent,
-                 d.group, d.key))  # fmt: skip
-
-    def _op_update(self, cur: Any, c: _Commit, op: Update) -> None:
-        fields = op.fields
-        sets = ", ".join(f"{name} = ?" for name in fields)
-        values = [int(v) if name == "paused" else v for name, v in fields.items()]
-        if "run_count" in fields:
-            # Run numbers are set only by a writer that saw every claim (as
-            # in _op_upsert): several schedulers, one that adopted the task
-            # before another claimed a run must not set the count back.
-            self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 "
-                         "AND run_count <= ?", (*values, c.now, op.key, fields["run_count"]))  # fmt: skip
-            return
-        self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
-
-    def _op_delete(self, cur: Any, c: _Commit, op: Delete) -> None:
-        self._delete(cur, op.key, op.history)
-
-    def _delete(self, cur: Any, key: str, history: bool) -> bool:
-        self._x(cur, "DELETE FROM procsched_definitions WHERE key = ?", (key,))
-        cur = self._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
-        gone = bool(cur.rowcount == 1)
-        if history:
-            self._x(cur, "DELETE FROM procsched_runs WHERE key = ?", (key,))
-            self._x(cur, "DELETE FROM procsched_skipped WHERE key = ?", (key,))
-        return gone
-
-    def _op_unloadable(self, cur: Any, c: _Commit, op: Unloadable) -> None:
-        self._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (op.why, c.now, op.key))
-
-    def _op_skipped(self, cur: Any, c: _Commit, op: Skipped) -> None:
-        h = c.holder
-        cur = self._x(cur, "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
-                           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
-                      (op.key, op.slot_ns, op.reason, c.now if op.recorded_ns is None else op.recorded_ns,
-                       None if h is None else h.id))  # fmt: skip
-        if cur.rowcount != 1:
-            return  # recorded already: its first reason stands
-        column = f"skipped_{op.reason}"
-        self._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
-        self._x(cur, "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
-                     "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
-                (op.key, op.key, self.keep_runs - 1))  # fmt: skip
-
-    def _op_answer(self, cur: Any, c: _Commit, op: Answer) -> None:
-        h = c.holder
-        assert h is not None
-        self._x(cur, "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? AND taken_by = ? "
-                     "AND taken_token = ? AND done_ns IS NULL",
-                (c.now, json.dumps(op.result), op.error, op.request_id, h.id, h.token))  # fmt: skip
+        return _writes.commit(self, batch)
 
     # -- schedulers, leases, take-over (issue 11) -----------------------------
 
@@ -1109,7 +636,7 @@ class SQLStore:
             cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ?", (holder.id, holder.token))
             if cur.rowcount != 1:
                 return False
-            self._end_runs_of(cur, holder.id, holder.token, now, "cancelled", None, None)
+            _writes.end_runs_of(self, cur, holder.id, holder.token, now, "cancelled", None, None)
             self._bump(cur, None)
             return True
 
@@ -1154,112 +681,57 @@ class SQLStore:
             if cur.rowcount != 1:
                 return None
             why = f"its scheduler {dead.id} (host {dead.host}, pid {dead.pid}) died"
-            runs = self._end_runs_of(cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
+            runs = _writes.end_runs_of(self, cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
             if reschedule is not None:
-                c = _Commit(now, by, BatchResult(), [])
+                c = _writes.Commit(now, by, BatchResult(), [])
                 for record in runs:
                     row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (record.key,)).fetchone()
                     if row is None:
                         continue
                     fields = reschedule(self._task(row), record)
                     if fields is None:
-                        self._delete(cur, record.key, False)
+                        _writes.delete(self, cur, record.key, False)
                     elif fields:
-                        self._op_update(cur, c, Update("update", record.key, fields))
+                        _writes.op_update(self, cur, c, Update("update", record.key, fields))
             return runs
 
-    def _end_runs_of(self, cur: Any, holder_id: str, token: int, now: int, outcome: str,
-                     error_type: str | None, why: str | None) -> list[RunRecord]:  # fmt: skip
-        rows = self._x(cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
-                            "AND outcome IS NULL ORDER BY key, run, attempt", (holder_id, token)).fetchall()  # fmt: skip
-        self._x(cur, "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
-                     "WHERE holder = ? AND token = ? AND outcome IS NULL",
-                (outcome, now, error_type, why, holder_id, token))  # fmt: skip
-        per_key: dict[str, int] = {}
-        for r in rows:
-            per_key[r[0]] = per_key.get(r[0], 0) + 1
-        # Next claim: the next run (a caller whose Retry covers this outcome
-        # sets next_attempt and next_due_ns with Batch.update).
-        other = "(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL " \
-                "ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"
-        for key, n in per_key.items():
-            self._x(cur, f"""UPDATE procsched_tasks SET in_flight = CASE WHEN in_flight > ? THEN in_flight - ? ELSE 0 END,
-                    holder = {other.format(col="holder")}, token = {other.format(col="token")}, next_attempt = 1,
-                    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?""",
-                    (n, n, outcome, *_outcome_counts(outcome, n), now, key))  # fmt: skip
-        self._x(cur, "UPDATE procsched_requests SET taken_by = NULL, taken_token = NULL, taken_ns = NULL "
-                     "WHERE taken_by = ? AND taken_token = ? AND done_ns IS NULL", (holder_id, token))  # fmt: skip
-        return [dataclasses.replace(_run(r), finished_ns=now, outcome=outcome, error_type=error_type,
-                                    error_message=why) for r in rows]  # fmt: skip
-
-    # -- control from outside (DESIGN part three) -----------------------------------
-
-    def _control(self, what: str, key: str, sql: str, params: tuple[Any, ...]) -> bool:
-        with self._tx(what) as cur:
-            now = self._now(cur)
-            cur = self._x(cur, sql, (now, *params, key))
-            if cur.rowcount == 1:
-                self._bump(cur, None)
-                return True
-            if self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ?", (key,)).fetchone() is None:
-                raise KeyError(key)
-            return False
+    # -- control from outside (DESIGN part three; see _control) ------------------
 
     def pause(self, key: str) -> bool:
         """Pause the stored task ``key``, from any process: no scheduled run
         of it is claimed from now on (the store refuses the claims), and the
         instance holding it pauses it at its next re-read. True if it was
         running; False if it was paused already. Raises KeyError: no such key."""
-        return self._control("pausing a task", key, "UPDATE procsched_tasks SET paused = 1, updated_ns = ? "
-                                                    "WHERE key = ? AND paused = 0", ())  # fmt: skip
+        return _control.pause(self, key)
 
     def resume(self, key: str) -> bool:
         """Resume the stored task ``key`` (the holding instance continues it
         at its next slot from now, at its next re-read). True if it was
         paused. Raises KeyError: no such key."""
-        return self._control("resuming a task", key, "UPDATE procsched_tasks SET paused = 0, updated_ns = ? "
-                                                     "WHERE key = ? AND paused = 1", ())  # fmt: skip
+        return _control.resume(self, key)
 
     def remove(self, key: str) -> bool:
         """Remove the stored task ``key`` (its definition and state; its
         history stays): every instance drops it at its next re-read (a run
         in flight finishes and is recorded). True if it was there."""
-        with self._tx("removing a task") as cur:
-            gone = self._delete(cur, key, False)
-            if gone:
-                self._bump(cur, None)
-            return gone
+        return _control.remove(self, key)
 
     def cancel(self, key: str) -> bool:
         """Cancel the stored task ``key`` from outside: the same write as
         ``remove`` (the instances cancel their live task at the re-read, as
         after a ``cancel()`` made on one of them). True if it was there."""
-        return self.remove(key)
+        return _control.remove(self, key)
 
     def set_limits(self, limits: Mapping[str, int]) -> None:
         """Set shared limits (``{"db": 2}``: at most 2 runs of tasks of group
         "db" in flight at once, across every instance). Groups not named keep
-        theirs (instances sharing a store should agree; the last writer wins)."""
-        rows = []
-        for name, lim in limits.items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"a limit's group must be a non-empty str, got {name!r}")
-            if type(lim) is not int or lim < 1:
-                raise ValueError(f"the limit of group {name!r} must be an int >= 1, got {lim!r}")
-            rows.append((name, lim))
-        if not rows:
-            return
-        with self._tx("setting limits") as cur:
-            now = self._now(cur)
-            for name, lim in rows:
-                self._x(cur, "INSERT INTO procsched_limits (name, lim, updated_ns) VALUES (?, ?, ?) ON CONFLICT (name) "
-                             "DO UPDATE SET lim = excluded.lim, updated_ns = excluded.updated_ns", (name, lim, now))
-            self._bump(cur, None)
+        theirs (instances sharing a store should agree; the last writer wins).
+        Raises ValueError: a bad group name or limit (nothing is set)."""
+        _control.set_limits(self, limits)
 
     def limits(self) -> dict[str, int]:
         """The shared limits set on this store."""
-        with self._tx("reading limits", write=False) as cur:
-            return {name: int(lim) for name, lim in self._x(cur, "SELECT name, lim FROM procsched_limits").fetchall()}
+        return _control.limits(self)
 
     def ask(self, key: str, kind: str, *, start_ns: int | None = None, end_ns: int | None = None,
             dry_run: bool = False, asked_by: str | None = None) -> int:  # fmt: skip
@@ -1267,88 +739,29 @@ class SQLStore:
         ``"run_now"``) or to backfill its slots in ``[start_ns, end_ns)``
         (``"backfill"``; ``dry_run``: only list them). Returns the request's
         id; read its answer with ``request(id)``. ``asked_by``: who asks (for
-        the record). Raises KeyError: no such key; ValueError: bad arguments."""
-        if kind not in REQUEST_KINDS:
-            raise ValueError(f"kind must be one of {REQUEST_KINDS}, got {kind!r}")
-        if kind == "backfill":
-            if type(start_ns) is not int or type(end_ns) is not int:
-                raise TypeError(f"a backfill needs start_ns and end_ns (ints, UTC ns), got {start_ns!r}, {end_ns!r}")
-            if start_ns >= end_ns:
-                raise ValueError(f"a backfill needs start_ns < end_ns, got {start_ns} >= {end_ns}")
-        elif start_ns is not None or end_ns is not None or dry_run:
-            raise ValueError("start_ns, end_ns and dry_run are a backfill's")
-        with self._tx("asking for a run") as cur:
-            now = self._now(cur)
-            if self._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ?", (key,)).fetchone() is None:
-                raise KeyError(key)
-            self._x(cur, "DELETE FROM procsched_requests WHERE asked_ns < ?", (now - REQUEST_TTL_NS,))
-            row = self._x(cur, "INSERT INTO procsched_requests (key, kind, start_ns, end_ns, dry_run, asked_ns, asked_by) "
-                               "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                          (key, kind, start_ns, end_ns, int(dry_run), now, asked_by)).fetchone()  # fmt: skip
-            self._bump(cur, None)
-        return int(row[0])
-
-    _REQUEST_COLS = "id, key, kind, asked_ns, start_ns, end_ns, dry_run, asked_by, taken_by, taken_ns, done_ns, result, error"
-
-    @staticmethod
-    def _request(row: Any) -> ControlRequest:
-        (rid, key, kind, asked, start, end, dry, asked_by, taken_by, taken_ns, done_ns, result, error) = row
-        return ControlRequest(int(rid), key, kind, asked, start, end, bool(dry), asked_by, taken_by, taken_ns, done_ns,
-                              None if result is None else json.loads(result), error)  # fmt: skip
+        the record). Raises KeyError: no such key; ValueError, TypeError:
+        bad arguments (nothing asked)."""
+        return _control.ask(self, key, kind, start_ns=start_ns, end_ns=end_ns, dry_run=dry_run, asked_by=asked_by)
 
     def request(self, request_id: int) -> ControlRequest | None:
         """A control request as it stands (None: unknown or forgotten)."""
-        with self._tx("reading a request", write=False) as cur:
-            row = self._x(cur, f"SELECT {self._REQUEST_COLS} FROM procsched_requests WHERE id = ?",
-                          (int(request_id),)).fetchone()  # fmt: skip
-        return None if row is None else self._request(row)
+        return _control.request(self, request_id)
 
     def take_requests(self, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
         """Take the open requests for tasks this instance runs (``keys``: the
         keys it runs itself, not those on standby): each is taken once among
-        instances, atomically, fenced by ``holder``'s registration. The taker
-        carries each out and answers it (``Batch.answer``). Cheap when there
-        is none (one read of an index of open requests)."""
-        with self._tx("reading requests", write=False) as cur:
-            open_ = self._x(cur, "SELECT id, key FROM procsched_requests WHERE done_ns IS NULL AND taken_by IS NULL "
-                                 "ORDER BY id").fetchall()  # fmt: skip
-        ids = [rid for rid, key in open_ if key in keys]
-        if not ids:
-            return []
-        taken = []
-        with self._tx("taking requests") as cur:
-            now = self._now(cur)
-            cur = self._x(cur, "UPDATE procsched_schedulers SET changes = changes + 1 WHERE id = ? AND token = ?",
-                          (holder.id, holder.token))  # fmt: skip
-            if cur.rowcount != 1:
-                return []  # taken over: it runs nothing any more
-            for rid in ids:
-                row = self._x(cur, f"UPDATE procsched_requests SET taken_by = ?, taken_token = ?, taken_ns = ? "
-                                   f"WHERE id = ? AND taken_by IS NULL AND done_ns IS NULL RETURNING {self._REQUEST_COLS}",
-                              (holder.id, holder.token, now, rid)).fetchone()  # fmt: skip
-                if row is not None:
-                    taken.append(self._request(row))
-        return taken
+        instances, atomically, fenced by ``holder``'s registration (a holder
+        taken over takes nothing). The taker carries each out and answers
+        it (``Batch.answer``). Cheap when there is none (one read of an
+        index of open requests)."""
+        return _control.take_requests(self, holder, keys)
 
     def answer(self, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None) -> bool:
         """Answer a request ``holder`` took, in a transaction of its own
         (``Batch.answer`` puts it with the claims it caused). False: not
         taken by ``holder`` (given back after a take-over), or answered."""
-        with self._tx("answering a request") as cur:
-            now = self._now(cur)
-            cur = self._x(cur, "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? "
-                               "AND taken_by = ? AND taken_token = ? AND done_ns IS NULL",
-                          (now, json.dumps(result), error, int(request_id), holder.id, holder.token))  # fmt: skip
-            if cur.rowcount != 1:
-                return False
-            self._bump(cur, holder)
-            return True
+        return _control.answer(self, holder, request_id, result=result, error=error)
 
-
-def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
-    """A typed ``VALUES`` list of ``rows`` and its flat parameters (PostgreSQL)."""
-    one = "(" + ", ".join(f"?::{t}" for t in types) + ")"
-    return ", ".join([one] * len(rows)), [x for row in rows for x in row]
 
 
 def dead_here(holders: list[Holder], host: str | None = None) -> list[Holder]:

@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from ._sql import SQLStore
 
 _COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
-_JOB_SELECT = f"""SELECT t.key, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
+_JOB_SELECT = f"""SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.in_flight, t.max_concurrent, t.grp, t.updated_ns,
-    t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns, {_COUNTER_COLS}
+    t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns
     FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key
     LEFT JOIN procsched_schedulers h ON h.id = t.holder LEFT JOIN procsched_schedulers l ON l.id = t.last_holder"""
 _RUNS = len(RUN_COUNTERS)
@@ -67,20 +67,17 @@ def _json(text: str, parsed: dict[str, Any]) -> Any:
 
 
 def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
-    (key, fn_ref, schedule, options, def_hash, run_count, next_due, next_attempt, paused, last_outcome, unloadable,
-     in_flight, max_concurrent, group, updated, holder, h_host, h_pid, h_lease, last, l_host, l_pid,
-     l_lease) = row[:23]  # fmt: skip
-    counters = row[23:]
+    (key, name, fn_ref, schedule, options, def_hash, run_count, next_due, next_attempt, paused, last_outcome,
+     unloadable, in_flight, max_concurrent, group, updated, holder, h_host, h_pid, h_lease, last, l_host, l_pid,
+     l_lease) = row  # fmt: skip
     try:
-        sched, opts = _json(schedule, parsed), _json(options, parsed)
+        sched = _json(schedule, parsed)
     except ValueError:  # a row nobody can read is listed, not a reason to fail the listing
-        sched, opts = {"kind": "unknown"}, {}
+        sched = {"kind": "unknown"}
     return JobView(
-        key, opts.get("name") if isinstance(opts, dict) else None, fn_ref, sched, opts, def_hash,
-        TaskState(run_count, next_due, next_attempt, bool(paused)), last_outcome, unloadable, in_flight,
-        max_concurrent, group, holder_ref(holder, h_host, h_pid, h_lease, now),
+        key, name, fn_ref, sched, options, def_hash, TaskState(run_count, next_due, next_attempt, bool(paused)),
+        last_outcome, unloadable, in_flight, max_concurrent, group, holder_ref(holder, h_host, h_pid, h_lease, now),
         holder_ref(last, l_host, l_pid, l_lease, now), updated,
-        dict(zip(OUTCOMES, counters[:_RUNS])), dict(zip(SKIP_REASONS, counters[_RUNS:])),
     )  # fmt: skip
 
 
@@ -100,9 +97,11 @@ def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
         row = store._x(cur, f"{_JOB_SELECT} WHERE t.key = ?", (key,)).fetchone()
         if row is None:
             return None
+        totals = store._x(cur, f"SELECT {_COUNTER_COLS} FROM procsched_tasks t WHERE t.key = ?", (key,)).fetchone()
         last_runs = runs(store, cur, key, n)
         last_skipped = skipped(store, cur, key, n)
-    return JobDetail(_job(row, now, {}), last_runs, last_skipped, merge(last_runs, last_skipped, n))
+    return JobDetail(_job(row, now, {}), last_runs, last_skipped, merge(last_runs, last_skipped, n),
+                     dict(zip(OUTCOMES, totals[:_RUNS])), dict(zip(SKIP_REASONS, totals[_RUNS:])))  # fmt: skip
 
 
 def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
