@@ -138,7 +138,7 @@ def _write(store: SQLStore, batch: Batch, isolate: bool) -> BatchResult:
                 return c.result  # nothing written: the transaction commits no change
         elif holder is not None or any(op[0] in ("delete", "skipped") for op in ops):
             store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
-        _lock_keys(store, cur, ops)
+        _lock_keys(store, cur, ops, isolate)
         for kind, group in _groups(ops):
             if isolate:
                 for op in group:
@@ -181,16 +181,36 @@ def _isolated(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
     cur.execute("RELEASE SAVEPOINT procsched_op")
 
 
-def _lock_keys(store: SQLStore, cur: Any, ops: list[Any]) -> None:
+def _lock_keys(store: SQLStore, cur: Any, ops: list[Any], isolate: bool) -> None:
     """PostgreSQL: lock the state rows the batch writes, in key order:
     two instances' batches writing the same rows in different orders
     would deadlock (the server aborts one after a second). SQLite
-    serialises writers already."""
+    serialises writers already. (Isolating a bad op: the keys the database
+    refuses make the lock fail: then the ops lock their rows one by one as
+    they go - a deadlock with another batch is then possible, and the server
+    ends it by aborting one, which its caller tries again.)"""
     if not store._pg:
         return
     keys = sorted({k for op in ops if (k := op_key(op)) is not None})
-    if len(keys) > 1:
-        store._x(cur, "SELECT 1 FROM procsched_tasks WHERE key = ANY(?) ORDER BY key FOR UPDATE", (keys,))
+    if len(keys) < 2:
+        return
+    sql = "SELECT 1 FROM procsched_tasks WHERE key = ANY(?) ORDER BY key FOR UPDATE"
+    if not isolate:
+        try:
+            store._x(cur, sql, (keys,))
+        except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+            if store._row_fault(exc):
+                raise _RowFault(exc) from exc
+            raise
+        return
+    cur.execute("SAVEPOINT procsched_lock")
+    try:
+        store._x(cur, sql, (keys,))
+    except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+        if not store._row_fault(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_lock")
+    cur.execute("RELEASE SAVEPOINT procsched_lock")
 
 # -- claims ------------------------------------------------------------------
 
