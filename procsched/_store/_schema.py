@@ -14,7 +14,9 @@
 
 Both dialects share this text; ``blob`` is the binary type (``BLOB`` /
 ``BYTEA``), ``serial`` an auto-numbered integer primary key, ``runs_suffix``
-``WITHOUT ROWID`` on SQLite (runs are read by their primary key).
+``WITHOUT ROWID`` on SQLite for the tables of small rows read by their
+primary key (state rows, runs, skipped slots; not definitions: a big
+argument blob is better in a rowid table).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ _TASKS = """CREATE TABLE {name} (
     run_count BIGINT NOT NULL, next_due_ns BIGINT, next_attempt INTEGER NOT NULL, paused INTEGER NOT NULL,
     last_outcome TEXT, unloadable TEXT, holder TEXT, token BIGINT, updated_ns BIGINT NOT NULL,
     in_flight INTEGER NOT NULL DEFAULT 0, max_concurrent INTEGER NOT NULL DEFAULT 1, grp TEXT,
-    sched_run BIGINT NOT NULL DEFAULT 0, last_slot_ns BIGINT, last_holder TEXT{counters})"""
+    sched_run BIGINT NOT NULL DEFAULT 0, last_slot_ns BIGINT, last_holder TEXT{counters}){runs_suffix}"""
 
 _RUNS = """CREATE TABLE procsched_runs (
     key TEXT NOT NULL, run BIGINT NOT NULL, attempt INTEGER NOT NULL, scheduled_ns BIGINT NOT NULL,
@@ -80,7 +82,7 @@ def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:
         "CREATE TABLE procsched_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, "
         "written_by TEXT NOT NULL, fence BIGINT NOT NULL, changes BIGINT NOT NULL DEFAULT 0)",
         _DEFINITIONS.format(**fmt),
-        _TASKS.format(name="procsched_tasks", counters=_COUNTER_DDL),
+        _TASKS.format(name="procsched_tasks", counters=_COUNTER_DDL, runs_suffix=runs_suffix),
         *_INDEXES,
         _RUNS.format(**fmt),
         *_RUN_INDEXES,
@@ -109,7 +111,7 @@ def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[s
         "INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature, written_ns, args) "
         f"SELECT key, fn_ref, schedule, options, def_hash, NULL, NULL, {int(now_ns)}, args FROM procsched_tasks",
         *(f"ALTER TABLE procsched_runs ADD COLUMN {col}" for col in _RUN_COLUMNS_2),
-        _TASKS.format(name="procsched_tasks_2", counters=_COUNTER_DDL),
+        _TASKS.format(name="procsched_tasks_2", counters=_COUNTER_DDL, runs_suffix=runs_suffix),
         f"""INSERT INTO procsched_tasks_2 ({state}, in_flight, sched_run, last_slot_ns, last_holder)
             SELECT {state},
                 (SELECT count(*) FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL),

@@ -151,6 +151,7 @@ from ._model import (
     StoredTask,
     TaskDefinition,
     TaskState,
+    stored_definition,
 )
 from ._trust import Keyring, Secret
 from ._writes import _REPLACE_RUN, _RUN_COLS, RUN_COLS, SLOT_GAP_NS
@@ -417,15 +418,11 @@ class SQLStore:
         here: a row that fails is returned untrusted (see ``_trust``)."""
         (key, fn_ref, args, sched_text, opts_text, def_hash, run_count, next_due, next_attempt, paused, last_outcome,
          unloadable, holder, token, updated, in_flight, max_concurrent, group, last_holder, signature) = row  # fmt: skip
-        untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text) if self._keyring else None
-        if untrusted is not None:
-            args, unloadable = b"", untrusted
-            try:
-                schedule, options = json.loads(sched_text), json.loads(opts_text)
-                TaskDefinition(key, fn_ref, b"", schedule, options, def_hash)
-            except (ValueError, TypeError):  # whatever was written there: it is never loaded
-                schedule, options = {"kind": "once"}, {}
-        elif parsed is None:
+        if self._keyring:
+            untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text)
+            if untrusted is not None:
+                return self._untrusted(row, untrusted)
+        if parsed is None:
             schedule, options = json.loads(sched_text), json.loads(opts_text)
         else:
             schedule = parsed.get(sched_text)
@@ -435,10 +432,23 @@ class SQLStore:
             if options is None:
                 options = parsed[opts_text] = json.loads(opts_text)
         return StoredTask(
-            TaskDefinition(key, fn_ref, bytes(args), schedule, options, def_hash, max_concurrent, group),
-            TaskState(run_count, next_due, next_attempt, bool(paused)),
-            last_outcome, unloadable, holder, token, updated, in_flight, last_holder, untrusted,
+            stored_definition(key, fn_ref, args, schedule, options, def_hash, max_concurrent, group),
+            TaskState(run_count, next_due, next_attempt, paused == 1),
+            last_outcome, unloadable, holder, token, updated, in_flight, last_holder,
         )  # fmt: skip
+
+    @staticmethod
+    def _untrusted(row: Any, why: str) -> StoredTask:
+        """A task whose signature failed: listed, its arguments withheld, never loadable."""
+        (key, fn_ref, _args, sched_text, opts_text, def_hash, run_count, next_due, next_attempt, paused, last_outcome,
+         _unloadable, holder, token, updated, in_flight, max_concurrent, group, last_holder, _signature) = row  # fmt: skip
+        try:
+            d = TaskDefinition(key, fn_ref, b"", json.loads(sched_text), json.loads(opts_text), def_hash,
+                               max_concurrent, group)  # fmt: skip
+        except (ValueError, TypeError):  # whatever was written there: it is never loaded
+            d = TaskDefinition(key, fn_ref, b"", {"kind": "once"}, {}, def_hash)
+        return StoredTask(d, TaskState(run_count, next_due, next_attempt, paused == 1), last_outcome, why, holder,
+                          token, updated, in_flight, last_holder, why)  # fmt: skip
 
     # -- reads ---------------------------------------------------------------
 
