@@ -352,13 +352,18 @@ class SQLStore:
         return self.MIGRATIONS.get(target, [])
 
     def _after_migration(self, cur: Any, target: int) -> None:
-        """What a migration does beyond SQL (schema 2: the display names, from the options)."""
+        """What a migration does beyond its statements (schema 2: the display
+        names, from the options - one statement on PostgreSQL, whose JSON
+        functions are always there; SQLite's may be left out of a build)."""
         if target != 2:
             return
-        for key, options in self._x(cur, "SELECT key, options FROM procsched_definitions").fetchall():
-            name = _writes._name(options)
-            if name is not None:
-                self._x(cur, "UPDATE procsched_definitions SET name = ? WHERE key = ?", (name, key))
+        if self._pg:
+            cur.execute("UPDATE procsched_definitions SET name = CASE WHEN json_typeof(options::json -> 'name') = "
+                        "'string' THEN options::json ->> 'name' END")  # fmt: skip
+            return
+        rows = self._x(cur, "SELECT key, options FROM procsched_definitions").fetchall()
+        names = [(name, key) for key, options in rows if (name := _writes._name(options)) is not None]
+        cur.executemany("UPDATE procsched_definitions SET name = ? WHERE key = ?", names)
 
     def _refuse_live_instances(self, cur: Any) -> None:
         """Before changing the tables under them: no instance of the older

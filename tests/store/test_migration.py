@@ -88,6 +88,8 @@ def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
         assert counts.runs["error"] == sum(1 for r in before["runs"] if r[8] == "error") > 0
         assert counts.by_job["tick"][0]["ok"] == tasks["tick"].state.run_count
         assert counts.jobs == 7 and counts.instances == 1
+        names = {j.key: j.name for j in store.jobs_view()}
+        assert (names["tick"], names["flaky"], names["gone"], names["slow"]) == ("tick", "flaky", "gone", None)
         # a new registration's fencing token comes after the old ones
         me = store.register()
         assert me.token > before["fence"][0][1]
