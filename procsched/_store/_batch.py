@@ -96,7 +96,8 @@ Op = Upsert | Update | Delete | Unloadable | Started | Finished | Skipped | Answ
 
 def op_key(op: Any) -> str | None:
     """The task key an op writes (None: no task row)."""
-    return op.definition.key if op[0] == "upsert" else op[1]
+    key: str | None = op.definition.key if op[0] == "upsert" else op[1]
+    return key
 
 
 class Batch:
@@ -104,7 +105,7 @@ class Batch:
     transaction (see ``_sql``). Ops apply in the order given. Building a
     batch does no I/O; a batch commits once."""
 
-    __slots__ = ("store", "holder", "ops", "fenced", "done")
+    __slots__ = ("done", "fenced", "holder", "ops", "store")
 
     def __init__(self, store: SQLStore, holder: Holder | None) -> None:
         self.store = store
@@ -156,8 +157,17 @@ class Batch:
         this. A later upsert clears it."""
         self.ops.append(Unloadable("unloadable", key, why))
 
-    def started(self, key: str, run: int, attempt: int, scheduled_ns: int, started_ns: int | None = None, *,
-                cause: str = "schedule", worker_pid: int | None = None) -> None:  # fmt: skip
+    def started(
+        self,
+        key: str,
+        run: int,
+        attempt: int,
+        scheduled_ns: int,
+        started_ns: int | None = None,
+        *,
+        cause: str = "schedule",
+        worker_pid: int | None = None,
+    ) -> None:
         """Claim (key, run, attempt) and record it in flight, with the
         task's new state. Won, or in ``BatchResult.lost`` (another instance
         has it, or it is not a claim the task's state allows: see ``_sql``,
@@ -171,10 +181,23 @@ class Batch:
         self._need_holder("started")
         self.ops.append(Started("started", key, run, attempt, scheduled_ns, started_ns, cause, worker_pid))
 
-    def finished(self, key: str, run: int, attempt: int, outcome: str, finished_ns: int, next_due_ns: int | None, *,
-                 retry: bool = False, error_type: str | None = None, error_message: str | None = None,
-                 error_traceback: str | None = None, reason: str | None = None, worker_pid: int | None = None,
-                 output: str | None = None) -> None:  # fmt: skip
+    def finished(
+        self,
+        key: str,
+        run: int,
+        attempt: int,
+        outcome: str,
+        finished_ns: int,
+        next_due_ns: int | None,
+        *,
+        retry: bool = False,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        error_traceback: str | None = None,
+        reason: str | None = None,
+        worker_pid: int | None = None,
+        output: str | None = None,
+    ) -> None:
         """Record the end of an in-flight run and the reschedule together:
         ``next_due_ns`` (None: no further run), ``retry`` (attempt + 1 of
         this run is due at ``next_due_ns``; else the next claim is a new
@@ -187,12 +210,24 @@ class Batch:
         if reason is not None and reason not in RUN_REASONS:
             raise ValueError(f"reason must be None or one of {RUN_REASONS}, got {reason!r}")
         self._need_holder("finished")
-        self.ops.append(Finished(
-            "finished", key, run, attempt, outcome, finished_ns, next_due_ns, bool(retry), error_type,
-            None if error_message is None else error_message[:MESSAGE_CHARS],
-            None if error_traceback is None else error_traceback[-TRACEBACK_CHARS:], reason, worker_pid,
-            None if output is None else output[-OUTPUT_CHARS:],
-        ))  # fmt: skip
+        self.ops.append(
+            Finished(
+                "finished",
+                key,
+                run,
+                attempt,
+                outcome,
+                finished_ns,
+                next_due_ns,
+                bool(retry),
+                error_type,
+                None if error_message is None else error_message[:MESSAGE_CHARS],
+                None if error_traceback is None else error_traceback[-TRACEBACK_CHARS:],
+                reason,
+                worker_pid,
+                None if output is None else output[-OUTPUT_CHARS:],
+            )
+        )
 
     def skipped(self, key: str, slot_ns: int, reason: str, *, recorded_ns: int | None = None) -> None:
         """Record that ``key``'s slot ``slot_ns`` was not run, and why

@@ -13,7 +13,7 @@ a named record of ``_model.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from ._model import (
     BatchResult,
@@ -50,12 +50,34 @@ class StoreBatch(Protocol):
     def update(self, key: str, **fields: Any) -> None: ...
     def delete(self, key: str, *, history: bool = False) -> None: ...
     def unloadable(self, key: str, why: str) -> None: ...
-    def started(self, key: str, run: int, attempt: int, scheduled_ns: int, started_ns: int | None = None, *,
-                cause: str = "schedule", worker_pid: int | None = None) -> None: ...  # fmt: skip
-    def finished(self, key: str, run: int, attempt: int, outcome: str, finished_ns: int, next_due_ns: int | None, *,
-                 retry: bool = False, error_type: str | None = None, error_message: str | None = None,
-                 error_traceback: str | None = None, reason: str | None = None, worker_pid: int | None = None,
-                 output: str | None = None) -> None: ...  # fmt: skip
+    def started(
+        self,
+        key: str,
+        run: int,
+        attempt: int,
+        scheduled_ns: int,
+        started_ns: int | None = None,
+        *,
+        cause: str = "schedule",
+        worker_pid: int | None = None,
+    ) -> None: ...
+    def finished(
+        self,
+        key: str,
+        run: int,
+        attempt: int,
+        outcome: str,
+        finished_ns: int,
+        next_due_ns: int | None,
+        *,
+        retry: bool = False,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        error_traceback: str | None = None,
+        reason: str | None = None,
+        worker_pid: int | None = None,
+        output: str | None = None,
+    ) -> None: ...
     def skipped(self, key: str, slot_ns: int, reason: str, *, recorded_ns: int | None = None) -> None: ...
     def answer(self, request_id: int, *, result: Any = None, error: str | None = None) -> None: ...
     def carry(self, earlier: Any, *, runs: bool = True) -> None: ...
@@ -79,8 +101,9 @@ class Store(Protocol):
     def jobs(self) -> list[StoredTask]: ...
     def keys(self) -> set[str]: ...
     def schedulers(self) -> list[Holder]: ...
-    def history(self, key: str | None = None, n: int = ..., *, skipped: bool = False
-                ) -> list[RunRecord] | list[RunRecord | SkippedSlot]: ...  # fmt: skip
+    def history(
+        self, key: str | None = None, n: int = ..., *, skipped: bool = False
+    ) -> list[RunRecord] | list[RunRecord | SkippedSlot]: ...
     def changed_since(self, since_ns: int) -> list[StoredTask]: ...
     def peers_view(self, since_ns: int) -> tuple[list[StoredTask], int, list[Holder], int]: ...
     def last_run(self, key: str) -> int: ...
@@ -94,18 +117,40 @@ class Store(Protocol):
     def change_mark(self) -> ChangeMark: ...
     # writes: one batch per dispatcher turn
     def batch(self, holder: Holder | None = None) -> StoreBatch: ...
-    def claim_run(self, holder: Holder, key: str, run: int, attempt: int, scheduled_ns: int,
-                  started_ns: int | None = None, **kw: Any) -> bool: ...  # fmt: skip
-    def finish_run(self, holder: Holder, key: str, run: int, attempt: int, outcome: str, finished_ns: int,
-                   next_due_ns: int | None, **kw: Any) -> bool: ...  # fmt: skip
+    def claim_run(
+        self,
+        holder: Holder,
+        key: str,
+        run: int,
+        attempt: int,
+        scheduled_ns: int,
+        started_ns: int | None = None,
+        **kw: Any,
+    ) -> bool: ...
+    def finish_run(
+        self,
+        holder: Holder,
+        key: str,
+        run: int,
+        attempt: int,
+        outcome: str,
+        finished_ns: int,
+        next_due_ns: int | None,
+        **kw: Any,
+    ) -> bool: ...
     # schedulers, leases, take-over
     def register(self, *, lease_ns: int = ..., host: str | None = None, pid: int | None = None) -> Holder: ...
     def renew_lease(self, holder: Holder, *, status: InstanceStatus | None = None) -> bool: ...
     def unregister(self, holder: Holder) -> bool: ...
     def expired_holders(self, now_ns: int | None = None) -> list[Holder]: ...
-    def take_over(self, dead: Holder, by: Holder | None = None, *, force: bool = False,
-                  reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None
-                  ) -> list[RunRecord] | None: ...  # fmt: skip
+    def take_over(
+        self,
+        dead: Holder,
+        by: Holder | None = None,
+        *,
+        force: bool = False,
+        reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None,
+    ) -> list[RunRecord] | None: ...
     # control from outside
     def pause(self, key: str) -> bool: ...
     def resume(self, key: str) -> bool: ...
@@ -113,8 +158,16 @@ class Store(Protocol):
     def cancel(self, key: str) -> bool: ...
     def set_limits(self, limits: Mapping[str, int]) -> None: ...
     def limits(self) -> dict[str, int]: ...
-    def ask(self, key: str, kind: str, *, start_ns: int | None = None, end_ns: int | None = None,
-            dry_run: bool = False, asked_by: str | None = None) -> int: ...  # fmt: skip
+    def ask(
+        self,
+        key: str,
+        kind: str,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        dry_run: bool = False,
+        asked_by: str | None = None,
+    ) -> int: ...
     def request(self, request_id: int) -> ControlRequest | None: ...
     def take_requests(self, holder: Holder, keys: Collection[str]) -> list[ControlRequest]: ...
     def answer(self, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None) -> bool: ...
@@ -124,5 +177,5 @@ class Store(Protocol):
     def gate_writes(self) -> None: ...
     def size_bytes(self) -> int: ...
     def close(self) -> None: ...
-    def __enter__(self) -> Store: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...

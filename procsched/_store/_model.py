@@ -15,8 +15,9 @@ import inspect
 import json
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: ``schedule["kind"]`` values and the parameters each takes (all optional
 #: beyond kind: the store does not compute schedules, it keeps them).
@@ -86,10 +87,9 @@ def function_ref(fn: Callable[..., Any]) -> str:
     ref = f"{module}:{qualname}"
     try:
         back = resolve_ref(ref)
-    except Exception as exc:  # noqa: BLE001 - whatever importing it raises
+    except Exception as exc:
         raise TypeError(
-            f"a keyed task's function must be importable: {ref} does not import back "
-            f"({type(exc).__name__}: {exc})"
+            f"a keyed task's function must be importable: {ref} does not import back ({type(exc).__name__}: {exc})"
         ) from exc
     if back is not fn and not (inspect.ismethod(fn) and back == fn):
         raise TypeError(
@@ -123,8 +123,14 @@ def _canonical(value: Any, what: str) -> str:
         raise TypeError(f"{what} must be a JSON-able dict: {exc}") from exc
 
 
-def definition_hash(fn_ref: str, args: bytes, schedule: dict[str, Any], options: dict[str, Any],
-                    max_concurrent: int = 1, group: str | None = None) -> str:  # fmt: skip
+def definition_hash(
+    fn_ref: str,
+    args: bytes,
+    schedule: dict[str, Any],
+    options: dict[str, Any],
+    max_concurrent: int = 1,
+    group: str | None = None,
+) -> str:
     """A digest of a definition: equal digests mean the same task definition.
     (``max_concurrent`` and ``group`` count only when not their defaults, so
     the digests of definitions stored by schema 1 are unchanged.)"""
@@ -177,16 +183,27 @@ class TaskDefinition:
         if self.group is not None and (not isinstance(self.group, str) or not self.group):
             raise ValueError(f"group must be None or a non-empty str, got {self.group!r}")
         if not self.def_hash:
-            object.__setattr__(self, "def_hash", definition_hash(self.fn_ref, self.args, self.schedule, self.options,
-                                                                 self.max_concurrent, self.group))  # fmt: skip
+            object.__setattr__(
+                self,
+                "def_hash",
+                definition_hash(self.fn_ref, self.args, self.schedule, self.options, self.max_concurrent, self.group),
+            )
 
 
 _new = object.__new__
 _set = object.__setattr__
 
 
-def stored_definition(key: str, fn_ref: str, args: bytes, schedule: dict[str, Any], options: dict[str, Any],
-                      def_hash: str, max_concurrent: int, group: str | None) -> TaskDefinition:  # fmt: skip
+def stored_definition(
+    key: str,
+    fn_ref: str,
+    args: bytes,
+    schedule: dict[str, Any],
+    options: dict[str, Any],
+    def_hash: str,
+    max_concurrent: int,
+    group: str | None,
+) -> TaskDefinition:
     """A definition as a store read it back: checked when it was written
     (and, with a secret, signed), so not checked again - a load() of
     100,000 tasks makes 100,000 of these."""
@@ -415,12 +432,15 @@ class InstanceStatus:
     STANDBY_LISTED = 1000
 
     def to_json(self) -> str:
-        return json.dumps({
-            "workers": [[w.pid, w.rss, w.runs, w.restarts] for w in self.workers],
-            "standby": list(self.standby[: self.STANDBY_LISTED]),
-            "standby_count": max(self.standby_count, len(self.standby)),
-            "runner": self.runner,
-        }, separators=(",", ":"))  # fmt: skip
+        return json.dumps(
+            {
+                "workers": [[w.pid, w.rss, w.runs, w.restarts] for w in self.workers],
+                "standby": list(self.standby[: self.STANDBY_LISTED]),
+                "standby_count": max(self.standby_count, len(self.standby)),
+                "runner": self.runner,
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, text: str | None) -> InstanceStatus:
@@ -430,10 +450,15 @@ class InstanceStatus:
             return cls()
         try:
             doc = json.loads(text)
-            return cls(tuple(WorkerStatus(int(p), None if r is None else int(r), int(n), int(k))
-                             for p, r, n, k in doc.get("workers", ())),
-                       tuple(str(k) for k in doc.get("standby", ())), int(doc.get("standby_count", 0)),
-                       doc.get("runner"))  # fmt: skip
+            return cls(
+                tuple(
+                    WorkerStatus(int(p), None if r is None else int(r), int(n), int(k))
+                    for p, r, n, k in doc.get("workers", ())
+                ),
+                tuple(str(k) for k in doc.get("standby", ())),
+                int(doc.get("standby_count", 0)),
+                doc.get("runner"),
+            )
         except (ValueError, TypeError, AttributeError):
             return cls()
 

@@ -50,8 +50,15 @@ _RUNS = """CREATE TABLE procsched_runs (
     PRIMARY KEY (key, run, attempt)){runs_suffix}"""
 
 # New in schema 2 beside the tables: the runs' columns, the counters.
-_RUN_COLUMNS_2 = ("cause TEXT NOT NULL DEFAULT 'schedule'", "reason TEXT", "error_traceback TEXT",
-                  "worker_pid INTEGER", "output TEXT", "retry_due_ns BIGINT", "grp TEXT")  # fmt: skip
+_RUN_COLUMNS_2 = (
+    "cause TEXT NOT NULL DEFAULT 'schedule'",
+    "reason TEXT",
+    "error_traceback TEXT",
+    "worker_pid INTEGER",
+    "output TEXT",
+    "retry_due_ns BIGINT",
+    "grp TEXT",
+)
 
 _INDEXES = [
     "CREATE INDEX procsched_tasks_updated ON procsched_tasks (updated_ns)",
@@ -79,8 +86,10 @@ def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:
     """The statements that create an empty store of schema 2."""
     fmt = {"blob": blob, "serial": serial, "runs_suffix": runs_suffix}
     return [
-        "CREATE TABLE procsched_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, "
-        "written_by TEXT NOT NULL, fence BIGINT NOT NULL, changes BIGINT NOT NULL DEFAULT 0)",
+        (
+            "CREATE TABLE procsched_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, "
+            "written_by TEXT NOT NULL, fence BIGINT NOT NULL, changes BIGINT NOT NULL DEFAULT 0)"
+        ),
         _DEFINITIONS.format(**fmt),
         _TASKS.format(name="procsched_tasks", counters=_COUNTER_DDL, runs_suffix=runs_suffix),
         *_INDEXES,
@@ -104,12 +113,14 @@ def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[s
     the schedulers gain theirs, the new tables are created. Nothing is
     lost: every task, state, run (in flight too) and registration is kept."""
     fmt = {"blob": blob, "serial": serial, "runs_suffix": runs_suffix}
-    state = ("key, run_count, next_due_ns, next_attempt, paused, last_outcome, unloadable, holder, token, "
-             "updated_ns")  # fmt: skip
+    state = "key, run_count, next_due_ns, next_attempt, paused, last_outcome, unloadable, holder, token, updated_ns"
     return [
         _DEFINITIONS.format(**fmt),
-        "INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature, written_ns, args) "
-        f"SELECT key, fn_ref, schedule, options, def_hash, NULL, NULL, {int(now_ns)}, args FROM procsched_tasks",
+        (
+            "INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature, "
+            "written_ns, args) SELECT key, fn_ref, schedule, options, def_hash, NULL, NULL, "
+            f"{int(now_ns)}, args FROM procsched_tasks"
+        ),
         *(f"ALTER TABLE procsched_runs ADD COLUMN {col}" for col in _RUN_COLUMNS_2),
         _TASKS.format(name="procsched_tasks_2", counters=_COUNTER_DDL, runs_suffix=runs_suffix),
         f"""INSERT INTO procsched_tasks_2 ({state}, in_flight, sched_run, last_slot_ns, last_holder)
@@ -120,8 +131,11 @@ def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[s
                 (SELECT r.holder FROM procsched_runs r WHERE r.key = t.key ORDER BY r.run DESC, r.attempt DESC
                  LIMIT 1)
             FROM procsched_tasks t""",
-        *(f"UPDATE procsched_tasks_2 SET {c} = (SELECT count(*) FROM procsched_runs r WHERE r.key = "
-          f"procsched_tasks_2.key AND r.outcome = '{c[len('runs_'):]}')" for c in RUN_COUNTERS),  # fmt: skip
+        *(
+            f"UPDATE procsched_tasks_2 SET {c} = (SELECT count(*) FROM procsched_runs r WHERE r.key = "
+            f"procsched_tasks_2.key AND r.outcome = '{c[len('runs_') :]}')"
+            for c in RUN_COUNTERS
+        ),
         "DROP TABLE procsched_tasks",
         "ALTER TABLE procsched_tasks_2 RENAME TO procsched_tasks",
         *_INDEXES,

@@ -58,7 +58,7 @@ class Keyring:
             keys = [_as_bytes(secret)]
         elif secret is None:
             keys = []
-        elif isinstance(secret, Sequence) and secret:
+        elif isinstance(secret, (list, tuple)) and secret:
             keys = [_as_bytes(s) for s in secret]
         else:
             raise TypeError(f"secret must be bytes, str, a non-empty list of those, or None; got {secret!r:.40}")
@@ -81,8 +81,9 @@ class Keyring:
             return None
         return hmac.digest(self._keys[0], self._message(key, fn_ref, args, schedule, options), hashlib.sha256)
 
-    def check(self, signature: bytes | None, key: str, fn_ref: str, args: bytes, schedule: str,
-              options: str) -> str | None:  # fmt: skip
+    def check(
+        self, signature: bytes | None, key: str, fn_ref: str, args: bytes, schedule: str, options: str
+    ) -> str | None:
         """None if the row may be loaded, else why not. Without a secret every row may."""
         if not self._keys:
             return None
@@ -101,5 +102,8 @@ class Keyring:
         if self._keys or _told:
             return
         _told = True
-        logger.info("%s has no secret: its rows are trusted as code (whoever can write the store can make its "
-                    "workers run code; Scheduler(secret=...) signs them)", describe)  # fmt: skip
+        logger.info(
+            "%s has no secret: its rows are trusted as code (whoever can write the store can make its "
+            "workers run code; Scheduler(secret=...) signs them)",
+            describe,
+        )

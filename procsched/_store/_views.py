@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._sql import SQLStore
 
 _COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
-_JOB_SELECT = f"""SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
+_JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.in_flight, t.max_concurrent, t.grp, t.updated_ns,
     t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns
     FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key
@@ -46,8 +46,9 @@ _JOB_SELECT = f"""SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_h
 _RUNS = len(RUN_COUNTERS)
 
 
-def holder_ref(ident: str | None, host: str | None, pid: int | None, lease_until: int | None,
-               now: int) -> HolderRef | None:  # fmt: skip
+def holder_ref(
+    ident: str | None, host: str | None, pid: int | None, lease_until: int | None, now: int
+) -> HolderRef | None:
     """Who ``ident`` is, from its registration row if it has one (else from
     the id, ``host:pid:nonce``: a registration taken over or ended)."""
     if ident is None:
@@ -67,18 +68,53 @@ def _json(text: str, parsed: dict[str, Any]) -> Any:
 
 
 def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
-    (key, name, fn_ref, schedule, options, def_hash, run_count, next_due, next_attempt, paused, last_outcome,
-     unloadable, in_flight, max_concurrent, group, updated, holder, h_host, h_pid, h_lease, last, l_host, l_pid,
-     l_lease) = row  # fmt: skip
+    (
+        key,
+        name,
+        fn_ref,
+        schedule,
+        options,
+        def_hash,
+        run_count,
+        next_due,
+        next_attempt,
+        paused,
+        last_outcome,
+        unloadable,
+        in_flight,
+        max_concurrent,
+        group,
+        updated,
+        holder,
+        h_host,
+        h_pid,
+        h_lease,
+        last,
+        l_host,
+        l_pid,
+        l_lease,
+    ) = row
     try:
         sched = _json(schedule, parsed)
     except ValueError:  # a row nobody can read is listed, not a reason to fail the listing
         sched = {"kind": "unknown"}
     return JobView(
-        key, name, fn_ref, sched, options, def_hash, TaskState(run_count, next_due, next_attempt, bool(paused)),
-        last_outcome, unloadable, in_flight, max_concurrent, group, holder_ref(holder, h_host, h_pid, h_lease, now),
-        holder_ref(last, l_host, l_pid, l_lease, now), updated,
-    )  # fmt: skip
+        key,
+        name,
+        fn_ref,
+        sched,
+        options,
+        def_hash,
+        TaskState(run_count, next_due, next_attempt, bool(paused)),
+        last_outcome,
+        unloadable,
+        in_flight,
+        max_concurrent,
+        group,
+        holder_ref(holder, h_host, h_pid, h_lease, now),
+        holder_ref(last, l_host, l_pid, l_lease, now),
+        updated,
+    )
 
 
 def jobs_view(store: SQLStore) -> list[JobView]:
@@ -100,8 +136,14 @@ def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
         totals = store._x(cur, f"SELECT {_COUNTER_COLS} FROM procsched_tasks t WHERE t.key = ?", (key,)).fetchone()
         last_runs = runs(store, cur, key, n)
         last_skipped = skipped(store, cur, key, n)
-    return JobDetail(_job(row, now, {}), last_runs, last_skipped, merge(last_runs, last_skipped, n),
-                     dict(zip(OUTCOMES, totals[:_RUNS])), dict(zip(SKIP_REASONS, totals[_RUNS:])))  # fmt: skip
+    return JobDetail(
+        _job(row, now, {}),
+        last_runs,
+        last_skipped,
+        merge(last_runs, last_skipped, n),
+        dict(zip(OUTCOMES, totals[:_RUNS])),
+        dict(zip(SKIP_REASONS, totals[_RUNS:])),
+    )
 
 
 def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
@@ -109,8 +151,10 @@ def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
     from ._sql import RUN_COLS
 
     if key is None:
-        sql = (f"SELECT {RUN_COLS} FROM procsched_runs "
-               "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?")  # fmt: skip
+        sql = (
+            f"SELECT {RUN_COLS} FROM procsched_runs "
+            "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?"
+        )
         rows = store._x(cur, sql, (n,)).fetchall()
     else:
         sql = f"SELECT {RUN_COLS} FROM procsched_runs WHERE key = ? ORDER BY run DESC, attempt DESC LIMIT ?"
@@ -122,11 +166,13 @@ def skipped(store: SQLStore, cur: Any, key: str | None, n: int) -> list[SkippedS
     """The last ``n`` skipped slots of ``key`` (every task's if None), oldest first."""
     cols = "key, slot_ns, reason, recorded_ns, holder"
     if key is None:
-        rows = store._x(cur, f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns DESC, key DESC LIMIT ?",
-                        (n,)).fetchall()  # fmt: skip
+        rows = store._x(
+            cur, f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns DESC, key DESC LIMIT ?", (n,)
+        ).fetchall()
     else:
-        rows = store._x(cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?",
-                        (key, n)).fetchall()  # fmt: skip
+        rows = store._x(
+            cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
+        ).fetchall()
     return [SkippedSlot(*r) for r in reversed(rows)]
 
 
@@ -145,18 +191,33 @@ def instances(store: SQLStore) -> list[InstanceView]:
         now = store._now(cur)
         rows = store._x(cur, f"SELECT {SCHED_COLS}, status FROM procsched_schedulers ORDER BY host, pid, id").fetchall()
         held = store._x(cur, "SELECT holder, key FROM procsched_runs WHERE outcome IS NULL ORDER BY key").fetchall()
-        keeping = dict(store._x(cur, "SELECT last_holder, count(*) FROM procsched_tasks WHERE last_holder IS NOT NULL "
-                                     "GROUP BY last_holder").fetchall())  # fmt: skip
+        keeping = dict(
+            store._x(
+                cur,
+                "SELECT last_holder, count(*) FROM procsched_tasks WHERE last_holder IS NOT NULL GROUP BY last_holder",
+            ).fetchall()
+        )
     holding: dict[str, list[str]] = {}
     for holder, key in held:
         keys = holding.setdefault(holder, [])
         if not keys or keys[-1] != key:
             keys.append(key)
     return [
-        InstanceView(ident, host, pid, token, lease, until, beat, until >= now, holding.get(ident, []),
-                     int(keeping.get(ident, 0)), InstanceStatus.from_json(status))
+        InstanceView(
+            ident,
+            host,
+            pid,
+            token,
+            lease,
+            until,
+            beat,
+            until >= now,
+            holding.get(ident, []),
+            int(keeping.get(ident, 0)),
+            InstanceStatus.from_json(status),
+        )
         for ident, token, host, pid, lease, until, beat, status in rows
-    ]  # fmt: skip
+    ]
 
 
 def counts(store: SQLStore) -> StoreCounts:
@@ -175,18 +236,23 @@ def counts(store: SQLStore) -> StoreCounts:
         for name, v in s.items():
             skipped_total[name] += v
         by_job[key] = (r, s)
-    return StoreCounts(len(rows), len(leases), sum(1 for until in leases if until >= now), runs_total,
-                       skipped_total, by_job)  # fmt: skip
+    return StoreCounts(
+        len(rows), len(leases), sum(1 for until in leases if until >= now), runs_total, skipped_total, by_job
+    )
 
 
 def change_mark(store: SQLStore) -> ChangeMark:
     with store._tx("reading the change mark", write=False) as cur:
         now = store._now(cur)
-        rows = store._x(cur, "SELECT '', changes, (SELECT max(updated_ns) FROM procsched_tasks), NULL "
-                             "FROM procsched_version UNION ALL "
-                             "SELECT id, changes, lease_until_ns, status FROM procsched_schedulers").fetchall()  # fmt: skip
+        rows = store._x(
+            cur,
+            "SELECT '', changes, (SELECT max(updated_ns) FROM procsched_tasks), NULL "
+            "FROM procsched_version UNION ALL "
+            "SELECT id, changes, lease_until_ns, status FROM procsched_schedulers",
+        ).fetchall()
     rows.sort(key=lambda r: r[0])
     jobs = hashlib.blake2b(repr([(r[0], r[1]) for r in rows] + [rows[0][2]]).encode(), digest_size=12).hexdigest()
-    instances = hashlib.blake2b(repr([(r[0], r[2] >= now, r[3]) for r in rows[1:]]).encode(),
-                                digest_size=12).hexdigest()  # fmt: skip
+    instances = hashlib.blake2b(
+        repr([(r[0], r[2] >= now, r[3]) for r in rows[1:]]).encode(), digest_size=12
+    ).hexdigest()
     return ChangeMark(jobs, instances)

@@ -35,12 +35,16 @@ if TYPE_CHECKING:
 SLOT_GAP_NS = 1_000_000
 
 # Schema 1's run columns (the stores' modules import them from _sql still).
-_RUN_COLS = ("key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
-             "error_message, holder, token")  # fmt: skip
-_REPLACE_RUN = ("ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
-                "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
-                "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
-                "token = excluded.token")  # fmt: skip
+_RUN_COLS = (
+    "key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
+    "error_message, holder, token"
+)
+_REPLACE_RUN = (
+    "ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
+    "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
+    "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
+    "token = excluded.token"
+)
 #: A run row's columns, in RunRecord's order.
 RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
 
@@ -130,9 +134,12 @@ def _write(store: SQLStore, batch: Batch, isolate: bool) -> BatchResult:
     with store._tx(f"writing a batch of {len(ops)} change(s)") as cur:
         c.now = store._now(cur)
         if holder is not None and batch.fenced:
-            cur = store._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
-                               "changes = changes + 1 WHERE id = ? AND token = ?",
-                          (c.now, c.now, holder.id, holder.token))  # fmt: skip
+            cur = store._x(
+                cur,
+                "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                "changes = changes + 1 WHERE id = ? AND token = ?",
+                (c.now, c.now, holder.id, holder.token),
+            )
             if cur.rowcount != 1:
                 c.result.fenced_out = True
                 return c.result  # nothing written: the transaction commits no change
@@ -173,10 +180,11 @@ def _isolated(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
         if not store._row_fault(exc):
             raise
         cur.execute("ROLLBACK TO SAVEPOINT procsched_op")
-        run = attempt = None
-        if op[0] in ("started", "finished"):
-            run, attempt = op[2], op[3]
-            (c.result.lost if op[0] == "started" else c.result.stale).append((op[1], run, attempt))
+        run: int | None = None
+        attempt: int | None = None
+        if isinstance(op, (Started, Finished)):
+            run, attempt = op.run, op.attempt
+            (c.result.lost if isinstance(op, Started) else c.result.stale).append((op.key, op.run, op.attempt))
         c.result.failed.append(FailedOp(op[0], op_key(op), run, attempt, f"{type(exc).__name__}: {exc}"))
     cur.execute("RELEASE SAVEPOINT procsched_op")
 
@@ -212,13 +220,18 @@ def _lock_keys(store: SQLStore, cur: Any, ops: list[Any], isolate: bool) -> None
         cur.execute("ROLLBACK TO SAVEPOINT procsched_lock")
     cur.execute("RELEASE SAVEPOINT procsched_lock")
 
+
 # -- claims ------------------------------------------------------------------
 
 
 def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
     """The reference claim (see "Claims"): decided on the state row, locked."""
-    row = store._x(cur, "SELECT run_count, next_attempt, paused, in_flight, max_concurrent, grp, last_slot_ns "
-                       f"FROM procsched_tasks WHERE key = ?{store._for_update}", (op.key,)).fetchone()  # fmt: skip
+    row = store._x(
+        cur,
+        "SELECT run_count, next_attempt, paused, in_flight, max_concurrent, grp, last_slot_ns "
+        f"FROM procsched_tasks WHERE key = ?{store._for_update}",
+        (op.key,),
+    ).fetchone()
     if row is None or not _claimable(store, cur, op, *row):
         if not _own_claim(store, cur, c.holder, op):  # (a batch sent again, a claim twice: it is ours)
             c.result.lost.append((op.key, op.run, op.attempt))
@@ -234,10 +247,13 @@ def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
     values: list[Any] = [h.id, h.token, h.id, c.now]
     if op.attempt == 1:
         if next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
-            store._x(cur, "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
-                         "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) "
-                         "WHERE key = ? AND run = ? AND attempt = ?",
-                    (op.key, op.key, run_count, next_attempt - 1))  # fmt: skip
+            store._x(
+                cur,
+                "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
+                "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) "
+                "WHERE key = ? AND run = ? AND attempt = ?",
+                (op.key, op.key, run_count, next_attempt - 1),
+            )
         sets += ["run_count = ?", "next_attempt = 1"]
         values.append(op.run)
         if scheduled:
@@ -247,15 +263,44 @@ def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
         if op.run == run_count and next_attempt == op.attempt:  # the state's own next claim: as before
             sets.append("next_due_ns = ?")
             values.append(op.scheduled_ns)
-        store._x(cur, "UPDATE procsched_runs SET retry_due_ns = NULL WHERE key = ? AND run = ? AND attempt = ?",
-                (op.key, op.run, op.attempt - 1))  # fmt: skip
+        store._x(
+            cur,
+            "UPDATE procsched_runs SET retry_due_ns = NULL WHERE key = ? AND run = ? AND attempt = ?",
+            (op.key, op.run, op.attempt - 1),
+        )
     store._x(cur, f"UPDATE procsched_tasks SET {', '.join(sets)} WHERE key = ?", (*values, op.key))
-    store._x(cur, _INSERT_RUN, (op.key, op.run, op.attempt, op.scheduled_ns, op.started_ns, h.host, h.pid, h.id,
-                               h.token, op.cause, op.worker_pid, group))  # fmt: skip
+    store._x(
+        cur,
+        _INSERT_RUN,
+        (
+            op.key,
+            op.run,
+            op.attempt,
+            op.scheduled_ns,
+            op.started_ns,
+            h.host,
+            h.pid,
+            h.id,
+            h.token,
+            op.cause,
+            op.worker_pid,
+            group,
+        ),
+    )
 
 
-def _claimable(store: SQLStore, cur: Any, op: Started, run_count: int, next_attempt: int, paused: int, in_flight: int,
-               max_concurrent: int, group: str | None, last_slot: int | None) -> bool:  # fmt: skip
+def _claimable(
+    store: SQLStore,
+    cur: Any,
+    op: Started,
+    run_count: int,
+    next_attempt: int,
+    paused: int,
+    in_flight: int,
+    max_concurrent: int,
+    group: str | None,
+    last_slot: int | None,
+) -> bool:
     """May ``op`` be claimed, given the task's state row? (see "Claims")"""
     scheduled = op.cause == "schedule"
     if in_flight >= max_concurrent or (scheduled and paused):
@@ -266,22 +311,35 @@ def _claimable(store: SQLStore, cur: Any, op: Started, run_count: int, next_atte
         if scheduled and next_attempt != 1 and max_concurrent == 1:
             return False  # the latest run's retry comes first
         return not (scheduled and last_slot is not None and last_slot > op.scheduled_ns - SLOT_GAP_NS)
-    if store._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?",
-               (op.key, op.run, op.attempt)).fetchone() is not None:  # fmt: skip
+    if (
+        store._x(
+            cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?", (op.key, op.run, op.attempt)
+        ).fetchone()
+        is not None
+    ):
         return False  # claimed already (never twice)
     if op.run == run_count and next_attempt == op.attempt:
         return True
-    return store._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
-                        "AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1)).fetchone() is not None
+    return (
+        store._x(
+            cur,
+            "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND retry_due_ns IS NOT NULL",
+            (op.key, op.run, op.attempt - 1),
+        ).fetchone()
+        is not None
+    )
 
 
 def _own_claim(store: SQLStore, cur: Any, holder: Holder | None, op: Started) -> bool:
     """Is (key, run, attempt) in flight already, claimed by this very holder and token?"""
     if holder is None:
         return False
-    row = store._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
-                       "AND outcome IS NULL AND holder = ? AND token = ?",
-                  (op.key, op.run, op.attempt, holder.id, holder.token)).fetchone()  # fmt: skip
+    row = store._x(
+        cur,
+        "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
+        "AND outcome IS NULL AND holder = ? AND token = ?",
+        (op.key, op.run, op.attempt, holder.id, holder.token),
+    ).fetchone()
     return row is not None
 
 
@@ -291,8 +349,12 @@ def _within_limit(store: SQLStore, cur: Any, c: Commit, group: str) -> bool:
     if store._pg and not c.groups_locked:
         # every group of the batch's claims at once, by name: never two
         # batches each holding one group and waiting for the other's
-        store._x(cur, "SELECT 1 FROM procsched_limits WHERE name IN (SELECT grp FROM procsched_tasks WHERE "
-                     "key = ANY(?) AND grp IS NOT NULL) ORDER BY name FOR UPDATE", (c.claim_keys,))  # fmt: skip
+        store._x(
+            cur,
+            "SELECT 1 FROM procsched_limits WHERE name IN (SELECT grp FROM procsched_tasks WHERE "
+            "key = ANY(?) AND grp IS NOT NULL) ORDER BY name FOR UPDATE",
+            (c.claim_keys,),
+        )
         c.groups_locked = True
     row = store._x(cur, "SELECT lim FROM procsched_limits WHERE name = ?", (group,)).fetchone()
     if row is None:
@@ -313,13 +375,46 @@ def _claim_group(store: SQLStore, cur: Any, c: Commit, group: list[Started]) -> 
         won = set()
         if plain:
             cur.execute("SAVEPOINT procsched_claims")
-            cur.executemany(_CLAIM_PLAIN, [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id,
-                                            c.now, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS)
-                                           for op in plain])  # fmt: skip
+            cur.executemany(
+                _CLAIM_PLAIN,
+                [
+                    (
+                        op.run,
+                        op.scheduled_ns,
+                        op.run,
+                        op.scheduled_ns,
+                        h.id,
+                        h.token,
+                        h.id,
+                        c.now,
+                        op.key,
+                        op.run,
+                        op.scheduled_ns - SLOT_GAP_NS,
+                    )
+                    for op in plain
+                ],
+            )
             if cur.rowcount == len(plain):
-                cur.executemany(store._q(_INSERT_RUN), [(op.key, op.run, 1, op.scheduled_ns, op.started_ns, h.host,
-                                                        h.pid, h.id, h.token, "schedule", op.worker_pid, None)
-                                                       for op in plain])  # fmt: skip
+                cur.executemany(
+                    store._q(_INSERT_RUN),
+                    [
+                        (
+                            op.key,
+                            op.run,
+                            1,
+                            op.scheduled_ns,
+                            op.started_ns,
+                            h.host,
+                            h.pid,
+                            h.id,
+                            h.token,
+                            "schedule",
+                            op.worker_pid,
+                            None,
+                        )
+                        for op in plain
+                    ],
+                )
                 won = {op.key for op in plain}
                 cur.execute("RELEASE SAVEPOINT procsched_claims")
             else:
@@ -336,9 +431,13 @@ def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) 
     by op); RETURNING says which were won."""
     h = c.holder
     assert h is not None
-    values, params = _values([(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
-                             ("text", "bigint", "bigint", "bigint", "int"))  # fmt: skip
-    rows = store._x(cur, f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
+    values, params = _values(
+        [(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
+        ("text", "bigint", "bigint", "bigint", "int"),
+    )
+    rows = store._x(
+        cur,
+        f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
         won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
             sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
             last_holder = ?, updated_ns = ?
@@ -353,8 +452,10 @@ def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) 
             error_traceback = NULL, worker_pid = excluded.worker_pid, output = NULL, retry_due_ns = NULL,
             grp = excluded.grp
         RETURNING key""",
-        [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token]).fetchall()  # fmt: skip
+        [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token],
+    ).fetchall()
     return {r[0] for r in rows}
+
 
 # -- ends ----------------------------------------------------------------------
 
@@ -373,21 +474,50 @@ def _op_finished(store: SQLStore, cur: Any, c: Commit, op: Finished) -> None:
 
 
 def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
-    return (op.finished_ns, op.outcome, op.error_type, op.error_message, op.error_traceback, op.reason,
-            op.worker_pid, op.output, op.next_due_ns if op.retry else None, op.key, op.run, op.attempt, h.id,
-            h.token)  # fmt: skip
+    return (
+        op.finished_ns,
+        op.outcome,
+        op.error_type,
+        op.error_message,
+        op.error_traceback,
+        op.reason,
+        op.worker_pid,
+        op.output,
+        op.next_due_ns if op.retry else None,
+        op.key,
+        op.run,
+        op.attempt,
+        h.id,
+        h.token,
+    )
 
 
 def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
-    return (op.run, op.next_due_ns, op.run, op.run, op.attempt + 1 if op.retry else 1, op.run, op.attempt,
-            op.run, op.attempt, op.outcome, *_outcome_counts(op.outcome), now, op.key)  # fmt: skip
+    return (
+        op.run,
+        op.next_due_ns,
+        op.run,
+        op.run,
+        op.attempt + 1 if op.retry else 1,
+        op.run,
+        op.attempt,
+        op.run,
+        op.attempt,
+        op.outcome,
+        *_outcome_counts(op.outcome),
+        now,
+        op.key,
+    )
 
 
 def _own_end(store: SQLStore, cur: Any, h: Holder, op: Finished) -> bool:
     """Was this very end recorded already by this holder (a batch sent again)?"""
-    row = store._x(cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND outcome = ? "
-                       "AND finished_ns = ? AND holder = ? AND token = ?",
-                  (op.key, op.run, op.attempt, op.outcome, op.finished_ns, h.id, h.token)).fetchone()  # fmt: skip
+    row = store._x(
+        cur,
+        "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND outcome = ? "
+        "AND finished_ns = ? AND holder = ? AND token = ?",
+        (op.key, op.run, op.attempt, op.outcome, op.finished_ns, h.id, h.token),
+    ).fetchone()
     return row is not None
 
 
@@ -422,16 +552,55 @@ def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[
     run, attempt) it recorded."""
     h = c.holder
     assert h is not None
-    rows = [(op.key, op.run, op.attempt, op.outcome, op.finished_ns, op.next_due_ns,
-             op.attempt + 1 if op.retry else 1, op.error_type, op.error_message, op.error_traceback, op.reason,
-             op.worker_pid, op.output, op.next_due_ns if op.retry else None) for op in group]  # fmt: skip
-    values, params = _values(rows, ("text", "bigint", "int", "text", "bigint", "bigint", "int", "text", "text",
-                                    "text", "text", "int", "text", "bigint"))  # fmt: skip
-    counters = ", ".join(f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
-                         for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES))  # fmt: skip
+    rows = [
+        (
+            op.key,
+            op.run,
+            op.attempt,
+            op.outcome,
+            op.finished_ns,
+            op.next_due_ns,
+            op.attempt + 1 if op.retry else 1,
+            op.error_type,
+            op.error_message,
+            op.error_traceback,
+            op.reason,
+            op.worker_pid,
+            op.output,
+            op.next_due_ns if op.retry else None,
+        )
+        for op in group
+    ]
+    values, params = _values(
+        rows,
+        (
+            "text",
+            "bigint",
+            "int",
+            "text",
+            "bigint",
+            "bigint",
+            "int",
+            "text",
+            "text",
+            "text",
+            "text",
+            "int",
+            "text",
+            "bigint",
+        ),
+    )
+    counters = ", ".join(
+        f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
+        for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES)
+    )
     other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
         AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
-    done = {tuple(r) for r in store._x(cur, f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
+    done = {
+        tuple(r)
+        for r in store._x(
+            cur,
+            f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
             next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns)
             AS (VALUES {values}),
         done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
@@ -449,14 +618,25 @@ def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[
                 ELSE t.next_attempt END,
             last_outcome = v.outcome, {counters}, updated_ns = ?
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
-        SELECT key, run, attempt FROM done""", [*params, h.id, h.token, c.now]).fetchall()}  # fmt: skip
-    trim = [(op.key, op.run - store.keep_runs) for op in group
-            if (op.key, op.run, op.attempt) in done and op.run > store.keep_runs]  # fmt: skip
+        SELECT key, run, attempt FROM done""",
+            [*params, h.id, h.token, c.now],
+        ).fetchall()
+    }
+    trim = [
+        (op.key, op.run - store.keep_runs)
+        for op in group
+        if (op.key, op.run, op.attempt) in done and op.run > store.keep_runs
+    ]
     if trim:
         values, params = _values(trim, ("text", "bigint"))
-        store._x(cur, f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
-            WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""", params)  # fmt: skip
-    return done  # type: ignore[return-value]
+        store._x(
+            cur,
+            f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
+            WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""",
+            params,
+        )
+    return done
+
 
 # -- the other ops ---------------------------------------------------------------
 
@@ -467,7 +647,9 @@ def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
     signature = store._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
     differs = "IS DISTINCT FROM" if store._pg else "IS NOT"
     # The definition's row only if it changed (item 18: arguments are written once).
-    store._x(cur, f"""INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature,
+    store._x(
+        cur,
+        f"""INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature,
             written_ns, args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
             schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
@@ -475,23 +657,31 @@ def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
             WHERE procsched_definitions.def_hash <> excluded.def_hash
             OR procsched_definitions.fn_ref <> excluded.fn_ref
             OR procsched_definitions.signature {differs} excluded.signature""",
-            (d.key, d.fn_ref, sched, opts, d.def_hash, _name(opts), signature, c.now, d.args))  # fmt: skip
+        (d.key, d.fn_ref, sched, opts, d.def_hash, _name(opts), signature, c.now, d.args),
+    )
     st = s or TaskState()
     # A stored state is replaced only by a writer that saw every claim
     # (several schedulers: one that adopted the task before another
     # claimed a run must not set the run count back).
-    state_update = ("" if s is None else "".join(
-        f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
-        f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
-        for col in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
-    store._x(cur, f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
+    state_update = (
+        ""
+        if s is None
+        else "".join(
+            f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
+            f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
+            for col in ("next_due_ns", "next_attempt", "paused", "run_count")
+        )
+    )
+    store._x(
+        cur,
+        f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
             max_concurrent, grp, last_slot_ns)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
                 AND r.attempt = 1 AND r.cause = 'schedule'))
             ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
             unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
-            (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent,
-             d.group, d.key))  # fmt: skip
+        (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent, d.group, d.key),
+    )
 
 
 def op_update(store: SQLStore, cur: Any, c: Commit, op: Update) -> None:
@@ -502,8 +692,11 @@ def op_update(store: SQLStore, cur: Any, c: Commit, op: Update) -> None:
         # Run numbers are set only by a writer that saw every claim (as
         # in _op_upsert): several schedulers, one that adopted the task
         # before another claimed a run must not set the count back.
-        store._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 "
-                     "AND run_count <= ?", (*values, c.now, op.key, fields["run_count"]))  # fmt: skip
+        store._x(
+            cur,
+            f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 AND run_count <= ?",
+            (*values, c.now, op.key, fields["run_count"]),
+        )
         return
     store._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
 
@@ -528,50 +721,90 @@ def _op_unloadable(store: SQLStore, cur: Any, c: Commit, op: Unloadable) -> None
 
 def _op_skipped(store: SQLStore, cur: Any, c: Commit, op: Skipped) -> None:
     h = c.holder
-    cur = store._x(cur, "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
-                       "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
-                  (op.key, op.slot_ns, op.reason, c.now if op.recorded_ns is None else op.recorded_ns,
-                   None if h is None else h.id))  # fmt: skip
+    cur = store._x(
+        cur,
+        "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
+        (
+            op.key,
+            op.slot_ns,
+            op.reason,
+            c.now if op.recorded_ns is None else op.recorded_ns,
+            None if h is None else h.id,
+        ),
+    )
     if cur.rowcount != 1:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
-    store._x(cur, "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
-                 "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
-            (op.key, op.key, store.keep_runs - 1))  # fmt: skip
+    store._x(
+        cur,
+        "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
+        "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
+        (op.key, op.key, store.keep_runs - 1),
+    )
 
 
 def _op_answer(store: SQLStore, cur: Any, c: Commit, op: Answer) -> None:
     h = c.holder
     assert h is not None
-    store._x(cur, "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? AND taken_by = ? "
-                 "AND taken_token = ? AND done_ns IS NULL",
-            (c.now, json.dumps(op.result), op.error, op.request_id, h.id, h.token))  # fmt: skip
+    store._x(
+        cur,
+        "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? AND taken_by = ? "
+        "AND taken_token = ? AND done_ns IS NULL",
+        (c.now, json.dumps(op.result), op.error, op.request_id, h.id, h.token),
+    )
 
 
-def end_runs_of(store: SQLStore, cur: Any, holder_id: str, token: int, now: int, outcome: str,
-                 error_type: str | None, why: str | None) -> list[RunRecord]:  # fmt: skip
-    rows = store._x(cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
-                        "AND outcome IS NULL ORDER BY key, run, attempt", (holder_id, token)).fetchall()  # fmt: skip
-    store._x(cur, "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
-                 "WHERE holder = ? AND token = ? AND outcome IS NULL",
-            (outcome, now, error_type, why, holder_id, token))  # fmt: skip
+def end_runs_of(
+    store: SQLStore,
+    cur: Any,
+    holder_id: str,
+    token: int,
+    now: int,
+    outcome: str,
+    error_type: str | None,
+    why: str | None,
+) -> list[RunRecord]:
+    rows = store._x(
+        cur,
+        f"SELECT {RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
+        "AND outcome IS NULL ORDER BY key, run, attempt",
+        (holder_id, token),
+    ).fetchall()
+    store._x(
+        cur,
+        "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
+        "WHERE holder = ? AND token = ? AND outcome IS NULL",
+        (outcome, now, error_type, why, holder_id, token),
+    )
     per_key: dict[str, int] = {}
     for r in rows:
         per_key[r[0]] = per_key.get(r[0], 0) + 1
     # Next claim: the next run (a caller whose Retry covers this outcome
     # sets next_attempt and next_due_ns with Batch.update).
-    other = "(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL " \
-            "ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"
+    other = (
+        "(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL "
+        "ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"
+    )
     for key, n in per_key.items():
-        store._x(cur, f"""UPDATE procsched_tasks SET in_flight = CASE WHEN in_flight > ? THEN in_flight - ? ELSE 0 END,
+        store._x(
+            cur,
+            f"""UPDATE procsched_tasks SET in_flight = CASE WHEN in_flight > ? THEN in_flight - ? ELSE 0 END,
                 holder = {other.format(col="holder")}, token = {other.format(col="token")}, next_attempt = 1,
                 last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?""",
-                (n, n, outcome, *_outcome_counts(outcome, n), now, key))  # fmt: skip
-    store._x(cur, "UPDATE procsched_requests SET taken_by = NULL, taken_token = NULL, taken_ns = NULL "
-                 "WHERE taken_by = ? AND taken_token = ? AND done_ns IS NULL", (holder_id, token))  # fmt: skip
-    return [dataclasses.replace(RunRecord(*r), finished_ns=now, outcome=outcome, error_type=error_type,
-                                error_message=why) for r in rows]  # fmt: skip
+            (n, n, outcome, *_outcome_counts(outcome, n), now, key),
+        )
+    store._x(
+        cur,
+        "UPDATE procsched_requests SET taken_by = NULL, taken_token = NULL, taken_ns = NULL "
+        "WHERE taken_by = ? AND taken_token = ? AND done_ns IS NULL",
+        (holder_id, token),
+    )
+    return [
+        dataclasses.replace(RunRecord(*r), finished_ns=now, outcome=outcome, error_type=error_type, error_message=why)
+        for r in rows
+    ]
 
 
 def _name(options: str) -> str | None:
@@ -584,8 +817,14 @@ def _name(options: str) -> str | None:
 
 
 _OPS: dict[str, Any] = {
-    "upsert": _op_upsert, "update": op_update, "delete": _op_delete, "unloadable": _op_unloadable,
-    "started": _op_started, "finished": _op_finished, "skipped": _op_skipped, "answer": _op_answer,
+    "upsert": _op_upsert,
+    "update": op_update,
+    "delete": _op_delete,
+    "unloadable": _op_unloadable,
+    "started": _op_started,
+    "finished": _op_finished,
+    "skipped": _op_skipped,
+    "answer": _op_answer,
 }
 
 

@@ -13,8 +13,10 @@ T0 = 1_700_000_000 * P
 
 def add(store, key="k", due=T0, **kw):
     b = store.batch()
-    b.upsert(TaskDefinition(key, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {}, **kw),
-             TaskState(next_due_ns=due))  # fmt: skip
+    b.upsert(
+        TaskDefinition(key, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {}, **kw),
+        TaskState(next_due_ns=due),
+    )
     assert b.commit().ok
 
 
@@ -113,7 +115,11 @@ def test_manual_and_backfill_runs_are_numbered_like_others_and_never_move_the_sc
     # the next scheduled slot is claimed as run 4: the slot guard looks at scheduled slots only
     assert claim(store, h, "k", 4, slot=T0 + 6 * P).ok
     assert [(r.run, r.cause, r.scheduled_ns - T0) for r in store.history("k")] == [
-        (1, "schedule", 5 * P), (2, "manual", 100 * P), (3, "backfill", 1 * P), (4, "schedule", 6 * P)]
+        (1, "schedule", 5 * P),
+        (2, "manual", 100 * P),
+        (3, "backfill", 1 * P),
+        (4, "schedule", 6 * P),
+    ]
     assert store.get("k").state.next_due_ns == T0 + 6 * P
 
 

@@ -29,12 +29,23 @@ def test_three_processes_race_concurrent_runs_within_the_limits(store_url):
     store.set_limits({"g": 3})
     b = store.batch()
     for i in range(nkeys):
-        b.upsert(TaskDefinition(f"k{i}", "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P},
-                                max_concurrent=2, group="g"), TaskState(next_due_ns=T0))  # fmt: skip
+        b.upsert(
+            TaskDefinition(
+                f"k{i}", "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, max_concurrent=2, group="g"
+            ),
+            TaskState(next_due_ns=T0),
+        )
     assert b.commit().ok
-    racers = [subprocess.Popen([sys.executable, os.path.join(HERE, "concurrency_racer.py"), store_url, str(nkeys),
-                                str(total)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
-              for _ in range(3)]  # fmt: skip
+    racers = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "concurrency_racer.py"), store_url, str(nkeys), str(total)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for _ in range(3)
+    ]
     for r in racers:
         assert r.stdout.readline() == "ready\n"
     for r in racers:

@@ -14,10 +14,24 @@ def members(protocol: type) -> dict[str, object]:
         if klass in (object,) or klass.__name__ in ("Protocol", "Generic"):
             continue
         for name, value in vars(klass).items():
-            if name in ("__init__", "__module__", "__doc__", "__dict__", "__weakref__", "__annotations__",
-                        "__parameters__", "__protocol_attrs__", "__non_callable_proto_members__", "__subclasshook__",
-                        "__abstractmethods__", "__orig_bases__", "__qualname__", "_is_protocol",
-                        "_is_runtime_protocol", "__slots__") or name.startswith("_abc"):  # fmt: skip
+            if name in (
+                "__init__",
+                "__module__",
+                "__doc__",
+                "__dict__",
+                "__weakref__",
+                "__annotations__",
+                "__parameters__",
+                "__protocol_attrs__",
+                "__non_callable_proto_members__",
+                "__subclasshook__",
+                "__abstractmethods__",
+                "__orig_bases__",
+                "__qualname__",
+                "_is_protocol",
+                "_is_runtime_protocol",
+                "__slots__",
+            ) or name.startswith("_abc"):
                 continue
             own.setdefault(name, value)
         for name in getattr(klass, "__annotations__", {}):
@@ -32,7 +46,8 @@ def check(protocol: type, thing: object) -> None:
             mine = inspect.signature(getattr(type(thing), name))
             theirs = inspect.signature(declared)
             assert [(p.name, p.kind) for p in mine.parameters.values()] == [
-                (p.name, p.kind) for p in theirs.parameters.values()], name
+                (p.name, p.kind) for p in theirs.parameters.values()
+            ], name
         elif isinstance(declared, property):
             assert not callable(getattr(thing, name)), name
 

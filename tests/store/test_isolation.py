@@ -93,7 +93,11 @@ def test_a_claim_twice_in_one_commit_and_a_batch_sent_again(store):
                 b.started(key, run, 1, T0 + P, T0 + P + 1)
         assert b.commit().ok
     assert [(r.key, r.run, r.outcome) for r in store.history(None, 10)] == [
-        ("j", 1, "ok"), ("k", 1, "ok"), ("j", 2, None), ("k", 2, None)]
+        ("j", 1, "ok"),
+        ("k", 1, "ok"),
+        ("j", 2, None),
+        ("k", 2, None),
+    ]
     assert store.counts().runs["ok"] == 2  # each end counted once
     # but not another holder's, nor another registration of the same id
     other = store.register()

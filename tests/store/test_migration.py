@@ -15,8 +15,8 @@ import threading
 import time
 
 import pytest
-
 import schema1
+
 from procsched._errors import StoreError
 from procsched._store import SCHEMA_VERSION, TaskDefinition, definition_hash, open_store
 
@@ -32,16 +32,23 @@ def old_url(request, tmp_path):
 def _before(url: str) -> dict[str, object]:
     """What schema 1 holds, read with plain SQL before the migration."""
     return {
-        "tasks": schema1.rows(url, "SELECT key, fn_ref, args, schedule, options, def_hash, run_count, next_due_ns, "
-                                   "next_attempt, paused, last_outcome, unloadable, holder, token, updated_ns "
-                                   "FROM procsched_tasks ORDER BY key"),
-        "runs": schema1.rows(url, "SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, "
-                                  "outcome, error_type, error_message, holder, token FROM procsched_runs "
-                                  "ORDER BY key, run, attempt"),
-        "schedulers": schema1.rows(url, "SELECT id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns "
-                                        "FROM procsched_schedulers"),
+        "tasks": schema1.rows(
+            url,
+            "SELECT key, fn_ref, args, schedule, options, def_hash, run_count, next_due_ns, "
+            "next_attempt, paused, last_outcome, unloadable, holder, token, updated_ns "
+            "FROM procsched_tasks ORDER BY key",
+        ),
+        "runs": schema1.rows(
+            url,
+            "SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, "
+            "outcome, error_type, error_message, holder, token FROM procsched_runs "
+            "ORDER BY key, run, attempt",
+        ),
+        "schedulers": schema1.rows(
+            url, "SELECT id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns FROM procsched_schedulers"
+        ),
         "fence": schema1.rows(url, "SELECT version, fence FROM procsched_version"),
-    }  # fmt: skip
+    }
 
 
 def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
@@ -54,8 +61,23 @@ def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
         tasks = {t.key: t for t in loaded.tasks}
         assert sorted(tasks) == [row[0] for row in before["tasks"]]
         assert set(tasks) == {"cron-paris", "flaky", "gone", "once-later", "paused", "slow", "tick"}
-        for key, fn_ref, args, sched, opts, def_hash, runs, due, attempt, paused, last, unloadable, holder, token, \
-                updated in before["tasks"]:  # fmt: skip
+        for (
+            key,
+            fn_ref,
+            args,
+            sched,
+            opts,
+            def_hash,
+            runs,
+            due,
+            attempt,
+            paused,
+            last,
+            unloadable,
+            holder,
+            token,
+            updated,
+        ) in before["tasks"]:
             t = tasks[key]
             d = t.definition
             assert (d.fn_ref, d.args, d.def_hash) == (fn_ref, bytes(args), def_hash)
@@ -66,20 +88,45 @@ def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
             assert definition_hash(d.fn_ref, d.args, d.schedule, d.options) == def_hash
             assert TaskDefinition(key, fn_ref, bytes(args), d.schedule, d.options).def_hash == def_hash
             assert (t.state.run_count, t.state.next_due_ns, t.state.next_attempt, t.state.paused) == (
-                runs, due, attempt, bool(paused))
+                runs,
+                due,
+                attempt,
+                bool(paused),
+            )
             assert (t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns) == (
-                last, unloadable, holder, token, updated)
+                last,
+                unloadable,
+                holder,
+                token,
+                updated,
+            )
             assert t.in_flight == (1 if holder is not None else 0)
             assert t.untrusted is None and (d.max_concurrent, d.group) == (1, None)
         # every run, in flight too, with its new fields at their schema-1 meaning
         history = store.history(None, 10_000)
-        assert sorted((r.key, r.run, r.attempt, r.scheduled_ns, r.started_ns, r.finished_ns, r.host, r.pid,
-                       r.outcome, r.error_type, r.error_message, r.holder, r.token) for r in history) == [
-            tuple(r) for r in before["runs"]]  # fmt: skip
+        assert sorted(
+            (
+                r.key,
+                r.run,
+                r.attempt,
+                r.scheduled_ns,
+                r.started_ns,
+                r.finished_ns,
+                r.host,
+                r.pid,
+                r.outcome,
+                r.error_type,
+                r.error_message,
+                r.holder,
+                r.token,
+            )
+            for r in history
+        ) == [tuple(r) for r in before["runs"]]
         assert {r.cause for r in history} == {"schedule"} and not any(r.worker_pid for r in history)
         assert [(r.key, r.run) for r in loaded.in_flight] == [("slow", 1)]
-        assert [(h.id, h.token, h.host, h.pid, h.lease_ns, h.lease_until_ns, h.heartbeat_ns)
-                for h in loaded.schedulers] == before["schedulers"]  # fmt: skip
+        assert [
+            (h.id, h.token, h.host, h.pid, h.lease_ns, h.lease_until_ns, h.heartbeat_ns) for h in loaded.schedulers
+        ] == before["schedulers"]
         # the history of a task that ended ("limited", max_runs=3) is kept
         assert [r.run for r in store.history("limited")] == [1, 2, 3]
         # the totals of the stored tasks start from their history

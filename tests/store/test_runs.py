@@ -12,8 +12,10 @@ T0 = 1_700_000_000 * P
 
 def add(store, key="k", due=T0, **kw):
     b = store.batch()
-    b.upsert(TaskDefinition(key, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {}, **kw),
-             TaskState(next_due_ns=due))  # fmt: skip
+    b.upsert(
+        TaskDefinition(key, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {}, **kw),
+        TaskState(next_due_ns=due),
+    )
     assert b.commit().ok
 
 
@@ -27,12 +29,29 @@ def test_a_run_records_cause_reason_error_traceback_worker_and_output(store):
     assert (flying.cause, flying.worker_pid, flying.pid, flying.outcome) == ("schedule", 777, 4242, None)
     b = store.batch(h)
     tb = "Traceback (most recent call last):\n  ...\nValueError: boom\n"
-    b.finished("k", 1, 1, "cancelled", T0 + 2, T0 + P, error_type="ValueError", error_message="boom",
-               error_traceback=tb, reason="replaced", worker_pid=778, output="x" * 10_000 + "tail")  # fmt: skip
+    b.finished(
+        "k",
+        1,
+        1,
+        "cancelled",
+        T0 + 2,
+        T0 + P,
+        error_type="ValueError",
+        error_message="boom",
+        error_traceback=tb,
+        reason="replaced",
+        worker_pid=778,
+        output="x" * 10_000 + "tail",
+    )
     assert b.commit().ok
     (r,) = store.history("k")
     assert (r.outcome, r.reason, r.error_type, r.error_message, r.error_traceback) == (
-        "cancelled", "replaced", "ValueError", "boom", tb)
+        "cancelled",
+        "replaced",
+        "ValueError",
+        "boom",
+        tb,
+    )
     assert r.worker_pid == 778 and r.pid == 4242  # the worker, and the scheduler instance
     assert r.output.endswith("tail") and len(r.output) == 8192  # the tail is kept
     assert store.counts().runs["cancelled"] == 1
@@ -71,7 +90,10 @@ def test_skipped_slots_are_kept_per_task_and_merged_with_runs_in_slot_order(stor
     assert b.commit().ok
     both = store.history("k", skipped=True)
     assert [(type(x).__name__, x.slot_ns - T0, x.outcome) for x in both] == [
-        ("RunRecord", 0, "ok"), ("SkippedSlot", P, "skipped"), ("RunRecord", 2 * P, None)]
+        ("RunRecord", 0, "ok"),
+        ("SkippedSlot", P, "skipped"),
+        ("RunRecord", 2 * P, None),
+    ]
     assert both[1] == SkippedSlot("k", T0 + P, "overlap", both[1].recorded_ns, h.id)
     assert all(isinstance(x, RunRecord) for x in store.history("k"))  # runs only, as before
     # kept keep_runs (4) per task, like runs; the totals count them all

@@ -11,10 +11,9 @@ import logging
 import pickle
 
 import pytest
-
 import schema1
-from procsched._store import SQLStore, TaskDefinition, TaskState, open_store
-from procsched._store import _trust
+
+from procsched._store import SQLStore, TaskDefinition, TaskState, _trust, open_store
 from procsched._store._model import BAD_SIGNATURE, UNSIGNED
 
 P = 1_000_000_000
@@ -29,8 +28,10 @@ def open_signed(url: str, secret) -> SQLStore:
 
 def add(store, key, args=b"args", fn_ref="store_funcs:plain"):
     b = store.batch()
-    b.upsert(TaskDefinition(key, fn_ref, args, {"kind": "fixed_rate", "period_ns": P}, {"name": key}),
-             TaskState(next_due_ns=T0))  # fmt: skip
+    b.upsert(
+        TaskDefinition(key, fn_ref, args, {"kind": "fixed_rate", "period_ns": P}, {"name": key}),
+        TaskState(next_due_ns=T0),
+    )
     assert b.commit().ok
 
 
@@ -71,9 +72,12 @@ def test_signed_rows_load_and_tampered_ones_never_do(store_url, tmp_path):
     assert (a.untrusted, a.unloadable, a.definition.args) == (BAD_SIGNATURE, BAD_SIGNATURE, b"")
     assert store.get("b").untrusted is None  # the others load
     # a valid payload (with its signature) copied to another key
-    sql(store_url, "UPDATE procsched_definitions SET args = (SELECT d.args FROM procsched_definitions d WHERE "
-                   "d.key = 'b'), signature = (SELECT d.signature FROM procsched_definitions d WHERE d.key = 'b') "
-                   "WHERE key = 'a'")  # fmt: skip
+    sql(
+        store_url,
+        "UPDATE procsched_definitions SET args = (SELECT d.args FROM procsched_definitions d WHERE "
+        "d.key = 'b'), signature = (SELECT d.signature FROM procsched_definitions d WHERE d.key = 'b') "
+        "WHERE key = 'a'",
+    )
     assert store.get("a").untrusted == BAD_SIGNATURE
     # another function reference
     add(store, "c")

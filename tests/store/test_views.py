@@ -20,8 +20,17 @@ class Clock:
 
 def add(store, key="k", due=T0, schedule=None, **kw):
     b = store.batch()
-    b.upsert(TaskDefinition(key, "store_funcs:plain", b"secret-args", schedule or {"kind": "fixed_rate", "period_ns": P},
-                            {"name": f"the {key}"}, **kw), TaskState(next_due_ns=due))  # fmt: skip
+    b.upsert(
+        TaskDefinition(
+            key,
+            "store_funcs:plain",
+            b"secret-args",
+            schedule or {"kind": "fixed_rate", "period_ns": P},
+            {"name": f"the {key}"},
+            **kw,
+        ),
+        TaskState(next_due_ns=due),
+    )
     assert b.commit().ok
 
 
@@ -29,8 +38,7 @@ def test_jobs_view_says_who_holds_each_job_and_whether_it_is_alive(store_url):
     clock = Clock(T0)
     store = open_store(store_url, clock=clock)
     add(store, "a")
-    add(store, "b", schedule={"kind": "cron", "expr": "0 3 * * *", "tz": "Europe/Berlin"}, max_concurrent=2,
-        group="db")  # fmt: skip
+    add(store, "b", schedule={"kind": "cron", "expr": "0 3 * * *", "tz": "Europe/Berlin"}, max_concurrent=2, group="db")
     add(store, "c")
     live, gone = store.register(lease_ns=10 * P, pid=11), store.register(lease_ns=P, pid=22)
     assert store.claim_run(live, "a", 1, 1, T0)
@@ -43,7 +51,12 @@ def test_jobs_view_says_who_holds_each_job_and_whether_it_is_alive(store_url):
     assert list(jobs) == ["a", "b", "c"]
     a, b, c = jobs["a"], jobs["b"], jobs["c"]
     assert (a.name, a.fn_ref, a.schedule["kind"], a.last_outcome, a.in_flight) == (
-        "the a", "store_funcs:plain", "fixed_rate", "error", 1)
+        "the a",
+        "store_funcs:plain",
+        "fixed_rate",
+        "error",
+        1,
+    )
     assert (a.held_by.id, a.held_by.pid, a.held_by.alive, a.held_by.registered) == (gone.id, 22, False, True)
     assert (a.claimed_by.id, a.claimed_by.alive) == (gone.id, False)
     assert a.state.run_count == 2 and store.job_view("a").runs_total["error"] == 1
@@ -55,7 +68,11 @@ def test_jobs_view_says_who_holds_each_job_and_whether_it_is_alive(store_url):
     a = {j.key: j for j in store.jobs_view()}["a"]
     assert a.held_by is None and a.in_flight == 0
     assert (a.claimed_by.id, a.claimed_by.host, a.claimed_by.pid, a.claimed_by.registered) == (
-        gone.id, gone.host, 22, False)
+        gone.id,
+        gone.host,
+        22,
+        False,
+    )
     store.close()
 
 
@@ -73,7 +90,11 @@ def test_job_view_with_its_last_runs_and_skipped_slots(store):
     assert [r.run for r in detail.runs] == [2, 3, 4, 5]
     assert [s.slot_ns for s in detail.skipped] == [T0 + (2 * i + 1) * P for i in range(1, 5)]
     assert [(x.outcome, x.slot_ns - T0) for x in detail.slots] == [
-        ("ok", 6 * P), ("skipped", 7 * P), ("ok", 8 * P), ("skipped", 9 * P)]
+        ("ok", 6 * P),
+        ("skipped", 7 * P),
+        ("ok", 8 * P),
+        ("skipped", 9 * P),
+    ]
     assert store.job_view("nope") is None
 
 
@@ -83,8 +104,9 @@ def test_instances_publish_their_workers_and_standby_with_the_lease(store_url):
     add(store, "a")
     add(store, "b")
     one, two = store.register(lease_ns=5 * P, pid=1), store.register(lease_ns=5 * P, pid=2)
-    status = InstanceStatus((WorkerStatus(101, 50_000_000, 12, 1), WorkerStatus(102, None, 3, 0)), ("b",), 1,
-                            "processes")  # fmt: skip
+    status = InstanceStatus(
+        (WorkerStatus(101, 50_000_000, 12, 1), WorkerStatus(102, None, 3, 0)), ("b",), 1, "processes"
+    )
     assert store.renew_lease(one, status=status)
     assert store.claim_run(one, "a", 1, 1, T0)
     assert store.claim_run(two, "b", 1, 1, T0)
@@ -96,8 +118,10 @@ def test_instances_publish_their_workers_and_standby_with_the_lease(store_url):
     clock.now += 6 * P
     assert not any(v.alive for v in store.instances())
     assert InstanceStatus.from_json("not json") == InstanceStatus()  # a status is information, never a failure
-    assert InstanceStatus.from_json(InstanceStatus(standby=tuple(f"k{i}" for i in range(5000))).to_json()
-                                    ).standby_count == 5000  # fmt: skip
+    assert (
+        InstanceStatus.from_json(InstanceStatus(standby=tuple(f"k{i}" for i in range(5000))).to_json()).standby_count
+        == 5000
+    )
     store.close()
 
 
