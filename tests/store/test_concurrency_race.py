@@ -64,3 +64,41 @@ def test_three_processes_race_concurrent_runs_within_the_limits(store_url):
         t = store.get(f"k{i}")
         assert (t.in_flight, t.holder, t.state.run_count) == (0, None, total)
     store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_sigkill_never_leaks_a_unit_of_a_limit(store_url):
+    """An instance SIGKILLed while its run holds the group's only unit: the
+    unit counts until the instance is taken over (its lease, or - same
+    host, its pid gone - at once), then it is free."""
+    import signal
+
+    from procsched._store import dead_here
+
+    store = open_store(store_url)
+    store.set_limits({"g": 1})
+    b = store.batch()
+    for key in ("held", "waiting"):
+        b.upsert(TaskDefinition(key, "store_funcs:plain", b"", {"kind": "once"}, group="g"), TaskState(next_due_ns=T0))
+    assert b.commit().ok
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "limit_child.py"), store_url, "held"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    assert child.stdout.readline() == "claimed\n"
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    me = store.register()
+    b = store.batch(me)
+    b.started("waiting", 1, 1, T0)
+    assert b.commit().limited == [("waiting", 1, 1)]  # the dead instance's run still holds the unit
+    (dead,) = dead_here(store.load().schedulers)
+    crashed = store.take_over(dead, me, force=True)
+    assert [(r.key, r.outcome, r.group) for r in crashed] == [("held", "crashed", "g")]
+    b = store.batch(me)
+    b.started("waiting", 1, 1, T0)
+    assert b.commit().ok
+    store.close()
