@@ -21,7 +21,18 @@ next due time, pause, runs in flight, holder, per-outcome totals). Its runs
 are rows of ``procsched_runs`` keyed by (key, run, attempt), its skipped
 slots rows of ``procsched_skipped``; each live scheduler instance is a row
 of ``procsched_schedulers`` with a lease and a fencing token (from a counter
-in ``procsched_version``, so tokens never repeat). ``_schema.py`` has the DDL.
+in ``procsched_version``, so tokens never repeat). ``_schema.py`` has the
+DDL, ``_writes.py`` writes batches (the rules below are its ops'),
+``_control.py`` is control from outside, ``_views.py`` the read model.
+
+- *Schema versions.* This release writes schema 2 and reads 1 and 2: a
+  schema-1 store is migrated at its first open, in the transaction that
+  read its version (two instances opening it at once: one migrates, the
+  other finds schema 2), with nothing lost (``_schema.migration_2``) - and
+  only when no instance of the older release holds a live lease on it (its
+  writes would fail from then on: stop it first). A store of a higher
+  version is refused ("upgrade procsched"), as the older release refuses a
+  schema-2 store.
 
 - *Claims* (``Batch.started``). A claim names (key, run, attempt) and is won
   only if it is a claim the state row allows, decided on the row itself
