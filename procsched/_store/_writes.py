@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _schema
 from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
@@ -224,6 +224,22 @@ def _lock_keys(store: SQLStore, cur: Any, ops: list[Any], isolate: bool) -> None
 # -- claims ------------------------------------------------------------------
 
 
+class _State(NamedTuple):
+    """What a claim is decided on: the task's state row, as locked."""
+
+    run_count: int
+    next_attempt: int
+    paused: int
+    in_flight: int
+    max_concurrent: int
+    group: str | None
+    last_slot_ns: int | None
+
+
+def _exists(store: SQLStore, cur: Any, sql: str, params: tuple[Any, ...]) -> bool:
+    return store._x(cur, sql, params).fetchone() is not None
+
+
 def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
     """The reference claim (see "Claims"): decided on the state row, locked."""
     row = store._x(
@@ -232,35 +248,33 @@ def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
         f"FROM procsched_tasks WHERE key = ?{store._for_update}",
         (op.key,),
     ).fetchone()
-    if row is None or not _claimable(store, cur, op, *row):
+    state = None if row is None else _State(*row)
+    if state is None or not _claimable(store, cur, op, state):
         if not _own_claim(store, cur, c.holder, op):  # (a batch sent again, a claim twice: it is ours)
             c.result.lost.append((op.key, op.run, op.attempt))
         return
-    run_count, next_attempt, _paused, _in_flight, _max, group, _slot = row
-    if group is not None and not _within_limit(store, cur, c, group):
+    if state.group is not None and not _within_limit(store, cur, c, state.group):
         c.result.limited.append((op.key, op.run, op.attempt))
         return
     h = c.holder
     assert h is not None
-    scheduled = op.cause == "schedule"
     sets = ["in_flight = in_flight + 1", "holder = ?", "token = ?", "last_holder = ?", "updated_ns = ?"]
     values: list[Any] = [h.id, h.token, h.id, c.now]
     if op.attempt == 1:
-        if next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
+        if state.next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
             store._x(
                 cur,
                 "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
-                "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) "
-                "WHERE key = ? AND run = ? AND attempt = ?",
-                (op.key, op.key, run_count, next_attempt - 1),
+                "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) WHERE key = ? AND run = ? AND attempt = ?",
+                (op.key, op.key, state.run_count, state.next_attempt - 1),
             )
         sets += ["run_count = ?", "next_attempt = 1"]
         values.append(op.run)
-        if scheduled:
+        if op.cause == "schedule":
             sets += ["next_due_ns = ?", "sched_run = ?", "last_slot_ns = ?"]
             values += [op.scheduled_ns, op.run, op.scheduled_ns]
     else:
-        if op.run == run_count and next_attempt == op.attempt:  # the state's own next claim: as before
+        if op.run == state.run_count and state.next_attempt == op.attempt:  # the state's own next claim
             sets.append("next_due_ns = ?")
             values.append(op.scheduled_ns)
         store._x(
@@ -269,65 +283,28 @@ def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
             (op.key, op.run, op.attempt - 1),
         )
     store._x(cur, f"UPDATE procsched_tasks SET {', '.join(sets)} WHERE key = ?", (*values, op.key))
-    store._x(
-        cur,
-        _INSERT_RUN,
-        (
-            op.key,
-            op.run,
-            op.attempt,
-            op.scheduled_ns,
-            op.started_ns,
-            h.host,
-            h.pid,
-            h.id,
-            h.token,
-            op.cause,
-            op.worker_pid,
-            group,
-        ),
-    )
+    run = (op.key, op.run, op.attempt, op.scheduled_ns, op.started_ns, h.host, h.pid, h.id, h.token, op.cause)
+    store._x(cur, _INSERT_RUN, (*run, op.worker_pid, state.group))
 
 
-def _claimable(
-    store: SQLStore,
-    cur: Any,
-    op: Started,
-    run_count: int,
-    next_attempt: int,
-    paused: int,
-    in_flight: int,
-    max_concurrent: int,
-    group: str | None,
-    last_slot: int | None,
-) -> bool:
+def _claimable(store: SQLStore, cur: Any, op: Started, state: _State) -> bool:
     """May ``op`` be claimed, given the task's state row? (see "Claims")"""
     scheduled = op.cause == "schedule"
-    if in_flight >= max_concurrent or (scheduled and paused):
+    if state.in_flight >= state.max_concurrent or (scheduled and state.paused):
         return False
     if op.attempt == 1:
-        if op.run != run_count + 1:
+        if op.run != state.run_count + 1:
             return False
-        if scheduled and next_attempt != 1 and max_concurrent == 1:
+        if scheduled and state.next_attempt != 1 and state.max_concurrent == 1:
             return False  # the latest run's retry comes first
-        return not (scheduled and last_slot is not None and last_slot > op.scheduled_ns - SLOT_GAP_NS)
-    if (
-        store._x(
-            cur, "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?", (op.key, op.run, op.attempt)
-        ).fetchone()
-        is not None
-    ):
+        last = state.last_slot_ns
+        return not (scheduled and last is not None and last > op.scheduled_ns - SLOT_GAP_NS)
+    attempt = "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?"
+    if _exists(store, cur, attempt, (op.key, op.run, op.attempt)):
         return False  # claimed already (never twice)
-    if op.run == run_count and next_attempt == op.attempt:
+    if op.run == state.run_count and state.next_attempt == op.attempt:
         return True
-    return (
-        store._x(
-            cur,
-            "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND retry_due_ns IS NOT NULL",
-            (op.key, op.run, op.attempt - 1),
-        ).fetchone()
-        is not None
-    )
+    return _exists(store, cur, attempt + " AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1))
 
 
 def _own_claim(store: SQLStore, cur: Any, holder: Holder | None, op: Started) -> bool:
@@ -367,62 +344,37 @@ def _claim_group(store: SQLStore, cur: Any, c: Commit, group: list[Started]) -> 
     """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
     the ones this does not win are decided op by op."""
     plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
-    h = c.holder
-    assert h is not None
-    if store._pg:
-        won = _claim_plain_pg(store, cur, c, plain) if plain else set()
-    else:
-        won = set()
-        if plain:
-            cur.execute("SAVEPOINT procsched_claims")
-            cur.executemany(
-                _CLAIM_PLAIN,
-                [
-                    (
-                        op.run,
-                        op.scheduled_ns,
-                        op.run,
-                        op.scheduled_ns,
-                        h.id,
-                        h.token,
-                        h.id,
-                        c.now,
-                        op.key,
-                        op.run,
-                        op.scheduled_ns - SLOT_GAP_NS,
-                    )
-                    for op in plain
-                ],
-            )
-            if cur.rowcount == len(plain):
-                cur.executemany(
-                    store._q(_INSERT_RUN),
-                    [
-                        (
-                            op.key,
-                            op.run,
-                            1,
-                            op.scheduled_ns,
-                            op.started_ns,
-                            h.host,
-                            h.pid,
-                            h.id,
-                            h.token,
-                            "schedule",
-                            op.worker_pid,
-                            None,
-                        )
-                        for op in plain
-                    ],
-                )
-                won = {op.key for op in plain}
-                cur.execute("RELEASE SAVEPOINT procsched_claims")
-            else:
-                cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
-                cur.execute("RELEASE SAVEPOINT procsched_claims")
+    won: set[str] = set()
+    if plain:
+        won = (_claim_plain_pg if store._pg else _claim_plain_sqlite)(store, cur, c, plain)
     for op in group:
         if not (op.key in won and op.attempt == 1 and op.cause == "schedule"):
             _op_started(store, cur, c, op)
+
+
+def _claim_plain_sqlite(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+    """SQLite: the plain claims with executemany (one prepared statement,
+    no Python between rows), which sums the rows it changed: when every
+    claim was won - the rule on one scheduler - two statements did it;
+    otherwise they are rolled back to a savepoint (and decided op by op)."""
+    h = c.holder
+    assert h is not None
+    cur.execute("SAVEPOINT procsched_claims")
+    claims = [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id, c.now) for op in plain]
+    cur.executemany(
+        _CLAIM_PLAIN,
+        [(*claim, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS) for claim, op in zip(claims, plain)],
+    )
+    if cur.rowcount != len(plain):
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
+        cur.execute("RELEASE SAVEPOINT procsched_claims")
+        return set()
+    mine = (h.host, h.pid, h.id, h.token, "schedule")
+    cur.executemany(
+        _INSERT_RUN, [(op.key, op.run, 1, op.scheduled_ns, op.started_ns, *mine, op.worker_pid, None) for op in plain]
+    )
+    cur.execute("RELEASE SAVEPOINT procsched_claims")
+    return {op.key for op in plain}
 
 
 def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
@@ -474,16 +426,16 @@ def _op_finished(store: SQLStore, cur: Any, c: Commit, op: Finished) -> None:
 
 
 def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
+    """_END_RUN's parameters, in its order."""
+    retry_due = op.next_due_ns if op.retry else None
+    errors = (op.error_type, op.error_message, op.error_traceback, op.reason)
     return (
         op.finished_ns,
         op.outcome,
-        op.error_type,
-        op.error_message,
-        op.error_traceback,
-        op.reason,
+        *errors,
         op.worker_pid,
         op.output,
-        op.next_due_ns if op.retry else None,
+        retry_due,
         op.key,
         op.run,
         op.attempt,
@@ -493,21 +445,11 @@ def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
 
 
 def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
-    return (
-        op.run,
-        op.next_due_ns,
-        op.run,
-        op.run,
-        op.attempt + 1 if op.retry else 1,
-        op.run,
-        op.attempt,
-        op.run,
-        op.attempt,
-        op.outcome,
-        *_outcome_counts(op.outcome),
-        now,
-        op.key,
-    )
+    """_RESCHEDULE's parameters, in its order."""
+    next_due = (op.run, op.next_due_ns)  # CASE WHEN sched_run = ? THEN ? ...
+    next_attempt = (op.run, op.run, op.attempt + 1 if op.retry else 1)  # ... AND run_count = ? THEN ? ...
+    other_holder = (op.run, op.attempt) * 2  # the holder and token of another run in flight
+    return (*next_due, *next_attempt, *other_holder, op.outcome, *_outcome_counts(op.outcome), now, op.key)
 
 
 def _own_end(store: SQLStore, cur: Any, h: Holder, op: Finished) -> bool:
@@ -571,25 +513,8 @@ def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[
         )
         for op in group
     ]
-    values, params = _values(
-        rows,
-        (
-            "text",
-            "bigint",
-            "int",
-            "text",
-            "bigint",
-            "bigint",
-            "int",
-            "text",
-            "text",
-            "text",
-            "text",
-            "int",
-            "text",
-            "bigint",
-        ),
-    )
+    types = "text bigint int text bigint bigint int text text text text int text bigint"
+    values, params = _values(rows, tuple(types.split()))
     counters = ", ".join(
         f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
         for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES)
