@@ -193,6 +193,8 @@ TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_ha
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
     t.max_concurrent, t.grp, t.last_holder, d.signature
     FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
+# (the same without the arguments: see peers_view)
+_TASK_SELECT_LIGHT = TASK_SELECT.replace("d.args,", "NULL,", 1)
 
 
 def _holder(row: Any) -> Holder:
@@ -448,7 +450,7 @@ class SQLStore:
 
     # -- reading rows ----------------------------------------------------------
 
-    def _task(self, row: Any, parsed: dict[str, Any] | None = None) -> StoredTask:
+    def _task(self, row: Any, parsed: dict[str, Any] | None = None, check: bool = True) -> StoredTask:
         """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
         within one read: a load() of 100,000 tasks parses each distinct
         schedule and options text once (JSON decoding was 60% of load()),
@@ -476,7 +478,9 @@ class SQLStore:
             last_holder,
             signature,
         ) = row
-        if self._keyring:
+        if args is None:  # (read without its arguments: see peers_view)
+            args = b""
+        if check and self._keyring:
             untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text)
             if untrusted is not None:
                 return self._untrusted(row, untrusted)
@@ -598,17 +602,22 @@ class SQLStore:
             rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
         return [self._task(r) for r in rows]
 
-    def peers_view(self, since_ns: int) -> tuple[list[StoredTask], int, list[Holder], int]:
+    def peers_view(self, since_ns: int, *, arguments: bool = True) -> tuple[list[StoredTask], int, list[Holder], int]:
         """One snapshot for a scheduler sharing the store (issue 11): the
         tasks written at or after ``since_ns`` (store clock), how many tasks
         there are (a drop shows deletions: then ``keys()``), every
-        registered scheduler, and the store clock."""
+        registered scheduler, and the store clock. ``arguments=False``: the
+        tasks' definitions come without their pickled arguments (``args``
+        empty; not checked against a secret: nothing of them is loadable),
+        so a re-read every second does not read (and check) the arguments of
+        every task that ran meanwhile - ``get(key)`` reads a whole one."""
+        select = TASK_SELECT if arguments else _TASK_SELECT_LIGHT
         with self._tx("reading changes", write=False) as cur:
             now = self._now(cur)
-            rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
+            rows = self._x(cur, f"{select} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
             count = int(self._x(cur, "SELECT count(*) FROM procsched_tasks").fetchone()[0])
             holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return [self._task(r) for r in rows], count, holders, now
+        return [self._task(r, check=arguments) for r in rows], count, holders, now
 
     def keys(self) -> set[str]:
         """Every stored task's key."""

@@ -93,3 +93,22 @@ def test_postgresql_runs_never_rewrite_the_definition_row(pg_url):
     assert b.commit().ok
     assert versions()[0] != written
     store.close()
+
+
+def test_a_re_read_can_leave_the_arguments_out(store):
+    """What another instance's re-read needs of a changed task is its state
+    and schedule: ``peers_view(arguments=False)`` does not read (nor check)
+    its arguments; ``get`` reads the whole definition."""
+    store._use_secret(b"k")
+    b = store.batch()
+    b.upsert(big(), TaskState(next_due_ns=T0))
+    assert b.commit().ok
+    (light,), count, _, _ = store.peers_view(0, arguments=False)
+    (whole,), _, _, _ = store.peers_view(0)
+    assert count == 1 and light.definition.args == b"" and whole.definition.args == BIG
+    assert light.untrusted is None and whole.untrusted is None
+    assert (light.state, light.definition.schedule, light.definition.def_hash) == (
+        whole.state,
+        whole.definition.schedule,
+        whole.definition.def_hash,
+    )
