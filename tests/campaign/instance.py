@@ -8,8 +8,8 @@ A SPEC: ``{"key", "kind": "rate"|"delay"|"cron"|"once", "fn": "module:name",
 "args": [...], "period"|"expr"|"delay", "misfire", "retry": {Retry kwargs},
 "max_runs", "replace": bool}``. Commands, one a line, each answered by one
 JSON line on stdout: ``add SPEC``, ``pause KEY``, ``resume KEY``, ``cancel
-KEY``, ``jobs``, ``stats``, ``quit`` (a clean ``shutdown(wait=True)``, then
-``{"closed": true}``). Only the public API is used. The instance's name is
+KEY``, ``jobs``, ``stats``, ``quit`` (``{"quitting": true}``, a clean
+``shutdown(wait=True)``, then ``{"closed": true}``). Only the public API is used. The instance's name is
 in ``CAMPAIGN_INSTANCE`` for its workers (so a run's log line names it).
 """
 
@@ -90,6 +90,7 @@ def main() -> None:
         except Exception as exc:  # a refused call: say so, go on
             answer({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)})
     t = time.time()
+    answer({"quitting": True, "t": t})
     s.shutdown(wait=True)
     answer({"closed": True, "t": t, "took": time.time() - t})
 

@@ -34,7 +34,7 @@ class Instance:
         self.cfg = {**cfg, "name": name}
         self.err_path = os.path.join(tmp, f"{name}.{time.monotonic_ns()}.err")
         self._err = open(self.err_path, "wb")
-        full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+        full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.campaign.instance", json.dumps(self.cfg)], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=full_env,
@@ -141,6 +141,8 @@ class Instance:
     def quit(self, timeout: float = 60.0) -> dict[str, Any]:
         """A clean shutdown(wait=True); returns its answer (with ``took``)."""
         got = self.ask("quit", timeout)
+        if got.get("quitting"):
+            got = self.line(timeout)
         self.proc.wait(timeout)
         self._close_streams()
         return got

@@ -77,3 +77,8 @@ def hold_if(path: str, fifo: str, tag: str, gate: str) -> None:
         hold(path, fifo, tag)
     else:
         mark(path, tag)
+
+
+def mark_blob(path: str, blob: bytes) -> None:
+    """``mark`` for a task with a large argument."""
+    mark(path, f"blob {len(blob)}")
