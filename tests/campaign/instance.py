@@ -75,8 +75,8 @@ def main() -> None:
             if cmd == "quit":
                 break
             if cmd == "add":
-                h = add(s, json.loads(rest))
-                answer({"added": h.key, "t": time.time()})
+                added = add(s, json.loads(rest))
+                answer({"added": added.key, "t": time.time()})
             elif cmd in ("pause", "resume", "cancel"):
                 h = s.get(rest)
                 ok = h is not None and {"pause": h.pause, "resume": h.resume, "cancel": h.cancel}[cmd]()

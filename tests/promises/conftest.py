@@ -5,7 +5,6 @@ gone at teardown."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,25 +12,10 @@ import psutil
 import pytest
 
 import procsched
-from tests.campaign.pg import Cluster, binaries
+from tests.campaign.fixtures import pg_server as pg_server
+from tests.campaign.pg import Cluster
 from tests.campaign.proxy import Proxy
 from tests.promises.helpers import Program, alive, kill_tree
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[Cluster]:
-    if binaries() is None:
-        why = "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found"
-        if _in_ci():
-            pytest.fail(f"{why}: CI must run the PostgreSQL tests")
-        pytest.skip(why)
-    cluster = Cluster().start()
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture
