@@ -367,8 +367,9 @@ class Campaign:
                 self.versions[p["key"]] += 1
             self._quit(name)
             self._start(name)
-            if p["redefine"] and p["key"] in self.live and name in self.life:
-                self.key_events.append(KeyEvent("redefine", p["key"], self.life[name].started, self.life[name].label,
+            if p["redefine"] and p["key"] in self.live and name in self.life:  # stored once it is ready
+                at = self.inst[name].ready_at or self.life[name].started
+                self.key_events.append(KeyEvent("redefine", p["key"], at, self.life[name].label,
                                                 self.versions[p["key"]]))  # fmt: skip
         elif f.kind in ("pause", "cancel", "replace"):
             key = p["key"]

@@ -44,6 +44,7 @@ class Instance:
         self.seen: dict[int, psutil.Process] = {}
         self.stopped = False
         self.started_at = time.time()
+        self.ready_at: float | None = None
         self.look()
 
     # -- processes -------------------------------------------------------------
@@ -129,8 +130,10 @@ class Instance:
         return json.loads(line)  # type: ignore[no-any-return]
 
     def ready(self, timeout: float = 60.0) -> Instance:
+        """Wait for its Scheduler to be made and its tasks scheduled (``ready_at``: then, its wall time)."""
         got = self.line(timeout)
         assert "ready" in got, got
+        self.ready_at = float(got["t"])
         return self
 
     def ask(self, command: str, timeout: float = 30.0) -> dict[str, Any]:
