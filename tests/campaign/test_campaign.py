@@ -1,10 +1,10 @@
 """The fault campaign, a seeded short run per store (issue 20, "Beyond the
-list"): three instances, a 12-second fault phase, a calm phase, clean
-shutdowns, then the checker (tests/campaign/checker.py). About 20-25 s of
+list"): three instances, a 10-second fault phase, a calm phase, clean
+shutdowns, then the checker (tests/campaign/checker.py). About 20 s of
 wall time per store: ``slow``.
 
 A failure prints the seed and the fault schedule; replay it with
-``python -m benchmarks.campaign --store STORE --seed SEED --seconds 12``
+``python -m benchmarks.campaign --store STORE --seed SEED --seconds 10``
 (the same faults in the same order; the runs' timing differs).
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.campaign.campaign import run_campaign
 
-FAULT_PHASE_S = 12.0
+FAULT_PHASE_S = 10.0
 SEEDS = {"sqlite": 10, "postgresql": 11}
 
 # What these seeds found on 7945013 (each run finds some of these; see the report):

@@ -79,7 +79,7 @@ def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(
     release(fifo)  # the old run ends now, after the replacement
     wait_until(lambda: [x for x in log(out) if x.tag == "v1" and x.ev == "end"], 30, "the old run to end")
     try:
-        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 8, "the replacement to run")
+        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 5, "the replacement to run")
     finally:
         state, keys = new.state, storesql.tasks(store_url)
     assert state in (procsched.TaskState.PENDING, procsched.TaskState.RUNNING), state
@@ -106,7 +106,7 @@ def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task
     release(fifo)
     wait_until(lambda: [x for x in log(out) if x.ev == "end" and x.inst == "v2"], 30, "the catch-up run to end")
     try:
-        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 8, "the new definition to run")
+        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 5, "the new definition to run")
     finally:
         jobs, keys = new.ask("jobs")["jobs"], storesql.tasks(sqlite_url)
         new.quit()
@@ -159,7 +159,7 @@ def test_a_lost_commit_answer_does_not_stop_the_tasks_it_claimed(pg_server, pg_d
     wait_until(lambda: pg_proxy.commits_cut, 30, "a COMMIT to be cut")
     cut = time.time()
     try:
-        wait_until(lambda: {x.tag for x in starts(out) if x.t > cut + 1.0} >= set(keys), 8,
+        wait_until(lambda: {x.tag for x in starts(out) if x.t > cut + 1.0} >= set(keys), 5,
                    "every task to run again after the store records again")  # fmt: skip
     finally:
         stuck = {k for k in keys if not [x for x in starts(out) if x.tag == k and x.t > cut + 1.0]}
