@@ -195,10 +195,12 @@ class Campaign:
         self.oneshots: dict[str, float] = {}
         self.lives: list[Life] = []
         self.inst: dict[str, Instance] = {}
+        self.retired: list[Instance] = []  # ended instances (their processes are checked at the end)
         self.life: dict[str, Life] = {}
         self.gens: Counter[str] = Counter()
         self.unresponsive: list[str] = []
-        self.pending: list[tuple[float, int, str, str, dict[str, Any]]] = []  # (due, seq, kind, target, params)
+        # later steps of the loop: an instance's restart, a resume, a re-add (due, seq, kind, target, params)
+        self.pending: list[tuple[float, int, str, str, dict[str, Any]]] = []
         # The ends of faults (SIGCONT, unlock, unstall) run on timers of their
         # own: the loop may be blocked meanwhile (a clean shutdown that waits
         # for a store this very campaign keeps locked must not wait forever).
@@ -240,6 +242,8 @@ class Campaign:
         try:
             inst.ready(90)
         except InstanceGone as exc:
+            if inst.alive():  # silent: end it
+                inst.kill()
             self._ended(name, "died", str(exc)[:300])
 
     def _ended(self, name: str, how: str, note: str = "") -> None:
@@ -496,7 +500,6 @@ class Campaign:
         from tests.campaign import checker
 
         wall0 = time.monotonic()
-        self.retired: list[Instance] = []
         self.url, self.check_url = self._store()
         self.use_cli = _cli_has("pause")
         try:
