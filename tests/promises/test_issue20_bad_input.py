@@ -38,8 +38,6 @@ def _goes_on(s: procsched.Scheduler, out: str) -> None:
 
 
 @pytest.mark.parametrize("bad", list(BAD_KEYS))
-@pytest.mark.xfail(strict=True, reason="issue 20 items 6-7: a key a store cannot hold is accepted; the dispatcher "
-                                       "dies (SQLite) or every later commit fails (PostgreSQL)")  # fmt: skip
 def test_a_key_a_store_cannot_hold_is_refused_at_the_call_and_everything_goes_on(
         schedulers, store_url, tmp_path, bad) -> None:  # fmt: skip
     s = schedulers(2, store=store_url, lease=2.0)

@@ -144,8 +144,6 @@ def test_a_changed_definition_started_on_one_instance_is_what_every_instance_run
                        f"runs, by {sorted({x.inst for x in stale})}")  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 5: PostgreSQL, a COMMIT whose answer is lost leaves the claimed "
-                                       "tasks stuck until restart")  # fmt: skip
 def test_a_lost_commit_answer_does_not_stop_the_tasks_it_claimed(pg_server, pg_db, pg_proxy, schedulers,
                                                                  tmp_path) -> None:  # fmt: skip
     out = str(tmp_path / "runs.log")

@@ -8,7 +8,6 @@ an item removes the marker. Real processes; waits on files, handles, pipes.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
 import os
@@ -177,7 +176,6 @@ def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(pr
     assert str(pid) not in ran_in, "the stored pickle ran in the program that opened the store"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 17 (issue Trust): the SQLite files are created 0644")
 def test_the_sqlite_files_procsched_creates_are_private(schedulers, tmp_path) -> None:
     db = str(tmp_path / "private.db")
     s = schedulers(1, store=db)
@@ -192,8 +190,6 @@ def test_the_sqlite_files_procsched_creates_are_private(schedulers, tmp_path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 20 item 18: a keyed task's argument is rewritten into the SQLite WAL "
-                                       "at every claim and every run end")  # fmt: skip
 def test_a_large_argument_is_written_once_not_at_every_run(schedulers, tmp_path) -> None:
     db = str(tmp_path / "big.db")
     out = str(tmp_path / "runs.log")
@@ -208,7 +204,6 @@ def test_a_large_argument_is_written_once_not_at_every_run(schedulers, tmp_path)
 # -- item 19: options and secrets in messages --------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 19: a PostgreSQL password given as ?password= is printed")
 def test_a_password_in_the_store_url_is_never_printed(tmp_path) -> None:
     with pytest.raises(procsched.StoreError) as err:
         procsched.Scheduler(1, store="postgresql://postgres@127.0.0.1:1/db?password=sekrit&connect_timeout=2")
@@ -216,8 +211,6 @@ def test_a_password_in_the_store_url_is_never_printed(tmp_path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 20 item 19: a PostgreSQL password given as ?password= is printed in "
-                                       "every retry log line")  # fmt: skip
 def test_a_password_in_the_store_url_is_not_in_the_retry_log_lines(pg_server, pg_db, pg_proxy, schedulers, tmp_path,
                                                                   caplog) -> None:  # fmt: skip
     caplog.set_level(logging.WARNING, logger="procsched")
@@ -236,12 +229,9 @@ def test_a_password_in_the_store_url_is_not_in_the_retry_log_lines(pg_server, pg
     assert not leaked, leaked[:2]
 
 
-_ITEM_19 = pytest.mark.xfail(strict=True, reason="issue 20 item 19: busy_timeout=inf raises OverflowError; "
-                                                "keep_runs=\u00b2 gives an error that does not name the option")  # fmt: skip
-
 
 @pytest.mark.parametrize("option", [
-    pytest.param("busy_timeout=inf", marks=_ITEM_19), pytest.param("keep_runs=\u00b2", marks=_ITEM_19),
+    "busy_timeout=inf", "keep_runs=\u00b2",
     "busy_timeout=nan", "keep_runs=0",  # pass on main: guards
 ])  # fmt: skip
 def test_a_bad_store_option_is_a_value_error_naming_it(tmp_path, option) -> None:
@@ -288,21 +278,18 @@ def _next(*args: str) -> subprocess.CompletedProcess[str]:
     ("0 0 * * *", "--tz", "UTC", "--after", "9999-12-30T00:00:00+00:00", "-n", "3"),
     ("0 0 * * *", "--tz", "America/New_York", "--after", "0001-01-01T00:00:00+00:00", "-n", "2"),
 ], ids=["year-9999", "year-1"])  # fmt: skip
-@pytest.mark.xfail(strict=True, reason="issue 20 item 21: procsched next prints a traceback near year 9999 or year 1")
 def test_procsched_next_at_the_ends_of_the_calendar_says_so_without_a_traceback(args) -> None:
     done = _next(*args)
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode in (0, 2), (done.returncode, done.stderr)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 21: procsched next shows a seconds offset as +00:1932")
 def test_procsched_next_shows_a_seconds_offset_as_hh_mm_ss() -> None:
     done = _next("0 0 * * *", "--tz", "Europe/Amsterdam", "--after", "1920-01-01T00:00:00+00:00", "-n", "1")
     assert done.returncode == 0, done.stderr
     assert "(+00:19:32)" in done.stdout, done.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 21: procsched next notes a DST gap where the named time exists")
 def test_procsched_next_notes_a_dst_gap_only_where_the_named_time_moved() -> None:
     moved = _next("30 2 * * *", "--tz", "America/New_York", "--after", "2026-03-07T12:00:00+00:00", "-n", "1")
     assert "gap" in moved.stdout, moved.stdout  # 02:30 does not exist that night: it runs at 03:00
@@ -347,8 +334,6 @@ def test_clock_skew_larger_than_the_period_skips_no_slot_silently(instances, pg_
 
 
 @pytest.mark.parametrize("until", ["now", "zero"])
-@pytest.mark.xfail(strict=True, reason="issue 20 item 23: until equal to now is refused ('until must lie in the "
-                                       "future') though a run due exactly at until runs")  # fmt: skip
 def test_until_equal_to_now_runs_the_slot_due_now(until) -> None:
     clock = procsched.ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
     s = procsched.InlineScheduler(clock)
