@@ -12,13 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 from ._core import TaskState
-
-if TYPE_CHECKING:
-    from ._api import SchedulingAPI
+from ._core._units import wall_datetime
 
 RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled"]
 
@@ -57,6 +55,16 @@ _LAZY_CONDITION = _PENDING is not None and sorted(vars(concurrent.futures.Future
     "_condition", "_done_callbacks", "_exception", "_result", "_state", "_waiters"]
 
 
+class Owner(Protocol):
+    """What a handle asks of its scheduler (every scheduler is one)."""
+
+    def pause(self, task_id: int) -> bool: ...
+
+    def resume(self, task_id: int) -> bool: ...
+
+    def cancel(self, task_id: int, *, interrupt: bool = False) -> bool: ...
+
+
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     """A scheduled task: a ``concurrent.futures.Future`` with task details.
 
@@ -66,7 +74,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     """
 
     def __init__(
-        self, owner: SchedulingAPI, task_id: int, name: str | None, next_run: float | None,
+        self, owner: Owner, task_id: int, name: str | None, next_run: float | None,
         key: str | None = None, next_wall: int | None = None,
     ) -> None:  # fmt: skip
         if _LAZY_CONDITION:  # Future.__init__ without its Condition (see __getattr__)
@@ -194,9 +202,3 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def wall_datetime(wall_ns: int) -> datetime:
-    """ns since the epoch -> an aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=wall_ns // 1000)

@@ -58,7 +58,7 @@ from . import _validate as v
 from ._api import SchedulingAPI, Seconds
 from ._core import Misfire, Priority
 from ._handle import TaskHandle
-from ._retry import Retry
+from ._retry import Retry, checked_retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -236,7 +236,7 @@ def cron(
 def _limits(retry: object, until: object, max_runs: object) -> dict[str, Any]:
     """Check ``retry``, ``until`` and ``max_runs``; the options that are set."""
     options: dict[str, Any] = {}
-    if v.retry(retry) is not None:
+    if checked_retry(retry) is not None:
         options["retry"] = retry
     if until is not None:
         v.until_ns(until, time.time_ns())

@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Print the fire times; exit 2 (with the reason) for a bad expression or zone."""
     from .. import _tz  # noqa: F401 - the machine's local zone for --tz omitted
-    from .._core._calendar import next_fire_times, zone
+    from .._tz import next_fire_times, zone
 
     try:
         if args.n < 0:

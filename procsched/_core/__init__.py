@@ -6,16 +6,28 @@ what happened. It never blocks, sleeps, reads a clock, pickles, or touches a
 thread or a process: this package imports no threading, multiprocessing, os,
 signal, time or pickle module (tests/core/test_purity.py checks it), so every
 runner - inline, threads, processes - drives the very same decisions.
+
+    _state.py      the task state machine (a table)
+    _schedule.py   Schedule: when a task runs (slots, misfire, limits; wire and stored forms)
+    _calendar.py   CronTrigger: cron fire times with cron's DST rules
+    _scheduler.py  SchedulerCore: the task table, the heaps, the run decisions
+    _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
+from ._calendar import CronTrigger as CronTrigger, Zone as Zone
+from ._schedule import (
+    KIND_OF as KIND_OF,
+    MISFIRE_OF as MISFIRE_OF,
+    ONCE as ONCE,
+    Kind as Kind,
+    Misfire as Misfire,
+    Schedule as Schedule,
+)
 from ._scheduler import (
     CancelResult as CancelResult,
     Completion as Completion,
-    Kind as Kind,
-    KIND_OF as KIND_OF,
-    Misfire as Misfire,
-    MISFIRE_OF as MISFIRE_OF,
     Policy as Policy,
+    RetryPolicy as RetryPolicy,
     Run as Run,
     SchedulerCore as SchedulerCore,
 )

@@ -245,16 +245,19 @@ import signal  # noqa: E402
 import multiprocessing  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from datetime import timezone  # noqa: E402
 from multiprocessing.connection import Connection  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from .._core import Kind, Misfire, Policy, Run  # noqa: E402
+from .._core import Policy, Run  # noqa: E402
 from .._errors import SchedulerClosedError  # noqa: E402
+from . import _messages as m  # noqa: E402
 from . import _worker_main  # noqa: E402 - the target, not the worker (see _worker_main.py)
 from ._gc import FreezeOnGrowth  # noqa: E402
-from ._engine import BLOB_ERROR, BLOB_VALUE, EV_ADDED, EV_CLOSED, EV_REPLY, LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
+from ._engine import LOAD_GRACE_NS, NO_STORE, WALL_CHECK_S, Carrier, Engine  # noqa: E402
 from ._wire import PROTOCOL, CommandReader, FrameReader, frame_head  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._durable._journal import Journal
 
 #: psutil, imported on first use (``_psutil``): listing a worker's tree, its
 #: RSS, its state. Not at start, where its ~10 ms import would delay the
@@ -321,7 +324,7 @@ class _Worker:
         return f"<worker {self.ident}>"
 
 
-class ProcessCarrier:
+class ProcessCarrier(Carrier):
     """Starts, feeds and kills worker processes for the engine. Never blocks
     on a worker's pipe: what a pipe cannot take at once waits in the
     worker's ``out`` and goes as the selector says the pipe is writable.
@@ -398,16 +401,15 @@ class ProcessCarrier:
             return
         fn_blob, arg_blob = run.payload
         report_start = run.timeout_ns is not None
-        # attempt, wall time and Retry.on classes travel only when not the defaults
-        more = () if run.attempt == 1 and run.wall_ns is None and run.retry_on is None else (
-            run.attempt, run.wall_ns, run.retry_on)
         out = worker.out
         if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
-            body = pickle.dumps(("run", run.task_id, run.run, run.scheduled_ns, report_start, fn_blob, arg_blob, *more),
-                                PROTOCOL)
+            order = m.RunOrder.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt, run.wall_ns,
+                                    run.retry_on, fn_blob, arg_blob)  # fmt: skip
+            body = pickle.dumps(order, PROTOCOL)
             out.append(memoryview(frame_head(len(body)) + body))
         else:  # a header, then the blobs as raw frames, written from their own bytes
-            header = pickle.dumps(("run+", run.task_id, run.run, run.scheduled_ns, report_start, *more), PROTOCOL)
+            header = pickle.dumps(m.RunHeader.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt,
+                                                   run.wall_ns, run.retry_on), PROTOCOL)  # fmt: skip
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(frame_head(len(blob))))
                 out.append(memoryview(blob))
@@ -622,6 +624,12 @@ class Dispatcher:
         self.selector = selectors.SelectSelector() if few else selectors.DefaultSelector()
         capture = config["tempdir"] if config.get("capture_output") else None
         self.carrier = ProcessCarrier(config["start_method"], self.selector, capture)
+        self.journal: Journal | None = None
+        if config.get("store") is not None:  # keyed tasks are durable (see _durable/_journal.py)
+            from ._durable._journal import Journal
+
+            self.journal = Journal(config["store"], config["owner_pid"], self.emit, config.get("lease_ns", 30 * NS))
+            self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.engine = Engine(
             self.carrier,
             workers=config["workers"],
@@ -630,15 +638,8 @@ class Dispatcher:
             max_worker_memory=config["max_worker_memory"],
             default_timeout_ns=config.get("default_timeout"),
             load_grace_ns=int(float(os.environ.get("PROCSCHED_LOAD_GRACE", LOAD_GRACE_NS / NS)) * NS),
+            durable=NO_STORE if self.journal is None else self.journal,
         )
-        self.journal = None
-        if config.get("store") is not None:  # keyed tasks are durable (see _durable.py)
-            from ._durable import Journal
-
-            self.journal = Journal(config["store"], config["owner_pid"], self.engine._log, self.emit,
-                                   config.get("lease_ns", 30 * NS))  # fmt: skip
-            self.journal.attach(self.engine)
-            self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
@@ -673,7 +674,7 @@ class Dispatcher:
             if self.carrier.writing:
                 wake = self.check_writing(wake, clock())
             timeout = MAX_WAIT_S if wake is None else min(max(0, wake - clock()) / NS, MAX_WAIT_S)
-            if engine.core.calendars and timeout > WALL_CHECK_S:
+            if engine.watches_wall and timeout > WALL_CHECK_S:
                 timeout = WALL_CHECK_S
             for key, mask in select(timeout):
                 what, worker = key.data
@@ -700,7 +701,7 @@ class Dispatcher:
                     self.journal.committed(engine, self.carrier, clock())  # type: ignore[union-attr]
                 else:
                     os.read(self.wakeup_r, 512)
-                    engine._log(30, "dispatcher got SIGTERM: killing the workers and exiting")
+                    engine.log(30, "dispatcher got SIGTERM: killing the workers and exiting")
                     engine.abort(clock())
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
@@ -710,7 +711,7 @@ class Dispatcher:
             self.journal.close(clean=self.evt is not None)
         self.flush()
         if self.evt is not None:
-            self.emit([(EV_CLOSED,)])
+            self.emit([m.Closed.wire()])
         self.finish_output()
 
     def wall_offset(self) -> tuple[int, int]:
@@ -736,55 +737,56 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
+        journal = self.journal
         for message in self.commands.messages(frames):
             tag = message[0]
-            if tag == "add" and self.journal is not None and message[1] in self.journal.expected:
-                self.journal.sync(engine)  # what came before (a replaced task's cancel) is journalled first
-                engine.set_wall_offset(*self.wall_offset())
-                if len(message) == 12:
-                    engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
-                else:
-                    engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-                self.journal.added(engine, message[1])
-            elif tag == "adopt" and self.journal is not None:  # a restart's stored tasks, a chunk at a time
+            if tag == m.ADD:
+                add = m.Add.of(message)
+                task_id: int = add.task_id  # type: ignore[assignment]  # the user process numbers its tasks
+                keyed = journal is not None and task_id in journal.expected
+                if keyed:
+                    journal.sync(engine.events)  # what came before (a replaced task's cancel) is journalled first
+                if keyed or add.schedule is not None:  # its wall-clock times matter
+                    engine.set_wall_offset(*self.wall_offset())
+                engine.add(add, task_id, time.monotonic_ns(), self.intern(add.payload))
+                if keyed:
+                    journal.added(engine, task_id)
+            elif tag == m.ADOPT and journal is not None:  # a restart's stored tasks, a chunk at a time
                 offset, now = self.wall_offset()
                 engine.set_wall_offset(offset, now)
-                self.journal.adopt(engine, message[1], message[2], offset)
-            elif tag == "durable" and self.journal is not None:
-                self.journal.expect(message[1], message[2:])
-            elif tag == "unloadable" and self.journal is not None:
-                self.journal.unloadable(message[1], message[2])
-            elif tag == "add":
-                if len(message) == 12:  # with a calendar, retry or limits
-                    engine.set_wall_offset(*self.wall_offset())
-                    engine.add(*message[1:10], payload=self.intern(message[10]), extra=message[11])  # type: ignore[misc]
+                adopt = m.Adopt.of(message)
+                journal.adopt(engine, adopt.shapes, adopt.rows, offset)
+            elif tag == m.DEFINE and journal is not None:
+                journal.expect(m.Define.of(message))
+            elif tag == m.UNLOADABLE and journal is not None:
+                unloadable = m.Unloadable.of(message)
+                journal.unloadable(unloadable.key, unloadable.why)
+            elif tag == m.PAUSE or tag == m.RESUME:
+                request = m.Pause.of(message)  # (Resume: the same fields)
+                if journal is not None:  # the user's pause or resume: not on standby any more
+                    journal.peers.wake(engine, request.task_id, time.monotonic_ns())
+                if tag == m.PAUSE:
+                    done = engine.pause(request.task_id)
                 else:
-                    engine.add(*message[1:-1], payload=self.intern(message[-1]))  # type: ignore[misc]
-            elif tag in ("pause", "resume"):
-                _, request, task_id = message
-                if self.journal is not None:  # the user's pause or resume: not on standby any more
-                    self.journal.peers.wake(engine, task_id, time.monotonic_ns())
-                if tag == "pause":
-                    done = engine.pause(task_id)
-                else:
-                    done = engine.resume(task_id, time.monotonic_ns())
-                engine.events.append((EV_REPLY, request, done))
-            elif tag == "wall_step":  # tests: step this process's wall clock
-                self.wall_skew += message[1]
-            elif tag == "cancel":
-                _, request, task_id, interrupt = message
-                engine.events.append((EV_REPLY, request, engine.cancel(task_id, interrupt, time.monotonic_ns())))
-            elif tag == "stats":
+                    done = engine.resume(request.task_id, time.monotonic_ns())
+                engine.emit(m.Answer.wire(request.request, done))
+            elif tag == m.WALL_STEP:  # tests: step this process's wall clock
+                self.wall_skew += m.WallStep.of(message).ns
+            elif tag == m.CANCEL:
+                cancel = m.Cancel.of(message)
+                accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
+                engine.emit(m.Answer.wire(cancel.request, accepted))
+            elif tag == m.STATS:
                 stats = engine.stats(time.monotonic_ns())
-                if self.journal is not None:
-                    stats["store"] = self.journal.stats(engine)
-                engine.events.append((EV_REPLY, message[1], stats))
-            elif tag == "shutdown":
-                if self.journal is not None:  # what shutdown cancels stays stored
-                    self.journal.sync(engine)
-                    self.journal.closing = True
-                engine.shutdown(message[1], time.monotonic_ns())
-        self.freeze_gc(len(engine.core))
+                if journal is not None:
+                    stats["store"] = journal.stats(engine)
+                engine.emit(m.Answer.wire(m.Stats.of(message).request, stats))
+            elif tag == m.SHUTDOWN:
+                if journal is not None:  # what shutdown cancels stays stored
+                    journal.sync(engine.events)
+                    journal.closing = True
+                engine.shutdown(m.Shutdown.of(message).cancel_futures, time.monotonic_ns())
+        self.freeze_gc(engine.pending)
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         """Share the bytes of a pickled function (and of small argument
@@ -816,42 +818,40 @@ class Dispatcher:
                 return  # it was killed (e.g. it cancelled itself with interrupt=True)
             try:
                 message: Any = pickle.loads(frame)
-                tag = _check_message(message)
+                tag = m.check_report(message)
             except Exception as exc:  # noqa: BLE001 - anything a task wrote to the pipe
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
                 return
-            if tag == "started":
-                engine.started(worker, message[1], message[2], message[3])
-            elif tag == "skipped":
+            if tag == m.DONE:
+                engine.finished(worker, m.Done.of(message))
+            elif tag == m.STARTED:
+                started = m.Started.of(message)
+                engine.started(worker, started.task_id, started.run, started.at_ns)
+            elif tag == m.SKIPPED:
                 engine.skipped(worker)
-            elif tag == "done":
-                engine.finished(worker, *message[1:9])
-                if len(message) > 9:  # the worker is no longer fit to run tasks
-                    engine.replace_worker(worker, time.monotonic_ns(), message[9])
-            elif tag == "add":
-                if engine.closing:
-                    reply: tuple[Any, ...] = ("error", SchedulerClosedError("the scheduler is shutting down"))
-                else:
-                    task_id = next(self.inner_ids)
-                    extra, key = (message[10], message[11]) if len(message) == 12 else (None, None)
-                    try:
-                        if extra is not None:
-                            engine.set_wall_offset(*self.wall_offset())
-                        engine.add(task_id, *message[1:9], payload=self.intern(message[9]), extra=extra)  # type: ignore[misc]
-                    except Exception as exc:  # noqa: BLE001 - a bad calendar from a task: its error, not ours
-                        reply = ("error", ValueError(f"{type(exc).__name__}: {exc}"[:300]))
-                    else:
-                        if engine.core.state(task_id) is None:  # Engine.add refused it (and said why)
-                            self.carrier._send(worker, ("error", ValueError(f"task {task_id} cannot be scheduled")))
-                            continue
-                        due = engine.core.due(task_id)
-                        engine.events.append((EV_ADDED, task_id, message[8], message[1] if due is None else due,
-                                              key, engine.core.next_wall(task_id)))  # fmt: skip
-                        reply = ("reply", task_id, due)
-                self.carrier._send(worker, reply)
-            elif tag == "cancel":
-                accepted = engine.cancel(message[1], message[2], time.monotonic_ns())
-                self.carrier._send(worker, ("reply", accepted))
+            elif tag == m.ADD:
+                self.carrier._send(worker, self.add_from_task(m.Add.of(message)))
+            elif tag == m.CANCEL:
+                cancel = m.Cancel.of(message)
+                accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
+                self.carrier._send(worker, m.Reply.wire(accepted))
+
+    def add_from_task(self, add: m.Add) -> m.Message:
+        """A task's follow-up (``current_scheduler()`` in a worker): number
+        it, add it, tell the user process; the answer for the worker."""
+        engine = self.engine
+        if engine.closing:
+            return m.Refusal.wire(SchedulerClosedError("the scheduler is shutting down"))
+        task_id = next(self.inner_ids)
+        if add.schedule is not None:
+            engine.set_wall_offset(*self.wall_offset())
+        why = engine.add(add, task_id, time.monotonic_ns(), self.intern(add.payload))
+        if why is not None:
+            return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
+        due = engine.due(task_id)
+        engine.emit(m.TaskAdded.wire(task_id, add.name, add.due_ns if due is None else due, add.key,
+                                     engine.next_wall(task_id)))  # fmt: skip
+        return m.Reply.wire((task_id, due))
 
     def check_partial(self, wake: int | None, now: int) -> int | None:
         """Kill workers whose unfinished frame stalled; return the next time to look."""
@@ -871,7 +871,7 @@ class Dispatcher:
         for worker in list(self.carrier.writing):
             due = worker.out_since + STALLED_WRITE_NS
             if due <= now:
-                self.engine._log(30, f"worker {worker.ident} took nothing from its pipe for "
+                self.engine.log(30, f"worker {worker.ident} took nothing from its pipe for "
                                      f"{STALLED_WRITE_NS / NS:g}s (stopped?); killing it")  # fmt: skip
                 self.carrier.kill(worker, hard=True)
             elif wake is None or due < wake:
@@ -884,13 +884,12 @@ class Dispatcher:
         cannot be trusted, so the worker goes, like a crash - never the
         dispatcher, which never blocks on a worker's pipe (``FrameReader``)
         and gives up on a frame that stops growing (``check_partial``)."""
-        self.engine._log(30, f"worker {worker.ident} sent garbage ({what}); killing it")
+        self.engine.log(30, f"worker {worker.ident} sent garbage ({what}); killing it")
         self.carrier.kill(worker, hard=True)
 
     def flush(self) -> None:
-        events = self.engine.events
-        if events:
-            self.engine.events = []
+        if self.engine.events:
+            events = self.engine.take_events()
             if self.evt is not None:
                 self.emit(events)
 
@@ -943,74 +942,6 @@ class Dispatcher:
                     del self.out[: os.write(self.evt.fileno(), self.out)]
             except OSError:
                 pass
-
-
-def _check_message(message: Any) -> str:
-    """The tag of a well-formed worker message; TypeError otherwise. Checked
-    before the engine sees it, so a forged message cannot leave it half-updated."""
-    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-        raise TypeError(f"not a message: {type(message).__name__}")
-    tag = message[0]
-    if tag == "started":
-        if len(message) != 4 or not all(type(x) is int for x in message[1:]):
-            raise TypeError("malformed started")
-    elif tag == "skipped":
-        if len(message) != 1:
-            raise TypeError("malformed skipped")
-    elif tag == "done":
-        if not (
-            len(message) in (9, 10)  # (one per run: spelled out, no generator)
-            and type(message[1]) is int and type(message[2]) is int and type(message[4]) is int
-            and type(message[5]) is int and type(message[6]) is int
-            and message[3] in ("ok", "error")
-            and message[6] in (BLOB_VALUE, BLOB_ERROR)
-            and isinstance(message[7], bytes)
-            and type(message[8]) is bool
-            and (len(message) == 9 or isinstance(message[9], str))
-        ):
-            raise TypeError("malformed done")
-    elif tag == "add":
-        payload = message[9] if len(message) in (10, 12) else None
-        if not (isinstance(payload, tuple) and len(payload) == 2 and all(type(b) is bytes for b in payload)):
-            raise TypeError("malformed add")
-        if len(message) == 12:
-            _check_extra(message[10])
-            if message[11] is not None and not isinstance(message[11], str):
-                raise TypeError("malformed add: key")
-        _, due, priority, kind, period, misfire, stop_on_error, timeout, name, _payload = message[:10]
-        Kind(kind), Misfire(misfire)
-        if not (type(due) is int and type(priority) is int and type(period) is int and type(stop_on_error) is bool
-                and (timeout is None or type(timeout) is int) and (name is None or isinstance(name, str))):  # fmt: skip
-            raise TypeError("malformed add")
-    elif tag == "cancel":
-        if len(message) != 3 or type(message[1]) is not int or type(message[2]) is not bool:
-            raise TypeError("malformed cancel")
-    else:
-        raise TypeError(f"unknown tag {tag[:20]!r}")
-    return tag
-
-
-def _check_extra(extra: Any) -> None:
-    """The shape of ``wire_extra``'s tuple (from a worker: not trusted)."""
-    if extra is None:
-        return
-    ints = (int, type(None))
-    if not (isinstance(extra, tuple) and len(extra) == 7):
-        raise TypeError("malformed add: extra")
-    cron, after_wall, until, max_runs, retry, retry_on, now = extra
-    if cron is not None and not (isinstance(cron, tuple) and len(cron) == 2 and isinstance(cron[0], str)
-                                 and (cron[1] is None or isinstance(cron[1], (str, timezone)))):  # fmt: skip
-        raise TypeError("malformed add: cron")
-    if not (type(after_wall) is int and type(now) is int and isinstance(until, ints) and isinstance(max_runs, ints)):
-        raise TypeError("malformed add: limits")
-    if retry is not None and not (
-        isinstance(retry, tuple) and len(retry) == 6 and type(retry[0]) is int and type(retry[1]) is int
-        and isinstance(retry[2], float) and type(retry[3]) is int and isinstance(retry[4], float)
-        and isinstance(retry[5], tuple) and all(o in ("error", "crashed", "timeout") for o in retry[5])
-    ):  # fmt: skip
-        raise TypeError("malformed add: retry")
-    if retry_on is not None and type(retry_on) is not bytes:
-        raise TypeError("malformed add: retry_on")
 
 
 def main() -> None:

@@ -45,13 +45,13 @@ first). So:
 - ``max_worker_memory`` turns prefetch off; ``max_tasks_per_worker`` bounds
   the queue so a worker's last run is never followed by one it will not run.
 
-With a durable store (``hold``, ``_durable.Journal``) keyed runs are held
+With a durable store (``Durable.hold``, ``_durable/_journal.py``) keyed runs are held
 until the transaction recording their start has committed, queued ones
 too: a worker's runs are sent in the order given, so one held run holds
 the runs given after it. A held run was never sent, so taking it back
-(``withdraw``) always succeeds and the worker has nothing to pass over; a
+(``Durable.withdraw``) always succeeds and the worker has nothing to pass over; a
 claimed run taken back that then ends unstarted (cancelled) is reported to
-the store (``unstarted``), which records it so.
+the store (``Durable.unstarted``), which records it so.
 
 Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
 an idle worker is given the next run up to ``early_ns`` before it is due;
@@ -71,15 +71,18 @@ import collections
 import heapq
 import itertools
 from typing import Any, Protocol
+import abc
 
-from .._core import KIND_OF, MISFIRE_OF, CancelResult, Kind, Policy, Run, SchedulerCore, TaskState
-from .._core._calendar import CronTrigger
-from .._core._scheduler import RetryPolicy, TaskExtra
+from .. import _tz
+from .._core import ONCE, CancelResult, Kind, Policy, RetryPolicy, Run, Schedule, SchedulerCore, TaskState
 from .._core._state import OUTCOMES
+from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
-
-NS = 1_000_000_000
+from ._messages import (
+    BLOB_EXC, BLOB_NONE, RUN_STARTED, Add, Done, Log, Message, RunEnded, RunStarted, TaskCancelled, TaskChanged,
+    WorkerChanged,
+)  # fmt: skip
 #: After this many crashes in a row on one slot, its respawns back off.
 BACKOFF_AFTER = 2
 BACKOFF_FIRST_NS = 50_000_000
@@ -98,58 +101,101 @@ LOAD_GRACE_NS = 30 * NS
 #: often to compare the wall clock with the monotonic one (a step, a
 #: suspend): a bounded wait, not a poll. Every other wake-up compares them too.
 WALL_CHECK_S = 2.0
-
-# Event tags (engine -> user process). Each event is a tuple starting with its tag.
-EV_STARTED = "started"  # (tag, task_id, run, worker)
-EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
-#                 state, next_due, missed, ended, blob_kind, blob, output, attempt, scheduled_wall,
-#                 next_wall, retrying)
-EV_CANCELLED = "cancelled"  # (tag, task_id)
-EV_ADDED = "added"  # (tag, task_id, name, due, key, next_wall)  a task added from inside a task
-EV_STATE = "state"  # (tag, task_id, state, next_due, next_wall)  paused / resumed
-EV_REPLY = "reply"  # (tag, request_id, value)
-EV_WORKER = "worker"  # (tag, what, slot, worker_id, detail)
-EV_LOG = "log"  # (tag, levelno, message)
-EV_CLOSED = "closed"  # (tag,)
-
-# blob kinds in EV_RUN
-BLOB_NONE = 0  # no value (periodic run, cancelled run)
-BLOB_VALUE = 1  # the return value (pickled bytes, or the object itself in-process)
-BLOB_ERROR = 2  # (exception, traceback text) (pickled bytes, or the tuple in-process)
-BLOB_EXC = 3  # an exception object made by the engine (crash, timeout)
+#: Distinct schedules kept decoded (``Engine._schedule``): a cron expression
+#: is parsed once per process, not once per task.
+SCHEDULES_KEPT = 1024
 
 INFO, WARNING = 20, 30
+PAUSED, PENDING = TaskState.PAUSED.value, TaskState.PENDING.value
 
 
-class Carrier(Protocol):
-    """What the engine asks of a runtime."""
+class Worker(Protocol):
+    """A carrier's worker, as the engine sees it: opaque but for its name."""
 
-    def spawn(self, slot: int) -> Any:
-        """Start a worker for ``slot``; return its worker object (with ``.ident``)."""
+    ident: Any
+    """What events and logs call it: a pid (processes), a thread name, a Ray slot."""
 
+
+class Carrier(abc.ABC):
+    """What the engine asks of a runtime: start, feed and stop workers.
+
+    The four abstract methods are every carrier's; the rest are abilities
+    a carrier may have, with the defaults of one that has none of them
+    (``ProcessCarrier`` has them all)."""
+
+    prefetch: int = 0
+    """How many runs a busy worker may hold queued behind its current one
+    (0: none; see "Prefetch" above). A carrier that sets it implements ``revoke``."""
+    early_ns: int = 0
+    """How long before its due time an idle worker may be given a run (see
+    "Early hand-off"; only with ``prefetch``)."""
+    reports_start: bool = False
+    """The carrier calls ``Engine.started`` when a run with a timeout starts
+    (its timeout then counts from there, with a load grace before)."""
+
+    @abc.abstractmethod
+    def spawn(self, slot: int) -> Worker:
+        """Start a worker for ``slot``; return it."""
+
+    @abc.abstractmethod
     def send_run(self, worker: Any, run: Run) -> None:
         """Give ``run`` to ``worker`` (idle, or with ``prefetch``: to run after its current runs)."""
 
+    @abc.abstractmethod
     def kill(self, worker: Any, hard: bool) -> None:
         """Stop ``worker`` and everything it started (hard: no grace)."""
 
+    @abc.abstractmethod
     def retire(self, worker: Any) -> None:
         """Ask an idle ``worker`` to exit cleanly."""
 
     def rss(self, worker: Any) -> int | None:
         """The worker's resident memory in bytes, if it can be known."""
+        return None
 
     def health(self, worker: Any) -> str:
         """``"ok"``, ``"stopped"`` or ``"dead"``."""
+        return "ok"
 
-    # Optional: ``reports_start = True`` (the carrier calls Engine.started for
-    # runs with a timeout), ``output(worker) -> str | None`` (the captured
-    # output of the worker's last run), and ``prefetch: int`` (how many runs
-    # a busy worker may hold queued; 0 by default) with
-    # ``revoke(worker, run) -> bool`` (take back the last run given to the
-    # worker and not revoked yet: True if it will never start, False if the
-    # worker has started it; also after the worker died) and
-    # ``Engine.skipped`` (the worker passed over a revoked run).
+    def output(self, worker: Any) -> str | None:
+        """The captured output of the worker's last run (its tail), or None."""
+        return None
+
+    def revoke(self, worker: Any, run: Run) -> bool:
+        """Take back the last run given to ``worker`` and not revoked yet:
+        True if it will never start (the worker passes over it and says so:
+        ``Engine.skipped``), False if the worker has started it (also after
+        the worker died). Only a carrier with ``prefetch`` gives runs ahead."""
+        return False
+
+
+class Durable:
+    """A durable store's hooks into dispatch (``_durable/_journal.py``);
+    this base is the null object: no store, nothing held."""
+
+    active: bool = False
+    """A store is attached (keyed runs may be held)."""
+    prefetch: int | None = None
+    """With a store, a busy worker holds at most this many runs ahead (None: the carrier's)."""
+
+    def hold(self, worker: Any, run: Run) -> bool:
+        """Keep ``run`` (just given to ``worker``) back: True if it is held,
+        and sent by the store once the transaction recording its start has
+        committed; False: send it now."""
+        return False
+
+    def withdraw(self, worker: Any, run: Run, peek: bool = False) -> bool:
+        """Take back ``run``, the last run given to ``worker``, if it is still
+        held (True: it was never sent). ``peek``: only say whether ``run`` is
+        held, wherever it is in the worker's queue."""
+        return False
+
+    def unstarted(self, run: Run, now: int, events: list[Message]) -> None:
+        """A claimed run that never started ends cancelled (``events``: the
+        engine's, to record first what happened before it)."""
+
+
+NO_STORE: Durable = Durable()
 
 
 class Slot:
@@ -189,12 +235,13 @@ class Engine:
         kill_grace_ns: int = KILL_GRACE_NS,
         default_timeout_ns: int | None = None,
         load_grace_ns: int = LOAD_GRACE_NS,
+        durable: Durable = NO_STORE,
     ) -> None:
         self.carrier = carrier
+        self.durable = durable  # a store's hooks (NO_STORE: none)
         self.default_timeout_ns = default_timeout_ns  # for tasks added without one (from inside tasks)
         # Carriers that report the real start of a run get the load grace.
-        self.load_grace_ns = load_grace_ns if getattr(carrier, "reports_start", False) else None
-        self._output = getattr(carrier, "output", None)
+        self.load_grace_ns = load_grace_ns if carrier.reports_start else None
         self.core = SchedulerCore(policy)
         self.slots = [Slot(i) for i in range(workers)]
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -203,7 +250,10 @@ class Engine:
         self.dying: dict[Any, int] = {}  # worker -> time to kill it hard
         self.counts = dict.fromkeys(OUTCOMES, 0)
         self.spawned = 0
-        self.events: list[tuple[Any, ...]] = []
+        #: The outbox: events for the user process, in order (``_messages.py``);
+        #: the carrier's loop takes them each turn (``take_events``) - through
+        #: the durable journal, which holds back what waits for a commit.
+        self.events: list[Message] = []
         self.closing = False  # shutdown asked: run out the one-shots, then stop
         self.closed = False  # every worker stopped: the carrier may exit
         self._health_at: int | None = None
@@ -213,18 +263,10 @@ class Engine:
         self.held: dict[int, int] = {}  # task id -> when its next run may start
         self.parked: list[Run] = []  # runs claimed while their task was held (or yielding: see _claim)
         self.behind: set[int] = set()  # periodic tasks whose next run was due before their last one ended
-        # The durable store's hook (``_durable.Journal.hold``): True keeps the
-        # run back; the carrier sends it once the turn's transaction recording
-        # its start has committed.
-        self.hold: Any = None
-        # ... ``withdraw(worker, run, peek=False)``: take back the last run given
-        # to the worker if it is still held (True; ``peek``: only say whether
-        # ``run`` is held, wherever it is); ``unstarted(run, now)``: a claimed
-        # run that never started ends cancelled (see the module docstring).
-        self.withdraw: Any = None
-        self.unstarted: Any = None
         # Prefetch (see the module docstring).
-        self.prefetch = int(getattr(carrier, "prefetch", 0))
+        self.prefetch = carrier.prefetch
+        if self.prefetch and durable.prefetch is not None:
+            self.prefetch = durable.prefetch
         self.policy = Policy(policy)
         self.ranked = self.policy is not Policy.FIFO
         self.prio: dict[int, int] = {}  # live tasks whose priority is not 0 (priority policies only)
@@ -235,7 +277,73 @@ class Engine:
         self.announced: set[tuple[int, int, int]] = set()
         self._staged_n = itertools.count()
         self.interrupting: set[tuple[int, int]] = set()  # queued runs cancelled with interrupt after they started
-        self.early_ns = int(getattr(carrier, "early_ns", 0)) if self.prefetch else 0
+        self.early_ns = carrier.early_ns if self.prefetch else 0
+        self._schedules: dict[object, Schedule] = {}  # see _schedule
+
+    # -- questions (what the durable layer and the carriers ask) ------------------
+
+    def state(self, task_id: int) -> TaskState | None:
+        """A task's state; None once it has ended (or was never added)."""
+        return self.core.state(task_id)
+
+    def due(self, task_id: int) -> int | None:
+        """A PENDING task's due time (monotonic ns), or None."""
+        return self.core.due(task_id)
+
+    def next_wall(self, task_id: int) -> int | None:
+        """A PENDING task's next run on the wall clock (ns since the epoch), or None."""
+        return self.core.next_wall(task_id)
+
+    def schedule_of(self, task_id: int) -> Schedule | None:
+        return self.core.schedule(task_id)
+
+    def next_claim(self, task_id: int) -> tuple[int, int] | None:
+        """(run, attempt) of the task's next claim, or None if it has none queued."""
+        return self.core.next_claim(task_id)
+
+    @property
+    def pending(self) -> int:
+        """Tasks not yet finished or cancelled."""
+        return len(self.core)
+
+    @property
+    def watches_wall(self) -> bool:
+        """A calendar task is pending: the carrier's loop must compare the
+        wall clock with the monotonic one at least every WALL_CHECK_S."""
+        return bool(self.core.calendars)
+
+    def emit(self, event: Message) -> None:
+        """An event from elsewhere in the dispatcher (the durable layer), in
+        order with the engine's own."""
+        self.events.append(event)
+
+    def take_events(self) -> list[Message]:
+        """The events since the last take, in order (the outbox is emptied)."""
+        events, self.events = self.events, []
+        return events
+
+    # -- what a durable store changes (see _durable/_journal.py, _peers.py) -----------
+
+    def continue_runs(self, task_id: int, runs: int, attempt: int = 1, retry_due: int = 0, base: int = 0) -> None:
+        """A task restored from the store goes on from there (see ``SchedulerCore.continue_runs``)."""
+        self.core.continue_runs(task_id, runs, attempt, retry_due, base)
+
+    def realign(self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None) -> bool:
+        """Bring a PENDING task to the store's next claim (see
+        ``SchedulerCore.realign``); its handle hears its new next run."""
+        if not self.core.realign(task_id, runs, attempt, due, slot_wall):
+            return False
+        self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
+        return True
+
+    def stand_by(self, task_id: int) -> bool:
+        """Hold a PENDING task back quietly (its handle is not told): another
+        scheduler on the store runs it. True if it is held now."""
+        return self.core.pause(task_id)
+
+    def wake(self, task_id: int, now: int) -> bool:
+        """End ``stand_by`` quietly; True if it was held."""
+        return self.core.resume(task_id, now)
 
     # -- inputs ------------------------------------------------------------
 
@@ -243,56 +351,63 @@ class Engine:
         for slot in self.slots:
             self._spawn(slot, now)
 
-    def add(
-        self, task_id: int, due: int, priority: int, kind: str, period: int, misfire: str,
-        stop_on_error: bool, timeout: int | None, name: str | None, payload: Any, extra: Any = None,
-    ) -> None:  # fmt: skip
-        """Add a task; ``extra`` is ``wire_extra``'s tuple (calendar, retry, limits) or None."""
-        if timeout is None:
-            timeout = self.default_timeout_ns
+    def add(self, add: Add, task_id: int, now: int, payload: Any) -> str | None:
+        """Add the task ``add`` describes as ``task_id``, with ``payload``
+        (``add.payload``, or the carrier's copy of it). Returns None, or why
+        it cannot be scheduled here (a zone or an expression this process
+        reads differently: logged, and its cancellation said)."""
+        delay = add.delay_ns
+        due = now + delay if add.due_ns is None else add.due_ns
+        timeout = self.default_timeout_ns if add.timeout_ns is None else add.timeout_ns
+        priority = add.priority
         if priority and self.ranked and self.prefetch:
             if not self.prio:  # from now on a later run may rank ahead of a queued one
                 self._take_back_all(None)
             self.prio[task_id] = priority
-        if extra is None:
-            self.core.add(  # (dict lookups: an Enum call costs a microsecond per task)
-                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id
-            )
-            return
-        cron, after_wall, until, max_runs, retry, retry_on, now = extra
         try:
-            trigger = None
-            if cron is not None:
-                from .._tz import from_wire
-
-                trigger = CronTrigger(cron[0], from_wire(cron[1]))
-            policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
+            if add.schedule is None and add.retry is None and add.retry_on is None:  # a plain one-shot: the usual case
+                self.core.add(due, priority, ONCE, timeout, payload, add.name, task_id)
+                return None
+            retry = None if add.retry is None else RetryPolicy.from_wire(add.retry)
             self.core.add(
-                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id,
-                TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
+                due, priority, self._schedule(add.schedule), timeout, payload, add.name, task_id,
+                retry=retry, retry_on=add.retry_on, start_wall_ns=add.start_wall_ns,
+                first_slot_ns=add.first_slot_wall_ns, now=due - delay,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
-            self._log(WARNING, f"task {task_id} ({name}) cannot be scheduled here: {type(exc).__name__}: {exc}")
-            self.events.append((EV_CANCELLED, task_id))
+            why = f"{type(exc).__name__}: {exc}"
+            self.log(WARNING, f"task {task_id} ({add.name}) cannot be scheduled here: {why}")
+            self.prio.pop(task_id, None)
+            self.events.append(TaskCancelled.wire(task_id))
+            return why
+        return None
+
+    def _schedule(self, wire: object) -> Schedule:
+        """A schedule from its wire form, decoded once per distinct form."""
+        schedule = self._schedules.get(wire)
+        if schedule is None:
+            if len(self._schedules) >= SCHEDULES_KEPT:
+                self._schedules.clear()
+            schedule = self._schedules[wire] = Schedule.from_wire(wire, _tz.zone)  # type: ignore[arg-type]
+        return schedule
 
     def set_wall_offset(self, offset: int, now: int) -> None:
         """The carrier's wall clock minus its monotonic clock, at ``now``;
         calendar tasks follow a step (see SchedulerCore.set_wall_offset)."""
         before = self.core.wall_offset
         if self.core.set_wall_offset(offset, now) and self.core.calendars:
-            self._log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
+            self.log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
 
     def pause(self, task_id: int) -> bool:
         accepted = self.core.pause(task_id)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
-            self.events.append((EV_STATE, task_id, TaskState.PAUSED.value, None, None))
+            self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
 
     def resume(self, task_id: int, now: int) -> bool:
         accepted = self.core.resume(task_id, now)
         if accepted and self.core.state(task_id) is TaskState.PENDING:
-            self.events.append((EV_STATE, task_id, TaskState.PENDING.value, self.core.due(task_id),
-                                self.core.next_wall(task_id)))  # fmt: skip
+            self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
 
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
@@ -300,19 +415,19 @@ class Engine:
             for slot in self.slots:
                 if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
                     self._take_back(slot, head=True)  # given before its due time: still revocable
-        if self.withdraw is not None:
+        if self.durable.active:
             for slot in self.slots:
-                if slot.run is not None and slot.run[0].task_id == task_id and self.withdraw(slot.worker, slot.run[0], True):
+                if slot.run is not None and slot.run[0].task_id == task_id and self.durable.withdraw(slot.worker, slot.run[0], True):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
             if taken is not None:  # its run was given ahead and never started: as if it were pending
                 self._silent_cancel(taken, now)
-                self.events.append((EV_CANCELLED, task_id))
+                self.events.append(TaskCancelled.wire(task_id))
                 return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
-            self.events.append((EV_CANCELLED, task_id))
+            self.events.append(TaskCancelled.wire(task_id))
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
@@ -346,22 +461,21 @@ class Engine:
         if run.timeout_ns is not None:
             slot.deadline = at + run.timeout_ns
 
-    def finished(
-        self, worker: Any, task_id: int, run_no: int, outcome: str,
-        started: int, finished: int, blob_kind: int, blob: Any, matched: bool = False,
-    ) -> None:  # fmt: skip
-        """A worker reports the end of a run; ``matched``: its error is one
-        of the exception classes its ``Retry.on`` names (the worker checked)."""
+    def finished(self, worker: Any, done: Done) -> None:
+        """``worker`` reports the end of a run (see ``Done``). A worker no
+        longer fit to run tasks (``done.unfit``) is replaced."""
         slot = self._slot_of(worker)
-        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+        if slot is None or slot.run is None or slot.run[0].task_id != done.task_id or slot.run[0].run != done.run:
             return  # stale: that run was already ended (timed out, interrupted)
+        finished = done.finished_ns
         run = slot.run[0]
         slot.run = slot.deadline = None
         slot.loading = False
         slot.runs += 1
         slot.streak = 0
-        output = None if self._output is None else self._output(worker)
-        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output, matched)
+        output = self.carrier.output(worker)
+        self._record(run, done.outcome, done.started_ns, finished, worker.ident, done.blob_kind, done.blob, output,
+                     done.matched)  # fmt: skip
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")  # (its queue is empty: see _fill)
         elif self.max_worker_memory is not None:
@@ -374,6 +488,8 @@ class Engine:
             if (head.task_id, head.run) in self.interrupting:
                 self.interrupting.discard((head.task_id, head.run))
                 self._abort_run(slot, "cancelled", finished)
+        if done.unfit is not None:  # whatever the task did to its process must not reach the next run
+            self.replace_worker(worker, finished, done.unfit)
 
     def skip(self, worker: Any, run: Run, now: int) -> None:
         """A held run (``hold``) that the durable store gave to another
@@ -400,12 +516,12 @@ class Engine:
         if done is None or (done.state is TaskState.CANCELLED and not done.ended):
             return  # cancelled during the claim: its cancellation was said already
         if done.ended:
-            self.events.append((EV_CANCELLED, run.task_id))  # it ended here: another scheduler ran its last run
+            self.events.append(TaskCancelled.wire(run.task_id))  # it ended here: another scheduler ran its last run
         elif done.state is TaskState.PAUSED:
-            self.events.append((EV_STATE, run.task_id, TaskState.PAUSED.value, None, None))
+            self.events.append(TaskChanged.wire(run.task_id, PAUSED, None, None))
         else:
-            wall = done.next_wall_ns if done.next_wall_ns is not None else done.next_due_ns + self.core.wall_offset
-            self.events.append((EV_STATE, run.task_id, TaskState.PENDING.value, done.next_due_ns, wall))
+            wall = done.next_wall_ns if done.next_wall_ns is not None else done.next_due_ns + self.core.wall_offset  # type: ignore[operator]
+            self.events.append(TaskChanged.wire(run.task_id, PENDING, done.next_due_ns, wall))
 
     def replace_worker(self, worker: Any, now: int, why: str) -> None:
         """An idle worker asked to go (e.g. after a MemoryError: whatever the
@@ -420,7 +536,7 @@ class Engine:
         carrier knows better than an exit code (e.g. Ray's error)."""
         if worker in self.dying:
             del self.dying[worker]
-            self.events.append((EV_WORKER, "exited", None, worker.ident, exitcode))
+            self.events.append(WorkerChanged.wire("exited", None, worker.ident, exitcode))
             return
         slot = self._slot_of(worker)
         if slot is None:
@@ -428,11 +544,11 @@ class Engine:
         signame = signal_name(exitcode)
         how = detail or (f"signal {signame}" if signame else f"exit code {exitcode}")
         self.carrier.kill(worker, hard=True)  # whatever it left behind
-        self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
+        self.events.append(WorkerChanged.wire("crashed", slot.index, worker.ident, exitcode))
         # Runs given ahead that it never started go back, untouched; its
         # current run (the head, as without prefetch: given = running) and a
         # queued run it had started (its result lost) crashed with it.
-        head = slot.run is not None and self.withdraw is not None and self.withdraw(worker, slot.run[0], True)
+        head = slot.run is not None and self.durable.withdraw(worker, slot.run[0], True)
         started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
         for extra_run in started[1:]:
@@ -451,18 +567,18 @@ class Engine:
                 task_id=run.task_id, run=run.run, pid=worker.ident if isinstance(worker.ident, int) else None,
                 exitcode=exitcode, signal=signame,
             )  # fmt: skip
-            self._log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
-            output = None if self._output is None else self._output(worker)
+            self.log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
+            output = self.carrier.output(worker)
             self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err, output)
         else:
-            self._log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
+            self.log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
         if self.closing and not len(self.core):
             return
         if slot.streak >= BACKOFF_AFTER:
             delay = min(BACKOFF_FIRST_NS << (slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
             slot.respawn_at = now + delay
             slot.note = "backoff"
-            self._log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
+            self.log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
         else:
             # Respawned by the next tick, not here: the carrier can hand the
             # crash to the user first (starting a process takes milliseconds).
@@ -479,10 +595,10 @@ class Engine:
             if cancel_futures or self.core.kind(run.task_id) is not Kind.ONCE:
                 self._take_back_task(run.task_id)
                 self._silent_cancel(run, now)
-                self.events.append((EV_CANCELLED, run.task_id))
+                self.events.append(TaskCancelled.wire(run.task_id))
         for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
             if decision.accepted:
-                self.events.append((EV_CANCELLED, task_id))
+                self.events.append(TaskCancelled.wire(task_id))
             if decision is CancelResult.CANCELLED:
                 self._forget_crash_loop(task_id)
 
@@ -533,7 +649,7 @@ class Engine:
         wake: int | None = None
         for worker, kill_at in list(self.dying.items()):
             if kill_at is not None and kill_at <= now:
-                self._log(WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL")
+                self.log(WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL")
                 self.carrier.kill(worker, hard=True)
                 self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
             elif kill_at is not None:
@@ -549,8 +665,7 @@ class Engine:
                 self._take_back_task(gone.task_id)  # (cancelled by a path that did not know it was staged)
                 self.core.complete(gone.task_id, gone.run, "cancelled", now)
                 self._forget_crash_loop(gone.task_id)
-                if self.unstarted is not None:
-                    self.unstarted(gone, now)
+                self.durable.unstarted(gone, now, self.events)
         if self.early_ns and any(self._is_early(s, now) for s in self.slots):
             due = self.core.next_deadline()
             if self.staged or self.parked or (due is not None and due <= now):
@@ -582,7 +697,7 @@ class Engine:
             self._assign(slot, run, now)
             busy = True
             wake = _earliest(wake, slot.deadline)
-            if self.hold is None or not self.hold(slot.worker, run):
+            if not self.durable.hold(slot.worker, run):
                 self.carrier.send_run(slot.worker, run)
         if self.prefetch and busy:
             self._fill(now)
@@ -632,7 +747,7 @@ class Engine:
                 if run is None:
                     return
                 slot.queue.append(run)
-                if self.hold is None or not self.hold(slot.worker, run):
+                if not self.durable.hold(slot.worker, run):
                     self.carrier.send_run(slot.worker, run)
 
     def _steal(self, now: int) -> Run | None:
@@ -645,7 +760,7 @@ class Engine:
 
     def _early_ok(self) -> bool:
         return bool(self.early_ns) and not (
-            self.prio or self.parked or self.staged or self.held or self.closing or self.hold is not None)
+            self.prio or self.parked or self.staged or self.held or self.closing or self.durable.active)
 
     def _is_early(self, slot: Slot, now: int) -> bool:
         """The slot's run was given before its due time, which has not come."""
@@ -680,7 +795,7 @@ class Engine:
         if self.announced and (run.task_id, run.run, run.attempt) in self.announced:
             self.announced.discard((run.task_id, run.run, run.attempt))
             return  # given early, taken back, given again: the user heard of it the first time
-        self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
+        self.events.append(RunStarted.wire(run.task_id, run.run, slot.worker.ident))
 
     def _revoke_tail(self, slot: Slot, count: int) -> int:
         """Take back up to ``count`` of the slot's queued runs, last first,
@@ -697,7 +812,7 @@ class Engine:
         """Take back ``run``, the last run given to the slot's worker: held
         (never sent) or, through the carrier, not started (the worker then
         passes over it: ``unskipped``)."""
-        if self.withdraw is not None and self.withdraw(slot.worker, run):
+        if self.durable.withdraw(slot.worker, run):
             return True
         if self.carrier.revoke(slot.worker, run):
             slot.unskipped += 1
@@ -758,7 +873,7 @@ class Engine:
         is not there (flushed to the user already)."""
         for i in range(len(self.events) - 1, -1, -1):
             ev = self.events[i]
-            if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
+            if ev[0] == RUN_STARTED and (started := RunStarted.of(ev)).task_id == run.task_id and started.run == run.run:
                 del self.events[i]
                 return True
         return False
@@ -781,8 +896,7 @@ class Engine:
         self.core.complete(run.task_id, run.run, "cancelled", now)
         self._forget_crash_loop(run.task_id)
         self.prio.pop(run.task_id, None)
-        if self.unstarted is not None:
-            self.unstarted(run, now)
+        self.durable.unstarted(run, now, self.events)
 
     def _claim(self, now: int) -> Run | None:
         """The next run to start: a parked run whose hold is over, else the
@@ -833,14 +947,14 @@ class Engine:
         tid = run.task_id
         if ended or outcome != "crashed":
             if self._forget_crash_loop(tid) >= BACKOFF_AFTER and not ended:
-                self._log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
+                self.log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
             return
         n = self.task_crashes[tid] = self.task_crashes.get(tid, 0) + 1
         if n >= BACKOFF_AFTER:
             delay = min(BACKOFF_FIRST_NS << (n - BACKOFF_AFTER), BACKOFF_MAX_NS)
             self.held[tid] = now + delay
             if n == BACKOFF_AFTER:
-                self._log(WARNING, f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
+                self.log(WARNING, f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
                                    f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)")  # fmt: skip
 
     def _forget_crash_loop(self, task_id: int) -> int:
@@ -867,16 +981,16 @@ class Engine:
             delay = min(BACKOFF_FIRST_NS << max(0, slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
             slot.respawn_at = now + delay
             slot.note = "backoff"
-            self._log(WARNING, f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
+            self.log(WARNING, f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
                                f"retrying in {delay / 1e6:.0f} ms")  # fmt: skip
             return
         self.spawned += 1
-        self.events.append((EV_WORKER, "started", slot.index, slot.worker.ident, None))
+        self.events.append(WorkerChanged.wire("started", slot.index, slot.worker.ident, None))
 
     def _replace(self, slot: Slot, now: int, why: str) -> None:
         """Retire the slot's idle worker cleanly and start a fresh one."""
         worker = slot.worker
-        self._log(INFO, f"worker {worker.ident} {why}")
+        self.log(INFO, f"worker {worker.ident} {why}")
         self.carrier.retire(worker)
         self.dying[worker] = now + self.kill_grace_ns
         slot.restarts += 1
@@ -901,7 +1015,7 @@ class Engine:
         slot.restarts += 1
         if outcome == "timeout" and loading:
             secs = (run.timeout_ns + self.load_grace_ns) / NS  # type: ignore[operator]
-            self._log(WARNING, f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
+            self.log(WARNING, f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
                                f"starting, or importing the task); its worker {worker.ident} is replaced")  # fmt: skip
             err: BaseException | None = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} did not start within {secs:g}s of being handed to worker "
@@ -909,14 +1023,14 @@ class Engine:
             )
         elif outcome == "timeout":
             secs = run.timeout_ns / NS  # type: ignore[operator]
-            self._log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
+            self.log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
             err = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
             )
         else:
-            self._log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
+            self.log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
             err = None
-        output = None if self._output is None else self._output(worker)
+        output = self.carrier.output(worker)
         self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err, output)
         self._spawn(slot, now)
 
@@ -937,7 +1051,7 @@ class Engine:
         elif self.behind:
             self.behind.discard(run.task_id)
         if done.missed:
-            self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
+            self.log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if outcome == "ok" and (not done.ended or done.periodic):
             # A periodic run's value goes nowhere (a periodic task that reaches
             # its limit ends with None); its error is kept for the listeners'
@@ -947,11 +1061,10 @@ class Engine:
         next_wall = done.next_wall_ns
         if next_wall is None and done.next_due_ns is not None:
             next_wall = done.next_due_ns + offset
-        self.events.append((
-            EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
-            done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob, output,
-            run.attempt, run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall,
-            done.retrying,
+        self.events.append(RunEnded.wire(
+            run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome, done.state.value,
+            done.next_due_ns, done.missed, done.ended, blob_kind, blob, output, run.attempt,
+            run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall, done.retrying,
         ))  # fmt: skip
 
     def _stop_all(self, now: int) -> None:
@@ -967,7 +1080,7 @@ class Engine:
             if slot.worker is not None and slot.run is not None:
                 health = self.carrier.health(slot.worker)
                 if health == "stopped" and slot.note != "stopped":
-                    self._log(WARNING, f"worker {slot.worker.ident} is stopped (SIGSTOP?) mid-run")
+                    self.log(WARNING, f"worker {slot.worker.ident} is stopped (SIGSTOP?) mid-run")
                 slot.note = "stopped" if health == "stopped" else ""
 
     def _slot_of(self, worker: Any) -> Slot | None:
@@ -976,8 +1089,9 @@ class Engine:
                 return slot
         return None
 
-    def _log(self, level: int, message: str) -> None:
-        self.events.append((EV_LOG, level, message))
+    def log(self, level: int, message: str) -> None:
+        """A line for the user process's "procsched" logger, in event order."""
+        self.events.append(Log.wire(level, message))
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:

@@ -40,14 +40,13 @@ from typing import Any, Callable
 
 from .._api import SchedulingAPI
 from .._context import running
+from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle, wall_datetime
-from .._validate import TaskSpec, wire_extra
-from ._engine import BLOB_ERROR
-from ._wire import CallLoader, pack_call, pack_error, pack_value
+from .._handle import RunInfo, TaskHandle
+from .._validate import TaskSpec
+from ._messages import BLOB_ERROR, REFUSAL, Add, Refusal, Reply
+from ._wire import CallLoader, carried_classes, pack_call, pack_error, pack_value
 from ._worker import _DetachedHandle, _retry_matches, _WorkerScheduler
-
-NS = 1_000_000_000
 #: How long current_scheduler() waits for the dispatcher's answer.
 ASK_TIMEOUT = 60.0
 
@@ -168,20 +167,16 @@ class _RayScheduler(_WorkerScheduler):
             reply = ray.get(actor.ask.remote(message), timeout=ASK_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the actor is gone, the scheduler shut down, ...
             raise SchedulerError(f"cannot reach the scheduler from this Ray run: {type(exc).__name__}: {exc}") from exc
-        if reply[0] == "error":
-            raise reply[1]
-        return reply[1]
+        if reply[0] == REFUSAL:
+            raise Refusal.of(reply).error
+        return Reply.of(reply).value
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         payload: tuple[Any, ...] = pack_call(fn, args, kwargs)
         if spec.ray_options is not None:
             payload += (spec.ray_options,)
-        # A delay, not a due time: this node's monotonic clock is not the scheduler's.
-        message: tuple[Any, ...] = ("add", spec.delay_ns, spec.priority, spec.kind.value, spec.period_ns,
-                                    spec.misfire.value, spec.stop_on_error, spec.timeout_ns, spec.name, payload)
-        if spec.has_extra or spec.key is not None:  # "now" (0) is replaced by the dispatcher's
-            message += (wire_extra(spec, 0, True), spec.key)
-        task_id, due = self._ask(message)
+        # No due time: this node's monotonic clock is not the scheduler's (the delay counts from receipt).
+        task_id, due = self._ask(Add.of_spec(spec, None, None, None, payload, carried_classes(spec.retry, True)))
         return _DetachedHandle(self, task_id, spec.name, None if due is None else due / NS, spec.key)
 
 

@@ -14,12 +14,15 @@ import pickle
 import traceback
 import types
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import cloudpickle
 
 from .._errors import SchedulerError
-from ._engine import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
+from ._messages import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
+
+if TYPE_CHECKING:
+    from .._retry import Retry
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: Frames from this size on are not copied out of the read buffer (see FrameReader.read).
@@ -236,6 +239,16 @@ def _pack_fn(fn: Callable[..., Any]) -> bytes:
             _FN_CACHE.clear()
         _FN_CACHE[fn] = blob
     return blob
+
+
+def carried_classes(retry: Retry | None, pickled: bool) -> Any:
+    """``retry``'s exception classes (``Retry.on``) as they travel to the
+    dispatcher: None for none; with ``pickled`` (another process),
+    cloudpickled bytes that only a worker unpickles; else the classes."""
+    classes = () if retry is None else retry.classes
+    if not classes:
+        return None
+    return cloudpickle.dumps(classes, PROTOCOL) if pickled else classes
 
 
 class CallLoader:

@@ -20,7 +20,7 @@ import pytest
 
 import procsched
 from procsched import InlineScheduler, ManualClock, TaskState, current_run
-from procsched._core._calendar import next_fire_times
+from procsched._tz import next_fire_times
 
 UTC = timezone.utc
 

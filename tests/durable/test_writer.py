@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import select
 
-from procsched._runtime._commit import Writer
+from procsched._runtime._durable._writer import Writer
 from procsched._store import TaskDefinition, TaskState, open_store
 from procsched._store._model import BatchResult
 

@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import procsched
 from procsched import TaskState
-from procsched._core import CancelResult, Kind, Misfire, SchedulerCore
+from procsched._core import CancelResult, Kind, Misfire, Schedule, SchedulerCore
 
 NS = 1_000_000_000
 US = 1_000
@@ -406,7 +406,7 @@ class CoreMachine(RuleBasedStateMachine):
           misfire=misfires, stop=st.booleans())  # fmt: skip
     def add(self, kind: Kind, delay: int, priority: int, period: int, misfire: Misfire, stop: bool) -> None:
         period_ns = 0 if kind is Kind.ONCE else period * UNIT_US * US + 1
-        tid = self.core.add(self.now + delay * UNIT_US * US, priority, kind, period_ns, misfire, stop)
+        tid = self.core.add(self.now + delay * UNIT_US * US, priority, Schedule(kind, period_ns, misfire, stop))
         assert tid not in self.model
         self.model[tid] = MTask(tid, kind, priority, self.now + delay * UNIT_US * US, period_ns, misfire, stop)
         self.order.append(tid)
