@@ -83,8 +83,6 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'procsched' has no attribute {name!r}")
     from importlib import import_module
 
-    from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
-
     value = getattr(import_module(home, __name__), name)
     globals()[name] = value
     return value

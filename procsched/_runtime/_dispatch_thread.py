@@ -27,7 +27,8 @@ from typing import Any
 from .._core import Policy
 from .._core._units import NS
 from . import _messages as m
-from ._engine import WALL_CHECK_S, Carrier, Engine
+from ._carrier import Carrier
+from ._engine import WALL_CHECK_S, Engine
 
 
 class DispatcherThread:

@@ -12,7 +12,7 @@ The loop does three things only: wait - in one blocking ``select`` on
 everything at once, registered once and updated as workers come and go,
 with the engine's next deadline as timeout, so it never polls - translate
 what arrived into Engine calls, and carry out what the engine asks
-(``ProcessCarrier``). Each readable pipe is read with one ``os.read`` that
+(``ProcessCarrier``, ``_process_carrier.py``). Each readable pipe is read with one ``os.read`` that
 brings every message waiting in it; event batches go back to the user
 process once per turn of the loop. No pipe is ever written with a blocking
 write: what a pipe cannot take waits in a buffer (the event pipe's
@@ -28,7 +28,7 @@ command pipe reads EOF and the dispatcher kills every worker and exits.
 Workers are started with the configured multiprocessing start method
 (forkserver by default, preloaded with the worker module, so a replacement
 is up in milliseconds); each dies with its parent (see ``_worker.py``).
-The forkserver is started first thing (``_boot``), as a fork of this
+The forkserver is started first thing (``_boot.py``), as a fork of this
 process (no second interpreter start), so that its preload overlaps this
 process's own imports: the first result after ``Scheduler()`` waits for both.
 
@@ -37,234 +37,43 @@ User code is never unpickled here: payloads and results are opaque bytes.
 
 from __future__ import annotations
 
-import os
-import pickle
 import sys
 
-from ._worker_main import name_process  # (a module that imports nothing)
-
-#: What the forkserver imports before it forks the first worker.
-#: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
-FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver",
-                      "ctypes"]
-#: A wall-clock reading is trusted if taken within this of the monotonic
-#: readings around it (see Dispatcher.wall_offset).
-WALL_READ_NS = 50_000
-#: The Pythons whose multiprocessing forkserver we start by forking (see
-#: _fork_forkserver): its ``main()`` and its client's three fields are known
-#: there (and checked: a different ``main()`` signature, e.g. 3.14's
-#: authenticated one, falls back). Elsewhere the forkserver is started as
-#: multiprocessing does.
-ZYGOTE_PYTHONS = ((3, 11), (3, 12), (3, 13))
-
-
-def _boot() -> tuple[Connection, Connection, dict[str, Any]]:
-    """The process's first steps, before it imports the rest of the package:
-    read the configuration and, with forkserver, start the forkserver (and
-    multiprocessing's resource tracker) now, as forks of this process, so
-    that the forkserver's preload (the worker's modules) runs alongside this
-    process's own imports - the first result after ``Scheduler()`` waits for
-    both - and no second or third interpreter has to start."""
-    cmd_fd, evt_fd = int(sys.argv[1]), int(sys.argv[2])
-    try:
-        config = pickle.loads(_read_frame(cmd_fd))
-    except EOFError:
-        os._exit(0)
-    import multiprocessing
-    from multiprocessing.connection import Connection
-
-    zygote = None
-    if config["start_method"] == "forkserver":
-        # What both processes need, imported once, before the fork: the
-        # forkserver's machinery, and the modules the dispatcher and the
-        # workers share (the dispatcher's own come after the fork).
-        from multiprocessing import forkserver  # noqa: F401
-
-        from . import _engine, _wire  # noqa: F401
-
-        tracker = multiprocessing.resource_tracker._resource_tracker  # type: ignore[attr-defined]
-        code = forkserver.main.__code__
-        if (sys.version_info[:2] in ZYGOTE_PYTHONS and _client_fields(forkserver._forkserver) == (None, None, None)  # type: ignore[attr-defined]
-                and code.co_varnames[:5] == ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
-                and code.co_argcount == 5 and not code.co_kwonlyargcount
-                and (getattr(tracker, "_fd", 0), getattr(tracker, "_pid", 0)) == (None, None)):  # fmt: skip
-            tracker._fd, tracker._pid = _fork_resource_tracker((cmd_fd, evt_fd))
-            zygote = _fork_forkserver(config, (cmd_fd, evt_fd, tracker._fd))
-    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
-    # Started with `-m`, this module is __main__, and multiprocessing would
-    # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
-    main_module = sys.modules["__main__"]
-    main_module.__spec__ = None
-    vars(main_module).pop("__file__", None)
-    if config["start_method"] == "forkserver":
-        from multiprocessing import forkserver
-
-        # (also what a forkserver started again after a death preloads)
-        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
-        if zygote is not None:
-            # The client's side of what ensure_running() does: where to connect,
-            # the "alive" pipe, the pid (whose death makes the next start()
-            # start a forkserver the usual way).
-            server = forkserver._forkserver  # type: ignore[attr-defined]
-            server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = zygote
-        else:
-            # The forkserver (so every worker) gets the user's sys.path; this
-            # process takes it only after its own imports (main()), so a module
-            # in the user's directories cannot shadow one the dispatcher imports.
-            own_path = sys.path[:]
-            sys.path[:] = config["sys_path"]
-            try:
-                forkserver.ensure_running()  # returns once it is started, not once it has imported
-            except Exception:  # noqa: BLE001 - the first worker's start tries again, and reports
-                pass
-            finally:
-                sys.path[:] = own_path
-    return Connection(cmd_fd, writable=False), Connection(evt_fd, readable=False), config
-
-
-def _read_frame(fd: int) -> bytes:
-    """One ``Connection.send_bytes`` frame, read with exactly its size (what
-    follows it in the pipe - the first commands - stays there for the loop)."""
-
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = os.read(fd, n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
-    size = int.from_bytes(exactly(4), "big", signed=True)
-    if size == -1:
-        size = int.from_bytes(exactly(8), "big")
-    return exactly(size)
-
-
-def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str, int, int] | None:
-    """Start multiprocessing's forkserver as a fork of this process, not as
-    a fresh interpreter: it skips an interpreter start (and ``site``, and its
-    imports of multiprocessing), ~20-40 ms that the first result waited for.
-
-    Safe here: this process is single-threaded and has imported only what
-    the forkserver imports too (the fork is as clean as an exec). The child becomes exactly
-    what ``ensure_running()`` would have started: it is given the same
-    listening socket and "alive" pipe, a ``python -c``'s empty ``__main__``,
-    none of our descriptors, and runs ``forkserver.main`` with the same
-    arguments (preload, the user's sys.path) in the same session and group.
-    Returns (socket path, "alive" write end, pid) for the client side, or
-    None if the socket cannot be made (the usual start then runs)."""
-    import socket
-
-    address = os.path.join(config["tempdir"], "forkserver")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(address)
-        os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()
-    except OSError:
-        listener.close()
-        return None
-    pid = os.fork()
-    if pid == 0:  # the forkserver: never returns into the dispatcher's code
-        code = 1
-        try:
-            for fd in (*ours, alive_w):
-                os.close(fd)
-            name_process("psc-forkserver")
-            dispatcher_module = sys.modules["__main__"]  # noqa: F841 - kept alive: this code is its
-            import builtins
-
-            main = type(sys)("__main__")  # what `python -c` runs in
-            main.__builtins__ = builtins  # type: ignore[attr-defined]
-            sys.modules["__main__"] = main
-            from multiprocessing import forkserver
-
-            forkserver.main(listener.detach(), alive_r, FORKSERVER_PRELOAD, sys_path=config["sys_path"])
-            code = 0
-        except SystemExit as exc:  # main() ends so when the "alive" pipe closes
-            code = exc.code if isinstance(exc.code, int) else 0
-        except BaseException:  # noqa: BLE001
-            import traceback
-
-            traceback.print_exc()
-        raise SystemExit(code)  # (atexit runs: _forkserver.py's kill of the workers' groups)
-    listener.close()
-    os.close(alive_r)
-    return address, alive_w, pid
-
-
-def _fork_resource_tracker(ours: tuple[int, ...]) -> tuple[int, int]:
-    """Start multiprocessing's resource tracker (it removes the named
-    semaphores and shared memory that tasks leak; the first worker's start
-    would start it) as a fork of this process too: a third interpreter
-    start, competing for the CPU with the first worker's, saved. The child
-    is what ``ResourceTracker.ensure_running()`` starts: ``main()`` on the
-    read end of a pipe whose write end the workers get, with stderr and none
-    of our other descriptors. Returns (write end, pid) for our tracker's
-    ``_fd`` and ``_pid``."""
-    from multiprocessing import resource_tracker
-
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            for fd in (*ours, w):
-                os.close(fd)
-            name_process("psc-rtracker")
-            resource_tracker.main(r)  # returns when every holder of w is gone
-            code = 0
-        except BaseException:  # noqa: BLE001
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            os._exit(code)  # never into the dispatcher's code (or its atexit)
-    os.close(r)
-    return w, pid
-
-
-def _client_fields(server: Any) -> tuple[Any, ...] | None:
-    """The ForkServer fields ensure_running() sets, if it has exactly those."""
-    try:
-        return server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid
-    except AttributeError:
-        return None
-
-
 if __name__ == "__main__":  # the dispatcher process (python -m), not an import
-    _BOOT = _boot()
+    from ._boot import boot
 
-import collections  # noqa: E402 - after the boot, see _boot()
-import itertools  # noqa: E402
+    _BOOT = boot()
+
+import itertools  # noqa: E402 - after the boot, see _boot.py
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
 import selectors  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import multiprocessing  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from multiprocessing.connection import Connection  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from .._core import Policy, Run  # noqa: E402
+from .._core import Policy  # noqa: E402
+from .._core._units import NS  # noqa: E402
 from .._errors import SchedulerClosedError  # noqa: E402
 from . import _messages as m  # noqa: E402
-from . import _worker_main  # noqa: E402 - the target, not the worker (see _worker_main.py)
+from ._durable._hooks import NO_STORE  # noqa: E402
+from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
 from ._gc import FreezeOnGrowth  # noqa: E402
-from ._engine import LOAD_GRACE_NS, NO_STORE, WALL_CHECK_S, Carrier, Engine  # noqa: E402
-from ._wire import PROTOCOL, CommandReader, FrameReader, frame_head  # noqa: E402
+from ._process_carrier import (  # noqa: E402
+    ON_COMMANDS, ON_COMMIT, ON_EXIT, ON_SIGNAL, ON_WORKER, ON_WRITABLE, ProcessCarrier, ProcessWorker,
+)  # fmt: skip
+from ._wire import CommandReader, FrameReader, PROTOCOL, frame_head  # noqa: E402
 
 if TYPE_CHECKING:
     from ._durable._journal import Journal
 
-#: psutil, imported on first use (``_psutil``): listing a worker's tree, its
-#: RSS, its state. Not at start, where its ~10 ms import would delay the
-#: first result; the first kill or stats() pays it instead.
-psutil: Any = None
-
-NS = 1_000_000_000
+#: A wall-clock reading is trusted if taken within this of the monotonic
+#: readings around it (see Dispatcher.wall_offset).
+WALL_READ_NS = 50_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
 INNER_IDS_START = 1 << 48
 #: The longest single wait: epoll and poll reject timeouts over ~24.8 days
@@ -278,333 +87,6 @@ STALLED_FRAME_NS = 5 * NS
 #: process): it is killed, as a crash. A healthy worker reads at memory speed
 #: whenever it is idle or waiting for a reply, the only times we write to it.
 STALLED_WRITE_NS = 10 * NS
-#: Captured output kept per run (the tail).
-OUTPUT_TAIL = 64 * 1024
-#: At most this many buffers per writev(2) (IOV_MAX is 1024 on Linux).
-IOV_MAX = 512
-#: A run whose function and arguments are smaller than this goes out as one
-#: joined buffer (copying a few KiB is cheaper than a writev of six).
-SMALL_RUN = 64 * 1024
-#: Runs a busy worker may hold queued behind its current one (see _engine.py,
-#: "Prefetch"); PROCSCHED_PREFETCH overrides it (0: off), for measurements.
-#: Deep enough that a worker's refills come many runs to a write and a turn
-#: of the dispatcher's loop (no-op tasks, 2 workers: 2 -> 16 cut the CPU per
-#: task of the dispatcher by about a third); an idle worker takes over what
-#: waits queued behind a long run (_engine.py, "_steal").
-PREFETCH = int(os.environ.get("PROCSCHED_PREFETCH", "16"))
-#: An idle worker gets a run this long before it is due, and waits for the
-#: due time itself (see _engine.py, "Early hand-off"); PROCSCHED_EARLY_US overrides it.
-EARLY_NS = int(os.environ.get("PROCSCHED_EARLY_US", "3000")) * 1000
-
-
-class _Worker:
-    __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture",
-                 "tickets", "ticket_w", "unwritten")  # fmt: skip
-
-    def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
-        self.proc = proc
-        self.conn: Connection | None = conn
-        self.fd = conn.fileno()
-        self.reader = FrameReader(self.fd)
-        self.ident: int = proc.pid  # type: ignore[assignment]
-        self.sentinel = proc.sentinel
-        self.ps: Any = None  # its psutil.Process
-        self.tree: list[Any] = []  # its descendants (psutil.Process), listed before it is stopped
-        # Bytes for the worker that its pipe has not taken yet: views, never
-        # copies, of the frames (a 300 MB argument is written from its own
-        # buffer, a piece per turn of the loop, as the pipe takes it).
-        self.out: collections.deque[memoryview] = collections.deque()
-        self.out_since = 0  # when the pipe last took something (while out is not empty)
-        self.capture = capture  # the file the worker's stdout/stderr go to
-        self.tickets = -1  # the read and write ends of its ticket pipe (see ProcessCarrier)
-        self.ticket_w = -1
-        self.unwritten = 0  # tickets of this turn's runs, written by flush before the runs
-
-    def __repr__(self) -> str:
-        return f"<worker {self.ident}>"
-
-
-class ProcessCarrier(Carrier):
-    """Starts, feeds and kills worker processes for the engine. Never blocks
-    on a worker's pipe: what a pipe cannot take at once waits in the
-    worker's ``out`` and goes as the selector says the pipe is writable.
-
-    The atomic hand-off of prefetched runs: each worker has a *ticket pipe*
-    whose read end both the worker and we hold (one open file, non-blocking).
-    ``send_run`` writes one byte to it before the run. The worker starts a
-    run only if it reads a byte for it; ``revoke`` reads one byte back. A
-    byte is read by exactly one of the two (the kernel's pipe lock), so
-    either the worker starts the run or ``revoke`` returns True and it never
-    starts - decided at once, without waiting for the worker, even while it
-    is busy with a long run or dead. Bytes carry no names: the worker takes
-    them for its runs in order, and we only revoke the last runs given, so
-    the bytes left always belong to the first runs not yet started. The
-    engine gives a worker nothing new until it has passed over the runs
-    revoked from it (it says "skipped"), so a revoked run cannot take the
-    byte of a later one. Runs are written once per turn of the loop
-    (``flush``): a turn's tickets for one worker in one write, then its runs
-    in one write; a run revoked before that takes back an unwritten ticket."""
-
-    prefetch = PREFETCH
-    early_ns = EARLY_NS
-    reports_start = True  # workers send "started" for runs with a timeout
-
-    def __init__(
-        self, start_method: str, selector: selectors.BaseSelector, capture_dir: str | None = None
-    ) -> None:
-        self.selector = selector
-        self.capture_dir = capture_dir  # capture each run's output in files here
-        self.serial = itertools.count()
-        self.writing: set[_Worker] = set()  # workers with output waiting
-        self.ctx = multiprocessing.get_context(start_method)
-        if start_method == "forkserver":
-            self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
-        self.by_sentinel: dict[int, _Worker] = {}
-        self.unflushed: set[_Worker] = set()  # workers given runs this turn (see flush)
-
-    def spawn(self, slot: int) -> _Worker:
-        parent, child = self.ctx.Pipe(duplex=True)
-        tickets, ticket_w = os.pipe()
-        os.set_blocking(tickets, False)
-        child_tickets = Connection(os.dup(tickets), writable=False)  # the same open file, for the worker
-        capture = None
-        if self.capture_dir is not None:
-            capture = os.path.join(self.capture_dir, f"output-{slot}-{next(self.serial)}")
-        proc = self.ctx.Process(target=_worker_main.main, args=(child, capture, child_tickets), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
-        try:
-            proc.start()  # a dead forkserver is restarted by the next start()
-        except BaseException:
-            parent.close()
-            os.close(tickets)
-            os.close(ticket_w)
-            raise
-        finally:
-            child.close()
-            child_tickets.close()
-        os.set_blocking(parent.fileno(), False)
-        worker = _Worker(proc, parent, capture)
-        worker.tickets, worker.ticket_w = tickets, ticket_w
-        self.by_sentinel[worker.sentinel] = worker
-        self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
-        self.selector.register(worker.sentinel, selectors.EVENT_READ, (ON_EXIT, worker))
-        return worker
-
-    def send_run(self, worker: _Worker, run: Run) -> None:
-        """One frame; or, for a large payload, a small header frame, then the
-        function and the arguments as two raw frames, written from the
-        task's own bytes (never copied here)."""
-        # Its ticket goes out first (flush), and always: to a dying worker
-        # too, so that revoke counts right.
-        worker.unwritten += 1
-        self.unflushed.add(worker)
-        if worker.conn is None:
-            return
-        fn_blob, arg_blob = run.payload
-        report_start = run.timeout_ns is not None
-        out = worker.out
-        if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
-            order = m.RunOrder.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt, run.wall_ns,
-                                    run.retry_on, fn_blob, arg_blob)  # fmt: skip
-            body = pickle.dumps(order, PROTOCOL)
-            out.append(memoryview(frame_head(len(body)) + body))
-        else:  # a header, then the blobs as raw frames, written from their own bytes
-            header = pickle.dumps(m.RunHeader.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt,
-                                                   run.wall_ns, run.retry_on), PROTOCOL)  # fmt: skip
-            for blob in (header, fn_blob, arg_blob):
-                out.append(memoryview(frame_head(len(blob))))
-                out.append(memoryview(blob))
-
-    def flush(self) -> None:
-        """Write the runs given this turn, each worker's tickets before its runs."""
-        for worker in self.unflushed:
-            if worker.unwritten and worker.ticket_w >= 0:
-                os.write(worker.ticket_w, b"t" * worker.unwritten)  # (a pipe takes 64 KiB: never blocks)
-                worker.unwritten = 0
-            if worker.conn is not None:
-                self.write(worker)
-        self.unflushed.clear()
-
-    def revoke(self, worker: _Worker, run: Run) -> bool:
-        """Take back ``run``, the last run given to ``worker`` and not
-        revoked: True if the worker will never start it (its ticket was
-        still there), False if it has started it. Works after its death too."""
-        if worker.unwritten:  # given this turn, not written yet: the last runs' tickets
-            worker.unwritten -= 1
-            return True
-        try:
-            return os.read(worker.tickets, 1) != b""
-        except BlockingIOError:
-            return False
-
-    def retire(self, worker: _Worker) -> None:
-        # What its tasks left running (even in sessions of their own) ends
-        # with it, as at a kill: listed now, killed once it has exited.
-        try:
-            worker.tree = self._ps(worker).children(recursive=True)
-        except (psutil.Error, OSError):
-            pass
-        # Closing our end is enough: an idle worker exits on EOF.
-        self._drop_conn(worker)
-
-    def output(self, worker: _Worker) -> str | None:
-        """The captured output of the worker's last run (its tail), or None
-        without capture."""
-        if worker.capture is None:
-            return None
-        try:
-            with open(worker.capture, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, size - OUTPUT_TAIL))
-                data = f.read(OUTPUT_TAIL)
-        except OSError:
-            return ""
-        return data.decode("utf-8", "replace")
-
-    def kill(self, worker: _Worker, hard: bool) -> None:
-        """Signal the worker's process group and every descendant we can find.
-
-        Descendants are listed before the first signal (once the worker dies,
-        its children are re-parented and the tree is lost); the process group
-        catches the ones that were orphaned already.
-        """
-        self._drop_conn(worker)
-        if not worker.tree:
-            try:
-                worker.tree = self._ps(worker).children(recursive=True)
-            except (psutil.Error, OSError):
-                pass
-        sig = signal.SIGKILL if hard else signal.SIGTERM
-        for kill, target in ((os.killpg, worker.ident), (os.kill, worker.ident)):
-            try:
-                kill(target, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for child in worker.tree:
-            try:
-                child.send_signal(sig)  # psutil checks the pid was not reused
-            except (psutil.Error, OSError):
-                pass
-
-    def rss(self, worker: _Worker) -> int | None:
-        try:
-            return int(self._ps(worker).memory_info().rss)
-        except (psutil.Error, OSError):
-            return None
-
-    def health(self, worker: _Worker) -> str:
-        try:
-            status = self._ps(worker).status()
-        except (psutil.Error, OSError):
-            return "dead"
-        if status == psutil.STATUS_STOPPED:
-            return "stopped"
-        return "dead" if status == psutil.STATUS_ZOMBIE else "ok"
-
-    def forget(self, worker: _Worker) -> int | None:
-        """The worker's sentinel fired: reap it and return its exit code."""
-        self._drop_conn(worker)
-        if worker.tree:  # descendants listed before it was stopped (retired or killed)
-            for child in worker.tree:
-                try:
-                    child.kill()  # psutil checks the pid was not reused
-                except (psutil.Error, OSError):
-                    pass
-        del self.by_sentinel[worker.sentinel]
-        self.selector.unregister(worker.sentinel)
-        # Whatever the worker left in its process group dies with it: children
-        # that ignored the SIGTERM of a timeout, a task's background processes.
-        try:
-            os.killpg(worker.ident, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        # The sentinel closes as the process exits, a moment before it can be
-        # reaped. A worker that closed the fd itself is still alive: kill it.
-        worker.proc.join(0.1)
-        if worker.proc.exitcode is None:
-            worker.proc.kill()
-            worker.proc.join()
-        code = worker.proc.exitcode
-        worker.proc.close()
-        return code
-
-    def forget_output(self, worker: _Worker) -> None:
-        """The engine is done with the dead worker: close its ticket pipe, remove its output file."""
-        for fd in (worker.tickets, worker.ticket_w):
-            if fd >= 0:
-                os.close(fd)
-        worker.tickets = worker.ticket_w = -1
-        self.unflushed.discard(worker)
-        if worker.capture is not None:
-            try:
-                os.unlink(worker.capture)
-            except OSError:
-                pass
-
-    def _ps(self, worker: _Worker) -> Any:
-        """The worker's psutil.Process (psutil is loaded by this first use)."""
-        if worker.ps is None:
-            worker.ps = _psutil().Process(worker.ident)
-        return worker.ps
-
-    def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
-        if worker.conn is None:
-            return
-        body = pickle.dumps(message, PROTOCOL)
-        worker.out.append(memoryview(frame_head(len(body)) + body))
-        self.write(worker)
-
-    def write(self, worker: _Worker, now: int | None = None) -> None:
-        """Write what the worker's pipe takes now, without blocking; watch
-        for writability while anything is left."""
-        out = worker.out
-        was_waiting = worker in self.writing
-        try:
-            while out:
-                if len(out) == 1:
-                    n = os.write(worker.fd, out[0])
-                else:
-                    n = os.writev(worker.fd, list(itertools.islice(out, IOV_MAX)))
-                worker.out_since = time.monotonic_ns() if now is None else now
-                while n:
-                    head = out[0]
-                    if n >= len(head):
-                        n -= len(head)
-                        out.popleft()
-                    else:
-                        out[0] = head[n:]
-                        n = 0
-        except BlockingIOError:
-            pass
-        except OSError:
-            self._drop_conn(worker)  # it is dying: its sentinel will say so
-            return
-        if out and not was_waiting:
-            self.writing.add(worker)
-            worker.out_since = time.monotonic_ns() if now is None else now
-            self.selector.modify(worker.conn, selectors.EVENT_READ | selectors.EVENT_WRITE, (ON_WORKER, worker))
-        elif not out and was_waiting:
-            self.writing.discard(worker)
-            self.selector.modify(worker.conn, selectors.EVENT_READ, (ON_WORKER, worker))
-
-    def _drop_conn(self, worker: _Worker) -> None:
-        if worker.conn is not None:
-            self.selector.unregister(worker.conn)
-            worker.conn.close()
-            worker.conn = None
-            worker.out.clear()
-            self.writing.discard(worker)
-
-
-ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
-
-
-def _psutil() -> Any:
-    global psutil
-    if psutil is None:
-        import psutil as module
-
-        psutil = module
-    return psutil
 
 
 class Dispatcher:
@@ -642,7 +124,7 @@ class Dispatcher:
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
-        self.partial: dict[_Worker, int] = {}  # worker -> when its unfinished frame last grew
+        self.partial: dict[ProcessWorker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
         self.freeze_gc = FreezeOnGrowth()  # after bulk adds (see _gc.py)
         self.wakeup_r, wakeup_w = os.pipe()
@@ -800,7 +282,7 @@ class Dispatcher:
         arg_blob = blobs.setdefault(arg_blob, arg_blob) if len(arg_blob) < 64 else arg_blob
         return fn_blob, arg_blob
 
-    def on_worker(self, worker: _Worker) -> None:
+    def on_worker(self, worker: ProcessWorker) -> None:
         engine = self.engine
         conn = worker.conn
         try:
@@ -878,7 +360,7 @@ class Dispatcher:
                 wake = due
         return wake
 
-    def protocol_violation(self, worker: _Worker, what: str) -> None:
+    def protocol_violation(self, worker: ProcessWorker, what: str) -> None:
         """A worker sent something that is not a message of ours (a task wrote
         to the pipe it inherited, or sent a frame it never finished): its pipe
         cannot be trusted, so the worker goes, like a crash - never the

@@ -70,8 +70,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-from typing import Any, Protocol
-import abc
+from typing import Any
 
 from .. import _tz
 from .._core import ONCE, CancelResult, Kind, Policy, RetryPolicy, Run, Schedule, SchedulerCore, TaskState
@@ -79,6 +78,8 @@ from .._core._state import OUTCOMES
 from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
+from ._carrier import Carrier
+from ._durable._hooks import NO_STORE, Durable
 from ._messages import (
     BLOB_EXC, BLOB_NONE, RUN_STARTED, Add, Done, Log, Message, RunEnded, RunStarted, TaskCancelled, TaskChanged,
     WorkerChanged,
@@ -109,105 +110,17 @@ INFO, WARNING = 20, 30
 PAUSED, PENDING = TaskState.PAUSED.value, TaskState.PENDING.value
 
 
-class Worker(Protocol):
-    """A carrier's worker, as the engine sees it: opaque but for its name."""
-
-    ident: Any
-    """What events and logs call it: a pid (processes), a thread name, a Ray slot."""
-
-
-class Carrier(abc.ABC):
-    """What the engine asks of a runtime: start, feed and stop workers.
-
-    The four abstract methods are every carrier's; the rest are abilities
-    a carrier may have, with the defaults of one that has none of them
-    (``ProcessCarrier`` has them all)."""
-
-    prefetch: int = 0
-    """How many runs a busy worker may hold queued behind its current one
-    (0: none; see "Prefetch" above). A carrier that sets it implements ``revoke``."""
-    early_ns: int = 0
-    """How long before its due time an idle worker may be given a run (see
-    "Early hand-off"; only with ``prefetch``)."""
-    reports_start: bool = False
-    """The carrier calls ``Engine.started`` when a run with a timeout starts
-    (its timeout then counts from there, with a load grace before)."""
-
-    @abc.abstractmethod
-    def spawn(self, slot: int) -> Worker:
-        """Start a worker for ``slot``; return it."""
-
-    @abc.abstractmethod
-    def send_run(self, worker: Any, run: Run) -> None:
-        """Give ``run`` to ``worker`` (idle, or with ``prefetch``: to run after its current runs)."""
-
-    @abc.abstractmethod
-    def kill(self, worker: Any, hard: bool) -> None:
-        """Stop ``worker`` and everything it started (hard: no grace)."""
-
-    @abc.abstractmethod
-    def retire(self, worker: Any) -> None:
-        """Ask an idle ``worker`` to exit cleanly."""
-
-    def rss(self, worker: Any) -> int | None:
-        """The worker's resident memory in bytes, if it can be known."""
-        return None
-
-    def health(self, worker: Any) -> str:
-        """``"ok"``, ``"stopped"`` or ``"dead"``."""
-        return "ok"
-
-    def output(self, worker: Any) -> str | None:
-        """The captured output of the worker's last run (its tail), or None."""
-        return None
-
-    def revoke(self, worker: Any, run: Run) -> bool:
-        """Take back the last run given to ``worker`` and not revoked yet:
-        True if it will never start (the worker passes over it and says so:
-        ``Engine.skipped``), False if the worker has started it (also after
-        the worker died). Only a carrier with ``prefetch`` gives runs ahead."""
-        return False
-
-
-class Durable:
-    """A durable store's hooks into dispatch (``_durable/_journal.py``);
-    this base is the null object: no store, nothing held."""
-
-    active: bool = False
-    """A store is attached (keyed runs may be held)."""
-    prefetch: int | None = None
-    """With a store, a busy worker holds at most this many runs ahead (None: the carrier's)."""
-
-    def hold(self, worker: Any, run: Run) -> bool:
-        """Keep ``run`` (just given to ``worker``) back: True if it is held,
-        and sent by the store once the transaction recording its start has
-        committed; False: send it now."""
-        return False
-
-    def withdraw(self, worker: Any, run: Run, peek: bool = False) -> bool:
-        """Take back ``run``, the last run given to ``worker``, if it is still
-        held (True: it was never sent). ``peek``: only say whether ``run`` is
-        held, wherever it is in the worker's queue."""
-        return False
-
-    def unstarted(self, run: Run, now: int, events: list[Message]) -> None:
-        """A claimed run that never started ends cancelled (``events``: the
-        engine's, to record first what happened before it)."""
-
-
-NO_STORE: Durable = Durable()
-
-
 class Slot:
     """One place in the pool, filled by successive workers."""
 
-    __slots__ = ("index", "worker", "run", "deadline", "loading", "runs", "restarts", "streak", "respawn_at", "note",
-                 "queue", "unskipped")  # fmt: skip
+    __slots__ = ("index", "worker", "run", "given_at", "deadline", "loading", "runs", "restarts", "streak", "respawn_at",
+                 "note", "queue", "unskipped")  # fmt: skip
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.worker: Any = None  # None while waiting to respawn
-        self.run: tuple[Run, int] | None = None  # (run, dispatched at)
+        self.run: Run | None = None  # the run it holds (started or about to be), queued runs apart
+        self.given_at = 0  # when ``run`` became its run (given, or its start reported)
         self.deadline: int | None = None  # the run's timeout deadline
         self.loading = False  # the deadline is the load grace's: the run has not started yet
         self.runs = 0  # runs by the current worker
@@ -413,11 +326,11 @@ class Engine:
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         if self.early_ns:
             for slot in self.slots:
-                if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
+                if slot.run is not None and slot.run.task_id == task_id and self._is_early(slot, now):
                     self._take_back(slot, head=True)  # given before its due time: still revocable
         if self.durable.active:
             for slot in self.slots:
-                if slot.run is not None and slot.run[0].task_id == task_id and self.durable.withdraw(slot.worker, slot.run[0], True):
+                if slot.run is not None and slot.run.task_id == task_id and self.durable.withdraw(slot.worker, slot.run, True):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
@@ -431,7 +344,7 @@ class Engine:
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
-            slot = next((s for s in self.slots if s.run is not None and s.run[0].task_id == task_id), None)
+            slot = next((s for s in self.slots if s.run is not None and s.run.task_id == task_id), None)
             if slot is not None:  # else its run is parked (tick() ends it) or queued and started:
                 self._abort_run(slot, "cancelled", now)
             else:
@@ -453,22 +366,21 @@ class Engine:
         """The worker is about to run the run's code (it is up, the function
         and arguments are loaded): its timeout counts from ``at``."""
         slot = self._slot_of(worker)
-        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+        if slot is None or slot.run is None or slot.run.task_id != task_id or slot.run.run != run_no:
             return  # stale
-        run = slot.run[0]
-        slot.run = (run, at)
+        slot.given_at = at
         slot.loading = False
-        if run.timeout_ns is not None:
-            slot.deadline = at + run.timeout_ns
+        if slot.run.timeout_ns is not None:
+            slot.deadline = at + slot.run.timeout_ns
 
     def finished(self, worker: Any, done: Done) -> None:
         """``worker`` reports the end of a run (see ``Done``). A worker no
         longer fit to run tasks (``done.unfit``) is replaced."""
         slot = self._slot_of(worker)
-        if slot is None or slot.run is None or slot.run[0].task_id != done.task_id or slot.run[0].run != done.run:
+        if slot is None or slot.run is None or slot.run.task_id != done.task_id or slot.run.run != done.run:
             return  # stale: that run was already ended (timed out, interrupted)
         finished = done.finished_ns
-        run = slot.run[0]
+        run = slot.run
         slot.run = slot.deadline = None
         slot.loading = False
         slot.runs += 1
@@ -484,7 +396,7 @@ class Engine:
                 self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
         elif slot.queue:  # the worker goes on with its next queued run by itself
             self._assign(slot, slot.queue.popleft(), finished)
-            head = slot.run[0]  # type: ignore[index]
+            head = slot.run
             if (head.task_id, head.run) in self.interrupting:
                 self.interrupting.discard((head.task_id, head.run))
                 self._abort_run(slot, "cancelled", finished)
@@ -499,7 +411,7 @@ class Engine:
         run given ahead (queued, or taken back: ``staged``; ``worker`` None)
         leaves its place."""
         slot = None if worker is None else self._slot_of(worker)
-        if slot is not None and slot.run is not None and slot.run[0] is run:
+        if slot is not None and slot.run is not None and slot.run is run:
             slot.run = slot.deadline = None
             slot.loading = False
             if slot.queue:  # held behind it, never sent either: the next one is the worker's next run
@@ -548,7 +460,7 @@ class Engine:
         # Runs given ahead that it never started go back, untouched; its
         # current run (the head, as without prefetch: given = running) and a
         # queued run it had started (its result lost) crashed with it.
-        head = slot.run is not None and self.durable.withdraw(worker, slot.run[0], True)
+        head = slot.run is not None and self.durable.withdraw(worker, slot.run, True)
         started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
         for extra_run in started[1:]:
@@ -558,7 +470,7 @@ class Engine:
         slot.worker = None
         slot.restarts += 1
         if slot.run is not None:
-            run, dispatched = slot.run
+            run, dispatched = slot.run, slot.given_at
             slot.run = slot.deadline = None
             slot.loading = False
             slot.streak += 1
@@ -627,7 +539,7 @@ class Engine:
                 "runs": slot.runs,
                 "restarts": slot.restarts,
                 "crash_streak": slot.streak,
-                "task": None if slot.run is None else slot.run[0].task_id,
+                "task": None if slot.run is None else slot.run.task_id,
                 "queued": len(slot.queue),  # runs given ahead (prefetch), not started
             })  # fmt: skip
         return {
@@ -764,7 +676,7 @@ class Engine:
 
     def _is_early(self, slot: Slot, now: int) -> bool:
         """The slot's run was given before its due time, which has not come."""
-        return slot.run is not None and slot.run[1] < slot.run[0].scheduled_ns and now < slot.run[0].scheduled_ns
+        return slot.run is not None and slot.given_at < slot.run.scheduled_ns and now < slot.run.scheduled_ns
 
     def _give_early(self, due: int, now: int) -> bool:
         """Give idle workers the runs due by ``due`` (within ``early_ns``)."""
@@ -786,7 +698,7 @@ class Engine:
 
     def _assign(self, slot: Slot, run: Run, now: int) -> None:
         """``run`` is the slot's run from now (sent now, or queued and next)."""
-        slot.run = (run, now)
+        slot.run, slot.given_at = run, now
         slot.deadline = None
         slot.loading = False
         if run.timeout_ns is not None:
@@ -826,13 +738,13 @@ class Engine:
         if slot.run is None:
             return []
         self._revoke_tail(slot, len(slot.queue))
-        if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run[0]):
-            self._unannounce(slot.run[0])
-            self._stage(slot.run[0])
+        if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run):
+            self._unannounce(slot.run)
+            self._stage(slot.run)
             slot.run = slot.deadline = None
             slot.loading = False
             return []
-        return [slot.run[0], *slot.queue]
+        return [slot.run, *slot.queue]
 
     def _take_back_all(self, _reason: Any) -> None:
         for slot in self.slots:
@@ -1001,7 +913,8 @@ class Engine:
         tree and give the slot a fresh worker."""
         started = self._take_back(slot, head=False)
         slot.queue.clear()
-        run, dispatched = slot.run  # type: ignore[misc]
+        run, dispatched = slot.run, slot.given_at
+        assert run is not None
         worker = slot.worker
         loading = slot.loading
         for other in started[1:]:  # it had finished the run that timed out, its result unread: killed too

@@ -47,7 +47,8 @@ from .._errors import SchedulerClosedError, SchedulerError
 from . import _messages as m
 from . import _ray_task
 from ._dispatch_thread import DispatcherThread
-from ._engine import WARNING, Carrier
+from ._carrier import Carrier
+from ._engine import WARNING
 from ._wire import pack_call, pack_error
 
 #: Ids of tasks added from inside Ray runs (the facade numbers its own from 1).

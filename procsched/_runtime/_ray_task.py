@@ -38,7 +38,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from .._api import SchedulingAPI
 from .._context import running
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError

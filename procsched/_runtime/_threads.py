@@ -26,7 +26,7 @@ from .._core import Run
 from .._core._units import NS, wall_datetime
 from .._handle import RunInfo
 from ._dispatch_thread import DispatcherThread
-from ._engine import Carrier
+from ._carrier import Carrier
 from ._messages import BLOB_ERROR, BLOB_VALUE, Done, Exited, Finished, Shutdown
 
 #: A worker thread's inbox: a run to run, or this (exit).

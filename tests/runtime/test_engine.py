@@ -17,7 +17,8 @@ import pytest
 from procsched._core import Policy, Run, Schedule
 from procsched._errors import TaskTimeoutError, WorkerCrashedError
 from procsched._runtime import _messages as m
-from procsched._runtime._engine import BACKOFF_FIRST_NS, Carrier, Engine
+from procsched._runtime._carrier import Carrier
+from procsched._runtime._engine import BACKOFF_FIRST_NS, Engine
 
 MS = 1_000_000
 

@@ -30,18 +30,15 @@ Journal does not write them back (``quiet``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._core import Kind, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import StoredTask
+from ..._store import Holder, SQLStore, StoredTask
 from .._engine import Engine
-from .._messages import AdoptKey
+from .._messages import AdoptKey, Message
 from ._stored import resume_point, schedule_of
-
-if TYPE_CHECKING:
-    from ._journal import Journal
 
 #: The longest interval between two re-reads of the store.
 SYNC_MAX_NS = NS
@@ -70,10 +67,26 @@ def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
     return st.run_count, st.next_attempt, st.next_due_ns
 
 
+class Journalled(Protocol):
+    """What peers read and change of the dispatcher's journal (``_journal.Journal``)."""
+
+    store: SQLStore
+    holder: Holder
+    keys: dict[int, str]  # live keyed task id -> key
+    runs: dict[str, int]  # key -> the last run number claimed
+    cancelled: list[int]
+
+    def expecting(self, key: str) -> bool: ...
+
+    def sync(self, events: list[Message]) -> None: ...
+
+    def pass_over(self, events: list[Message]) -> None: ...
+
+
 class Peers:
     """One dispatcher's dealings with the other schedulers on its store."""
 
-    def __init__(self, journal: Journal, lease_ns: int) -> None:
+    def __init__(self, journal: Journalled, lease_ns: int) -> None:
         self.journal = journal
         self.interval = max(1, min(SYNC_MAX_NS, lease_ns // 3))
         self.sync_at: int | None = None  # monotonic: the next re-read (the first turn sets it)
