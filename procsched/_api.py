@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from . import _validate as v
 from ._core import Misfire, Priority, Schedule
@@ -154,7 +155,11 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
         )
         spec = v.TaskSpec(
-            schedule, delay_ns, v.priority(priority), v.optional_timeout_ns(timeout), v.name(name),
+            schedule,
+            delay_ns,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
             ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
@@ -182,9 +187,15 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("initial_delay", initial_delay)
-        schedule = Schedule.fixed_delay(v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error))
+        schedule = Schedule.fixed_delay(
+            v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
+        )
         spec = v.TaskSpec(
-            schedule, delay_ns, v.priority(priority), v.optional_timeout_ns(timeout), v.name(name),
+            schedule,
+            delay_ns,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
             ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing), *call)
@@ -228,20 +239,38 @@ class SchedulingAPI(abc.ABC):
         call = v.call(fn, args, kwargs)
         wall = self._wall_now_ns()
         trigger, first = v.cron(expr, tz, wall, self._zones_travel)
-        schedule = Schedule.calendar(trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error))
+        schedule = Schedule.calendar(
+            trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
+        )
         spec = v.TaskSpec(
-            schedule, 0, v.priority(priority), v.optional_timeout_ns(timeout), v.name(name),
-            start_wall_ns=wall, ray_options=v.ray_options(ray_options, self._ray_runner),
+            schedule,
+            0,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
+            start_wall_ns=wall,
+            ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing, wall, first), *call)
 
     def _once(
-        self, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]], delay_ns: int,
-        priority: object, name: object, timeout: object, retry: object = None, key: object = None,
-        replace_existing: object = False, ray_options: object = None,
-    ) -> TaskHandle:  # fmt: skip
+        self,
+        call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]],
+        delay_ns: int,
+        priority: object,
+        name: object,
+        timeout: object,
+        retry: object = None,
+        key: object = None,
+        replace_existing: object = False,
+        ray_options: object = None,
+    ) -> TaskHandle:
         spec = v.TaskSpec(
-            Schedule.once(), delay_ns, v.priority(priority), v.optional_timeout_ns(timeout), v.name(name),
+            Schedule.once(),
+            delay_ns,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
             ray_options=v.ray_options(ray_options, self._ray_runner),
         )
         if retry is not None or key is not None or replace_existing is not False:
@@ -249,9 +278,16 @@ class SchedulingAPI(abc.ABC):
         return self._add(spec, *call)
 
     def _with_options(
-        self, spec: v.TaskSpec, retry: object, until: object, max_runs: object, key: object,
-        replace_existing: object, wall: int | None = None, first_slot: int | None = None,
-    ) -> v.TaskSpec:  # fmt: skip
+        self,
+        spec: v.TaskSpec,
+        retry: object,
+        until: object,
+        max_runs: object,
+        key: object,
+        replace_existing: object,
+        wall: int | None = None,
+        first_slot: int | None = None,
+    ) -> v.TaskSpec:
         """Validate the options of part two (retries, limits, keys) into ``spec``."""
         if retry is None and until is None and max_runs is None and key is None and replace_existing is False:
             return spec
@@ -260,6 +296,7 @@ class SchedulingAPI(abc.ABC):
             if wall is None:
                 wall = self._wall_now_ns()
             until_rel = v.until_ns(until, wall)
+            assert until_rel is not None
             first = spec.delay_ns if first_slot is None else first_slot - wall
             if first > until_rel:
                 raise ValueError(f"until is before the task's first run: {until!r}")
@@ -268,7 +305,9 @@ class SchedulingAPI(abc.ABC):
         if until_rel is not None or limits is not None:
             schedule = schedule._replace(until_ns=until_rel, max_runs=limits)
         return spec._replace(
-            schedule=schedule, retry=checked_retry(retry), key=v.key(key),
+            schedule=schedule,
+            retry=checked_retry(retry),
+            key=v.key(key),
             replace_existing=v.flag("replace_existing", replace_existing),
         )
 
@@ -281,9 +320,7 @@ class SchedulingAPI(abc.ABC):
         if holder is None or holder.done():
             return
         if not spec.replace_existing:
-            raise ValueError(
-                f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it"
-            )
+            raise ValueError(f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it")
         if not self.cancel(holder.id):
             raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol, final, runtime_checkable
 
 from ._core._units import NS, wall_datetime
@@ -50,7 +50,7 @@ class MonotonicClock:
         return time.time_ns()
 
     def wall_now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def sleep_until_ns(self, deadline_ns: int) -> None:
         while True:  # a blocking sleep, repeated only if it woke early

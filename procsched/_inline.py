@@ -11,7 +11,8 @@ deterministic tests: pair it with a ManualClock and time moves only when
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, final
+from collections.abc import Callable
+from typing import Any, final
 
 from . import _validate as v
 from ._api import LiveTasks, SchedulingAPI
@@ -81,7 +82,9 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         now = self._clock.now_ns()
         self._core.set_wall_offset(self._clock.wall_ns() - now, now)
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+    def _add(
+        self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskHandle:
         now = self._clock.now_ns()
         due = now + spec.delay_ns
         core = self._core
@@ -94,9 +97,16 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         else:
             self._sync_wall()
             task_id = core.add(
-                due, spec.priority, schedule, spec.timeout_ns, (fn, args, kwargs), spec.name,
-                retry=None if retry is None else retry.policy(), retry_on=None if retry is None else retry.classes or None,
-                start_wall_ns=spec.start_wall_ns, now=now,
+                due,
+                spec.priority,
+                schedule,
+                spec.timeout_ns,
+                (fn, args, kwargs),
+                spec.name,
+                retry=None if retry is None else retry.policy(),
+                retry_on=None if retry is None else retry.classes or None,
+                start_wall_ns=spec.start_wall_ns,
+                now=now,
             )
             due = core.due(task_id)  # type: ignore[assignment]
             handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, core.next_wall(task_id))
@@ -212,13 +222,23 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         handle._on_started()
         fn, args, kwargs = run.payload
         if self._listeners:
-            self._listeners.notify(RUN_STARTED, run_started(
-                run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS
-            ))  # fmt: skip
+            self._listeners.notify(
+                RUN_STARTED,
+                run_started(run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS),
+            )
         started = self._clock.now_ns()
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self._core.wall_offset
-        info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name,
-                       None, run.attempt, wall_datetime(wall))  # fmt: skip
+        info = RunInfo(
+            run.task_id,
+            run.run,
+            run.scheduled_ns / NS,
+            started / NS,
+            None,
+            threading.current_thread().name,
+            None,
+            run.attempt,
+            wall_datetime(wall),
+        )
         value: Any = None
         error: BaseException | None = None
         try:
@@ -245,8 +265,15 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         if next_wall is None and completion.next_due_ns is not None:
             next_wall = completion.next_due_ns + self._core.wall_offset
         ended = RunInfo(
-            info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome,  # type: ignore[arg-type]
-            info.attempt, info.scheduled_at,
+            info.task_id,
+            info.run,
+            info.scheduled_for,
+            info.started_at,
+            finished / NS,
+            info.worker,
+            outcome,  # type: ignore[arg-type]
+            info.attempt,
+            info.scheduled_at,
         )
         handle._on_run(ended, completion.state, next_run, next_wall)
         if completion.state.terminal:
@@ -259,10 +286,16 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             fields = run_ended(ended, handle.name, completion.state.value, next_run, error)
             self._listeners.notify(RUN_END[outcome], fields)
             if completion.missed:
-                self._listeners.notify(RUN_MISSED, {
-                    "task_id": run.task_id, "name": handle.name, "run": run.run,
-                    "missed": completion.missed, "next_run": next_run,
-                })  # fmt: skip
+                self._listeners.notify(
+                    RUN_MISSED,
+                    {
+                        "task_id": run.task_id,
+                        "name": handle.name,
+                        "run": run.run,
+                        "missed": completion.missed,
+                        "next_run": next_run,
+                    },
+                )
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on
 

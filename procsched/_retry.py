@@ -54,9 +54,11 @@ class Retry:
             raise ValueError(f"jitter must be a fraction between 0 and 1, not {jitter!r}")
         entries = [on] if isinstance(on, (str, type)) else on
         try:
-            entries = tuple(entries)  # type: ignore[arg-type]
+            entries = tuple(entries)
         except TypeError:
-            raise TypeError(f"on must be outcome names and/or exception classes, not {type(on).__name__} {on!r}") from None
+            raise TypeError(
+                f"on must be outcome names and/or exception classes, not {type(on).__name__} {on!r}"
+            ) from None
         for entry in entries:
             if isinstance(entry, str):
                 if entry not in RETRYABLE:
@@ -72,8 +74,10 @@ class Retry:
 
     def __repr__(self) -> str:
         on = ", ".join(e if isinstance(e, str) else e.__name__ for e in self.on)
-        return (f"Retry(attempts={self.attempts}, delay={self.delay!r}, backoff={self.backoff!r}, "
-                f"max_delay={self.max_delay!r}, jitter={self.jitter!r}, on=({on}))")  # fmt: skip
+        return (
+            f"Retry(attempts={self.attempts}, delay={self.delay!r}, backoff={self.backoff!r}, "
+            f"max_delay={self.max_delay!r}, jitter={self.jitter!r}, on=({on}))"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Retry):
@@ -94,11 +98,13 @@ class Retry:
 
     def policy(self) -> RetryPolicy:
         return RetryPolicy(
-            self.attempts, duration_ns("delay", self.delay), float(self.backoff),
-            duration_ns("max_delay", self.max_delay), float(self.jitter),
+            self.attempts,
+            duration_ns("delay", self.delay),
+            float(self.backoff),
+            duration_ns("max_delay", self.max_delay),
+            float(self.jitter),
             frozenset(e for e in self.on if isinstance(e, str)),
-        )  # fmt: skip
-
+        )
 
 
 def checked_retry(value: object) -> Retry | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import zoneinfo
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, timezone, tzinfo
 
 from ._core import CronTrigger, Zone
 from ._core._units import wall_datetime, wall_ns
@@ -36,7 +36,7 @@ def local_zone() -> tzinfo:
         with open("/etc/localtime", "rb") as f:
             return zoneinfo.ZoneInfo.from_file(f, key="localtime")
     except (OSError, ValueError, zoneinfo.ZoneInfoNotFoundError):
-        return datetime.now().astimezone().tzinfo or timezone.utc
+        return datetime.now().astimezone().tzinfo or UTC
 
 
 def zone(tz: Zone) -> tzinfo:

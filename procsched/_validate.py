@@ -8,14 +8,15 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from . import _tz
 from ._async import as_sync
 from ._core import CronTrigger, Policy, Schedule
 from ._core._units import NS, wall_datetime
+
 #: The longest delay or period accepted: about 146 years.
 MAX_NS = 2**62
 MAX_PRIORITY = 2**63 - 1
@@ -123,7 +124,7 @@ def delay_until_ns(when: object, wall_now_ns: int | None = None, arg: str = "whe
         raise TypeError(f"{arg} must be an aware datetime, not {describe(when)}")
     if when.tzinfo is None or when.tzinfo.utcoffset(when) is None:
         raise ValueError(f"{arg} must be an aware datetime (with tzinfo), not naive {when!r}")
-    now = datetime.now(timezone.utc) if wall_now_ns is None else wall_datetime(wall_now_ns)
+    now = datetime.now(UTC) if wall_now_ns is None else wall_datetime(wall_now_ns)
     try:
         delta = when - now
     except OverflowError:
@@ -166,14 +167,14 @@ def key(value: object) -> str | None:
     return value
 
 
-def cron(expr: object, tz: object, wall_now_ns: int, portable: bool = False) -> tuple[CronTrigger, int]:
+def cron(expr: object, tz: Any, wall_now_ns: int, portable: bool = False) -> tuple[CronTrigger, int]:
     """A cron expression in a zone -> its trigger and its first slot (wall ns).
     ``portable``: the zone must reach another process (an IANA name, a
     fixed offset or the local zone), and the trigger keeps it in that form."""
     if not isinstance(expr, str):
         raise TypeError(f"expr must be a cron expression (str), not {describe(expr)}")
-    resolved = _tz.zone(tz)  # type: ignore[arg-type]
-    given = _tz.portable(tz) if portable else tz  # type: ignore[arg-type]
+    resolved = _tz.zone(tz)  # TypeError, ValueError: not a zone
+    given = _tz.portable(tz) if portable else tz
     trigger = CronTrigger(expr, resolved, given)
     first = trigger.next_ns(wall_now_ns)
     if first is None:
@@ -184,9 +185,18 @@ def cron(expr: object, tz: object, wall_now_ns: int, portable: bool = False) -> 
 #: The Ray task options ``ray_options=`` may set (Scheduler(runner="ray") only).
 #: Retries are not among them: procsched never re-runs a run behind the user's back.
 RAY_OPTIONS = (
-    "num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy",
-    "runtime_env", "label_selector", "placement_group", "placement_group_bundle_index", "max_calls",
-)  # fmt: skip
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "accelerator_type",
+    "scheduling_strategy",
+    "runtime_env",
+    "label_selector",
+    "placement_group",
+    "placement_group_bundle_index",
+    "max_calls",
+)
 
 
 def ray_options(value: object, on_ray: bool) -> dict[str, Any] | None:
@@ -195,7 +205,9 @@ def ray_options(value: object, on_ray: bool) -> dict[str, Any] | None:
     if value is None:
         return None
     if not on_ray:
-        raise ValueError(f"ray_options is only for Scheduler(runner='ray'); this scheduler cannot use {describe(value)}")
+        raise ValueError(
+            f"ray_options is only for Scheduler(runner='ray'); this scheduler cannot use {describe(value)}"
+        )
     if not isinstance(value, Mapping):
         raise TypeError(f"ray_options must be a mapping of Ray task options or None, not {describe(value)}")
     options = dict(value)
@@ -215,7 +227,9 @@ def ray_options(value: object, on_ray: bool) -> dict[str, Any] | None:
         elif key in ("runtime_env", "label_selector") and not isinstance(item, Mapping):
             raise TypeError(f"ray_options[{key!r}] must be a mapping, not {describe(item)}")
         elif key == "scheduling_strategy" and isinstance(item, str) and item not in ("DEFAULT", "SPREAD"):
-            raise ValueError(f"ray_options['scheduling_strategy'] must be 'DEFAULT', 'SPREAD' or a Ray strategy, not {item!r}")
+            raise ValueError(
+                f"ray_options['scheduling_strategy'] must be 'DEFAULT', 'SPREAD' or a Ray strategy, not {item!r}"
+            )
         elif key == "accelerator_type" and not isinstance(item, str):
             raise TypeError(f"ray_options['accelerator_type'] must be a str, not {describe(item)}")
     return options

@@ -14,21 +14,45 @@ runner - inline, threads, processes - drives the very same decisions.
     _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
-from ._calendar import CronTrigger as CronTrigger, Zone as Zone
+from ._calendar import CronTrigger as CronTrigger
+from ._calendar import Zone as Zone
 from ._schedule import (
     KIND_OF as KIND_OF,
+)
+from ._schedule import (
     MISFIRE_OF as MISFIRE_OF,
+)
+from ._schedule import (
     ONCE as ONCE,
+)
+from ._schedule import (
     Kind as Kind,
+)
+from ._schedule import (
     Misfire as Misfire,
+)
+from ._schedule import (
     Schedule as Schedule,
 )
 from ._scheduler import (
     CancelResult as CancelResult,
+)
+from ._scheduler import (
     Completion as Completion,
+)
+from ._scheduler import (
     Policy as Policy,
+)
+from ._scheduler import (
     RetryPolicy as RetryPolicy,
+)
+from ._scheduler import (
     Run as Run,
+)
+from ._scheduler import (
     SchedulerCore as SchedulerCore,
 )
-from ._state import Outcome as Outcome, Priority as Priority, TaskState as TaskState, transition as transition
+from ._state import Outcome as Outcome
+from ._state import Priority as Priority
+from ._state import TaskState as TaskState
+from ._state import transition as transition

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 from bisect import insort
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Literal
 
 from ._units import EPOCH, NS
@@ -56,6 +56,7 @@ ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+
 
 def _fields(expr: str) -> list[str]:
     if not isinstance(expr, str):
@@ -218,7 +219,7 @@ def _offsets(n: datetime, tz: tzinfo) -> tuple[int, int]:
 
 def _seconds(n: datetime) -> int:
     """Naive ``n`` read as if it were UTC, in seconds since the epoch."""
-    return (n.replace(tzinfo=timezone.utc) - EPOCH) // timedelta(seconds=1)
+    return (n.replace(tzinfo=UTC) - EPOCH) // timedelta(seconds=1)
 
 
 def _offset_at(t: int, tz: tzinfo) -> int:

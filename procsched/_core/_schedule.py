@@ -236,8 +236,16 @@ class Schedule(NamedTuple):
             return None
         trigger = self.trigger
         expr, zone = (None, None) if trigger is None else (trigger.expr, trigger.zone)
-        return (self.kind.value, self.period_ns, self.misfire.value, self.stop_on_error, expr, zone,
-                self.until_ns, self.max_runs)  # fmt: skip
+        return (
+            self.kind.value,
+            self.period_ns,
+            self.misfire.value,
+            self.stop_on_error,
+            expr,
+            zone,
+            self.until_ns,
+            self.max_runs,
+        )
 
     @staticmethod
     def from_wire(wire: Wire, zone_of: ZoneOf) -> Schedule:
@@ -290,10 +298,14 @@ class Schedule(NamedTuple):
             trigger = CronTrigger(record["expr"], zone_of(zone), zone)
         until_wall = record.get("until_wall_ns")
         value = Schedule(
-            kind, record.get("period_ns", 0), MISFIRE_OF[record.get("misfire", Misfire.CATCH_UP.value)],
-            bool(record.get("stop_on_error", False)), trigger,
-            None if until_wall is None else until_wall - now_wall_ns, record.get("max_runs"),
-        )  # fmt: skip
+            kind,
+            record.get("period_ns", 0),
+            MISFIRE_OF[record.get("misfire", Misfire.CATCH_UP.value)],
+            bool(record.get("stop_on_error", False)),
+            trigger,
+            None if until_wall is None else until_wall - now_wall_ns,
+            record.get("max_runs"),
+        )
         return (ONCE if value == ONCE else value), record.get("delay_ns", 0)
 
     # -- internals -----------------------------------------------------------------
@@ -360,8 +372,12 @@ def upgrade_record(schedule: Mapping[str, Any], options: Mapping[str, Any]) -> t
 
 
 #: Kinds in a store's words (a store knows a calendar schedule as "cron").
-_STORED_KIND: Final = {Kind.ONCE: "once", Kind.FIXED_RATE: "fixed_rate", Kind.FIXED_DELAY: "fixed_delay",
-                       Kind.CALENDAR: "cron"}  # fmt: skip
+_STORED_KIND: Final = {
+    Kind.ONCE: "once",
+    Kind.FIXED_RATE: "fixed_rate",
+    Kind.FIXED_DELAY: "fixed_delay",
+    Kind.CALENDAR: "cron",
+}
 _KIND_STORED: Final = {stored: kind for kind, stored in _STORED_KIND.items()}
 
 
@@ -373,7 +389,9 @@ def _stored_zone(zone: Zone) -> str | float | None:
     offset = zone.utcoffset(None)
     if isinstance(zone, timezone) and offset is not None:
         return offset.total_seconds()
-    raise ValueError(f"tz {zone!r} names no IANA zone, so it cannot be stored: pass an IANA name such as 'Europe/Berlin'")
+    raise ValueError(
+        f"tz {zone!r} names no IANA zone, so it cannot be stored: pass an IANA name such as 'Europe/Berlin'"
+    )
 
 
 def _zone_of_record(stored: object) -> Zone:

@@ -168,7 +168,14 @@ class RetryPolicy(NamedTuple):
 
     def to_wire(self) -> tuple[int, int, float, int, float, tuple[str, ...]]:
         """Plain values for another process (the outcomes sorted)."""
-        return (self.attempts, self.delay_ns, self.backoff, self.max_delay_ns, self.jitter, tuple(sorted(self.outcomes)))
+        return (
+            self.attempts,
+            self.delay_ns,
+            self.backoff,
+            self.max_delay_ns,
+            self.jitter,
+            tuple(sorted(self.outcomes)),
+        )
 
     @staticmethod
     def from_wire(wire: tuple[int, int, float, int, float, tuple[str, ...]]) -> RetryPolicy:
@@ -255,8 +262,8 @@ class SchedulerCore:
         self.policy = Policy(policy)
         self._due_first = self.policy is BY_DUE  # heap entries (due, -priority, seq, id), see _push
         self._tasks: dict[int, _Task] = {}  # every task that is not finished
-        self._timers: list[tuple[Any, ...]] = []
-        self._ready: list[tuple[Any, ...]] = []  # "priority" policy only
+        self._timers: list[tuple[int, ...]] = []
+        self._ready: list[tuple[int, ...]] = []  # "priority" policy only
         # Dead heap entries (their task is no longer PENDING, or was re-queued)
         # number _dead + _buried: a buried task's entry counts in _buried only,
         # so cancel moves one counter.
@@ -446,9 +453,7 @@ class SchedulerCore:
             self._discard(entry)
         return None
 
-    def complete(
-        self, task_id: int, run: int, outcome: Outcome, now: int, matched: bool = False
-    ) -> Completion | None:
+    def complete(self, task_id: int, run: int, outcome: Outcome, now: int, matched: bool = False) -> Completion | None:
         """The run ``run`` of ``task_id`` ended with ``outcome`` at ``now``.
 
         ``matched``: for an "error", whether the exception is one of the
@@ -685,7 +690,7 @@ class SchedulerCore:
         task.seq = next(self._seq)
         self._push(tid, task)
 
-    def _discard(self, entry: tuple[Any, ...]) -> None:
+    def _discard(self, entry: tuple[int, ...]) -> None:
         """A dead heap entry was popped; free its task's record if it was
         buried for it (cancelled while PENDING with this very entry)."""
         tid = entry[-1]
@@ -741,8 +746,7 @@ class SchedulerCore:
             extra.attempt = 1
             extra.base = task.due
         wall = extra.slot if task.kind is CALENDAR and extra.attempt == 1 else None
-        return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name,
-                   extra.attempt, wall, extra.retry_on)  # fmt: skip
+        return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name, extra.attempt, wall, extra.retry_on)
 
     @staticmethod
     def _extra(task: _Task) -> TaskExtra:
@@ -778,9 +782,11 @@ class SchedulerCore:
             next_due, missed = schedule.after_run(extra.base, now, outcome)
         retry = extra.retry
         if (
-            not ok and retry is not None and extra.attempt < retry.attempts
+            not ok
+            and retry is not None
+            and extra.attempt < retry.attempts
             and (outcome in retry.outcomes or (outcome == "error" and matched))
-        ):  # fmt: skip
+        ):
             due = now + retry.delay_after(extra.attempt, self._rng)
             if next_due is None or due < next_due:
                 extra.retrying = True
@@ -810,13 +816,15 @@ class SchedulerCore:
         if extra.pause_asked:
             extra.pause_asked = False
             task.state = transition(task.state, "pause")
-            return Completion(tid, task.runs, outcome, PAUSED, None, missed, False, None, retrying,
-                              task.kind is not ONCE)  # fmt: skip
+            return Completion(
+                tid, task.runs, outcome, PAUSED, None, missed, False, None, retrying, task.kind is not ONCE
+            )
         task.state = transition(task.state, "requeue")
         self._push(tid, task)
         wall = extra.slot if task.kind is CALENDAR and not retrying else None
-        return Completion(tid, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying,
-                          task.kind is not ONCE)  # fmt: skip
+        return Completion(
+            tid, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying, task.kind is not ONCE
+        )
 
     def _compact(self) -> None:
         # _live and _is_buried, inlined: this runs over every entry and task
@@ -843,4 +851,3 @@ def _is_buried(task: _Task) -> bool:
     (see cancel). A task cancelled while RUNNING is CANCELLED too, but its
     run is still in flight (``active``) and it is dropped when that ends."""
     return task.state is CANCELLED and not task.active
-

@@ -9,7 +9,7 @@ convert at that edge, and nowhere else.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 #: Nanoseconds per second.
@@ -17,7 +17,7 @@ NS: Final = 1_000_000_000
 #: Nanoseconds per millisecond.
 MS: Final = 1_000_000
 #: The Unix epoch, the origin of every wall-clock time in ns.
-EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
 

@@ -54,19 +54,24 @@ def boot() -> tuple[Connection, Connection, dict[str, Any]]:
         # What both processes need, imported once, before the fork: the
         # forkserver's machinery, and the modules the dispatcher and the
         # workers share (the dispatcher's own come after the fork).
-        from multiprocessing import forkserver  # noqa: F401
+        from multiprocessing import forkserver
 
         from . import _engine, _wire  # noqa: F401
 
-        tracker = multiprocessing.resource_tracker._resource_tracker  # type: ignore[attr-defined]
+        tracker: Any = multiprocessing.resource_tracker._resource_tracker
         code = forkserver.main.__code__
-        if (sys.version_info[:2] in ZYGOTE_PYTHONS and _client_fields(forkserver._forkserver) == (None, None, None)  # type: ignore[attr-defined]
-                and code.co_varnames[:5] == ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
-                and code.co_argcount == 5 and not code.co_kwonlyargcount
-                and (getattr(tracker, "_fd", 0), getattr(tracker, "_pid", 0)) == (None, None)):  # fmt: skip
+        if (
+            sys.version_info[:2] in ZYGOTE_PYTHONS
+            and _client_fields(forkserver._forkserver) == (None, None, None)
+            and code.co_varnames[:5] == ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
+            and code.co_argcount == 5
+            and not code.co_kwonlyargcount
+            and _tracker_fields(tracker) == (None, None)
+        ):
             tracker._fd, tracker._pid = _fork_resource_tracker((cmd_fd, evt_fd))
             zygote = _fork_forkserver(config, (cmd_fd, evt_fd, tracker._fd))
-    multiprocessing.process.current_process()._config["tempdir"] = config["tempdir"]  # type: ignore[attr-defined]
+    process: Any = multiprocessing.process.current_process()
+    process._config["tempdir"] = config["tempdir"]
     # Started with `-m`, this module is __main__, and multiprocessing would
     # re-run it as __mp_main__ in every new worker: ~15 ms per replacement.
     main_module = sys.modules["__main__"]
@@ -76,12 +81,12 @@ def boot() -> tuple[Connection, Connection, dict[str, Any]]:
         from multiprocessing import forkserver
 
         # (also what a forkserver started again after a death preloads)
-        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
+        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
         if zygote is not None:
             # The client's side of what ensure_running() does: where to connect,
             # the "alive" pipe, the pid (whose death makes the next start()
             # start a forkserver the usual way).
-            server = forkserver._forkserver  # type: ignore[attr-defined]
+            server: Any = forkserver._forkserver
             server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = zygote
         else:
             # The forkserver (so every worker) gets the user's sys.path; this
@@ -117,7 +122,7 @@ def _read_frame(fd: int) -> bytes:
     return exactly(size)
 
 
-def _fork_forkserver(config: dict[str, Any], ours: tuple[int, int]) -> tuple[str, int, int] | None:
+def _fork_forkserver(config: dict[str, Any], ours: tuple[int, ...]) -> tuple[str, int, int] | None:
     """Start multiprocessing's forkserver as a fork of this process, not as
     a fresh interpreter: it skips an interpreter start (and ``site``, and its
     imports of multiprocessing), ~20-40 ms that the first result waited for.
@@ -206,5 +211,13 @@ def _client_fields(server: Any) -> tuple[Any, ...] | None:
     """The ForkServer fields ensure_running() sets, if it has exactly those."""
     try:
         return server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid
+    except AttributeError:
+        return None
+
+
+def _tracker_fields(tracker: Any) -> tuple[Any, ...] | None:
+    """The ResourceTracker fields ensure_running() sets, if it has exactly those."""
+    try:
+        return tracker._fd, tracker._pid
     except AttributeError:
         return None

@@ -110,7 +110,7 @@ class DispatcherThread:
             logger.exception("the dispatcher thread failed")
             try:
                 self._failed()
-            except Exception:  # noqa: BLE001 - the listener must hear of the failure regardless
+            except Exception:
                 logger.exception("cleaning up after the dispatcher thread failed")
             self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
             raise
@@ -118,31 +118,31 @@ class DispatcherThread:
     def _handle(self, message: tuple[Any, ...]) -> None:
         engine, tag, now = self.engine, message[0], time.monotonic_ns()
         if tag == m.FINISHED:
-            finished = m.Finished.of(message)
-            engine.finished(finished.worker, m.Done.of(finished.done))
+            finished = m.view(m.Finished, message)
+            engine.finished(finished.worker, m.view(m.Done, finished.done))
         elif tag == m.EXITED:
-            exited = m.Exited.of(message)
+            exited = m.view(m.Exited, message)
             engine.worker_exited(exited.worker, exited.exitcode, now, exited.detail)
         elif tag == m.ADD:
-            add = m.Add.of(message)
+            add = m.view(m.Add, message)
             if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
             engine.add(add, add.task_id, now, add.payload)  # type: ignore[arg-type]  # numbered by the facade
         elif tag == m.PAUSE:
-            pause = m.Pause.of(message)
+            pause = m.view(m.Pause, message)
             engine.emit(m.Answer.wire(pause.request, engine.pause(pause.task_id)))
         elif tag == m.RESUME:
-            resume = m.Resume.of(message)
+            resume = m.view(m.Resume, message)
             engine.emit(m.Answer.wire(resume.request, engine.resume(resume.task_id, now)))
         elif tag == m.WALL_STEP:
             pass  # an in-process runner reads the real wall clock
         elif tag == m.CANCEL:
-            cancel = m.Cancel.of(message)
+            cancel = m.view(m.Cancel, message)
             engine.emit(m.Answer.wire(cancel.request, engine.cancel(cancel.task_id, cancel.interrupt, now)))
         elif tag == m.STATS:
-            engine.emit(m.Answer.wire(m.Stats.of(message).request, engine.stats(now)))
+            engine.emit(m.Answer.wire(m.view(m.Stats, message).request, engine.stats(now)))
         elif tag == m.SHUTDOWN:
-            engine.shutdown(m.Shutdown.of(message).cancel_futures, now)
+            engine.shutdown(m.view(m.Shutdown, message).cancel_futures, now)
 
     def _closed(self) -> None:
         """The engine closed: every worker is gone. Release what the carrier holds."""

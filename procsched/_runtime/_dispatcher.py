@@ -44,29 +44,36 @@ if __name__ == "__main__":  # the dispatcher process (python -m), not an import
 
     _BOOT = boot()
 
-import itertools  # noqa: E402 - after the boot, see _boot.py
-import multiprocessing  # noqa: E402
-import os  # noqa: E402
-import pickle  # noqa: E402
-import selectors  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from multiprocessing.connection import Connection  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+import itertools
+import multiprocessing
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
 
-from .._core import Policy  # noqa: E402
-from .._core._units import NS  # noqa: E402
-from .._errors import SchedulerClosedError  # noqa: E402
-from . import _messages as m  # noqa: E402
-from ._durable._hooks import NO_STORE  # noqa: E402
-from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine  # noqa: E402
-from ._gc import FreezeOnGrowth  # noqa: E402
-from ._process_carrier import (  # noqa: E402
-    ON_COMMANDS, ON_COMMIT, ON_EXIT, ON_SIGNAL, ON_WORKER, ON_WRITABLE, ProcessCarrier, ProcessWorker,
-)  # fmt: skip
-from ._wire import CommandReader, FrameReader, PROTOCOL, frame_head  # noqa: E402
+from .._core import Policy
+from .._core._units import NS
+from .._errors import SchedulerClosedError
+from . import _messages as m
+from ._durable._hooks import NO_STORE
+from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine
+from ._gc import FreezeOnGrowth
+from ._process_carrier import (
+    ON_COMMANDS,
+    ON_COMMIT,
+    ON_EXIT,
+    ON_SIGNAL,
+    ON_WORKER,
+    ON_WRITABLE,
+    ProcessCarrier,
+    ProcessWorker,
+)
+from ._wire import PROTOCOL, CommandReader, FrameReader, frame_head
 
 if TYPE_CHECKING:
     from ._durable._journal import Journal
@@ -223,28 +230,29 @@ class Dispatcher:
         for message in self.commands.messages(frames):
             tag = message[0]
             if tag == m.ADD:
-                add = m.Add.of(message)
-                task_id: int = add.task_id  # type: ignore[assignment]  # the user process numbers its tasks
-                keyed = journal is not None and task_id in journal.expected
-                if keyed:
-                    journal.sync(engine.events)  # what came before (a replaced task's cancel) is journalled first
-                if keyed or add.schedule is not None:  # its wall-clock times matter
+                add = m.view(m.Add, message)
+                task_id = add.task_id
+                assert task_id is not None  # the user process numbers its tasks
+                keyed = journal if journal is not None and task_id in journal.expected else None
+                if keyed is not None:
+                    keyed.sync(engine.events)  # what came before (a replaced task's cancel) is journalled first
+                if keyed is not None or add.schedule is not None:  # its wall-clock times matter
                     engine.set_wall_offset(*self.wall_offset())
                 engine.add(add, task_id, time.monotonic_ns(), self.intern(add.payload))
-                if keyed:
-                    journal.added(engine, task_id)
+                if keyed is not None:
+                    keyed.added(engine, task_id)
             elif tag == m.ADOPT and journal is not None:  # a restart's stored tasks, a chunk at a time
                 offset, now = self.wall_offset()
                 engine.set_wall_offset(offset, now)
-                adopt = m.Adopt.of(message)
+                adopt = m.view(m.Adopt, message)
                 journal.adopt(engine, adopt.shapes, adopt.rows, offset)
             elif tag == m.DEFINE and journal is not None:
-                journal.expect(m.Define.of(message))
+                journal.expect(m.view(m.Define, message))
             elif tag == m.UNLOADABLE and journal is not None:
-                unloadable = m.Unloadable.of(message)
+                unloadable = m.view(m.Unloadable, message)
                 journal.unloadable(unloadable.key, unloadable.why)
             elif tag == m.PAUSE or tag == m.RESUME:
-                request = m.Pause.of(message)  # (Resume: the same fields)
+                request = m.view(m.Pause, message)  # (Resume: the same fields)
                 if journal is not None:  # the user's pause or resume: not on standby any more
                     journal.peers.wake(engine, request.task_id, time.monotonic_ns())
                 if tag == m.PAUSE:
@@ -253,21 +261,21 @@ class Dispatcher:
                     done = engine.resume(request.task_id, time.monotonic_ns())
                 engine.emit(m.Answer.wire(request.request, done))
             elif tag == m.WALL_STEP:  # tests: step this process's wall clock
-                self.wall_skew += m.WallStep.of(message).ns
+                self.wall_skew += m.view(m.WallStep, message).ns
             elif tag == m.CANCEL:
-                cancel = m.Cancel.of(message)
+                cancel = m.view(m.Cancel, message)
                 accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
                 engine.emit(m.Answer.wire(cancel.request, accepted))
             elif tag == m.STATS:
                 stats = engine.stats(time.monotonic_ns())
                 if journal is not None:
                     stats["store"] = journal.stats(engine)
-                engine.emit(m.Answer.wire(m.Stats.of(message).request, stats))
+                engine.emit(m.Answer.wire(m.view(m.Stats, message).request, stats))
             elif tag == m.SHUTDOWN:
                 if journal is not None:  # what shutdown cancels stays stored
                     journal.sync(engine.events)
                     journal.closing = True
-                engine.shutdown(m.Shutdown.of(message).cancel_futures, time.monotonic_ns())
+                engine.shutdown(m.view(m.Shutdown, message).cancel_futures, time.monotonic_ns())
         self.freeze_gc(engine.pending)
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
@@ -305,16 +313,16 @@ class Dispatcher:
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
                 return
             if tag == m.DONE:
-                engine.finished(worker, m.Done.of(message))
+                engine.finished(worker, m.view(m.Done, message))
             elif tag == m.STARTED:
-                started = m.Started.of(message)
+                started = m.view(m.Started, message)
                 engine.started(worker, started.task_id, started.run, started.at_ns)
             elif tag == m.SKIPPED:
                 engine.skipped(worker)
             elif tag == m.ADD:
-                self.carrier._send(worker, self.add_from_task(m.Add.of(message)))
+                self.carrier._send(worker, self.add_from_task(m.view(m.Add, message)))
             elif tag == m.CANCEL:
-                cancel = m.Cancel.of(message)
+                cancel = m.view(m.Cancel, message)
                 accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
                 self.carrier._send(worker, m.Reply.wire(accepted))
 
@@ -331,8 +339,8 @@ class Dispatcher:
         if why is not None:
             return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
         due = engine.due(task_id)
-        engine.emit(m.TaskAdded.wire(task_id, add.name, add.due_ns if due is None else due, add.key,
-                                     engine.next_wall(task_id)))  # fmt: skip
+        assert due is not None  # a task just added is pending
+        engine.emit(m.TaskAdded.wire(task_id, add.name, due, add.key, engine.next_wall(task_id)))
         return m.Reply.wire((task_id, due))
 
     def check_partial(self, wake: int | None, now: int) -> int | None:
@@ -353,8 +361,11 @@ class Dispatcher:
         for worker in list(self.carrier.writing):
             due = worker.out_since + STALLED_WRITE_NS
             if due <= now:
-                self.engine.log(30, f"worker {worker.ident} took nothing from its pipe for "
-                                     f"{STALLED_WRITE_NS / NS:g}s (stopped?); killing it")  # fmt: skip
+                self.engine.log(
+                    30,
+                    f"worker {worker.ident} took nothing from its pipe for "
+                    f"{STALLED_WRITE_NS / NS:g}s (stopped?); killing it",
+                )
                 self.carrier.kill(worker, hard=True)
             elif wake is None or due < wake:
                 wake = due
@@ -433,7 +444,7 @@ def main() -> None:
     code = 0
     try:
         dispatcher.run()
-    except BaseException:  # a bug: say so, and leave no worker behind
+    except BaseException:  # noqa: BLE001 - a bug: say so, and leave no worker behind
         traceback.print_exc()
         dispatcher.engine.abort(time.monotonic_ns())
         code = 1

@@ -18,56 +18,14 @@ Every run is known by (task id, run number). A result or a death is matched
 against the run its worker holds, so a late report can never land on a later
 run, and a run that ends is reported exactly once.
 
-Prefetch (a carrier with ``prefetch > 0``): when more runs are due than
-workers are idle, a busy worker is given up to ``prefetch`` runs ahead
-(``Slot.queue``), which it starts in order as soon as its current run ends,
-with no round trip through here. What keeps that exact is the carrier's
-atomic hand-off: ``revoke(worker, run)`` takes back the *last* run given to
-a worker and answers True only if the worker will never start it (for
-processes, a ticket byte that either the worker or the dispatcher reads
-first). So:
-
-- a cancel of a queued run revokes it (and the runs queued behind it, which
-  go back to ``staged``): True means it never starts; if the worker got to
-  it first it was running, and the cancel is decided as for a running run;
-- a crash costs only the run the worker had started; the runs queued behind
-  it are revoked from the dead worker and go back to ``staged`` untouched;
-- a timeout counts from the run's real start (the head of the queue gets its
-  deadline when it becomes the head, refined by the carrier's ``started``);
-- priority order: prefetch only runs while no live task has a priority
-  other than 0 (``prio``), so a run that becomes due later can never rank
-  ahead of a queued one (equal priority: it is due later, so it ranks behind
-  it). The first task with another priority revokes every queued run back to
-  ``staged``, and ``_claim`` merges ``staged`` with the core by rank, so no
-  run passes another it should not. (Revoking on each injection instead
-  would need a peek at the core's best due run, which the core does not
-  offer; and the decision is simple to test.)
-- ``max_worker_memory`` turns prefetch off; ``max_tasks_per_worker`` bounds
-  the queue so a worker's last run is never followed by one it will not run.
-
-With a durable store (``Durable.hold``, ``_durable/_journal.py``) keyed runs are held
-until the transaction recording their start has committed, queued ones
-too: a worker's runs are sent in the order given, so one held run holds
-the runs given after it. A held run was never sent, so taking it back
-(``Durable.withdraw``) always succeeds and the worker has nothing to pass over; a
-claimed run taken back that then ends unstarted (cancelled) is reported to
-the store (``Durable.unstarted``), which records it so.
-
-Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
-an idle worker is given the next run up to ``early_ns`` before it is due;
-the worker waits for the due time itself and then takes the run's ticket,
-so the run starts on time without the dispatcher's wake-up and a pipe in
-between. Until then it is revocable like a queued run: a cancel takes it
-back (True: it never starts), and so does any other run becoming due
-meanwhile (it would otherwise wait behind a run due later). The worker
-passes over a taken-back run when its wait ends, so a run due meanwhile
-that finds no other idle worker starts up to ``early_ns`` late (3 ms by
-default), never after the run taken back.
+Runs given ahead of need - prefetch queues behind a busy worker's run,
+early hand-off to an idle worker, a durable store holding keyed runs until
+their start is recorded - and taking them back are in ``_handoff.py``,
+whose ``Handoff`` this class extends; the pool's slots are there too.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 from typing import Any
@@ -80,10 +38,20 @@ from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
 from ._carrier import Carrier
 from ._durable._hooks import NO_STORE, Durable
+from ._handoff import Handoff, Slot
 from ._messages import (
-    BLOB_EXC, BLOB_NONE, RUN_STARTED, Add, Done, Log, Message, RunEnded, RunStarted, TaskCancelled, TaskChanged,
+    BLOB_EXC,
+    BLOB_NONE,
+    Add,
+    Done,
+    Log,
+    Message,
+    RunEnded,
+    TaskCancelled,
+    TaskChanged,
     WorkerChanged,
-)  # fmt: skip
+)
+
 #: After this many crashes in a row on one slot, its respawns back off.
 BACKOFF_AFTER = 2
 BACKOFF_FIRST_NS = 50_000_000
@@ -110,31 +78,7 @@ INFO, WARNING = 20, 30
 PAUSED, PENDING = TaskState.PAUSED.value, TaskState.PENDING.value
 
 
-class Slot:
-    """One place in the pool, filled by successive workers."""
-
-    __slots__ = ("index", "worker", "run", "given_at", "deadline", "loading", "runs", "restarts", "streak", "respawn_at",
-                 "note", "queue", "unskipped")  # fmt: skip
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.worker: Any = None  # None while waiting to respawn
-        self.run: Run | None = None  # the run it holds (started or about to be), queued runs apart
-        self.given_at = 0  # when ``run`` became its run (given, or its start reported)
-        self.deadline: int | None = None  # the run's timeout deadline
-        self.loading = False  # the deadline is the load grace's: the run has not started yet
-        self.runs = 0  # runs by the current worker
-        self.restarts = 0
-        self.streak = 0  # crashes in a row
-        self.respawn_at: int | None = None
-        self.note = ""  # "stopped", "backoff", ... for stats
-        self.queue: collections.deque[Run] = collections.deque()  # prefetched: runs given after ``run``
-        # Revoked runs the worker has not passed over yet: until it has, it
-        # gets nothing new (a new run's ticket could be taken for a revoked one).
-        self.unskipped = 0
-
-
-class Engine:
+class Engine(Handoff):
     """See the module docstring. Driven by one thread; never blocks."""
 
     def __init__(
@@ -283,10 +227,19 @@ class Engine:
                 return None
             retry = None if add.retry is None else RetryPolicy.from_wire(add.retry)
             self.core.add(
-                due, priority, self._schedule(add.schedule), timeout, payload, add.name, task_id,
-                retry=retry, retry_on=add.retry_on, start_wall_ns=add.start_wall_ns,
-                first_slot_ns=add.first_slot_wall_ns, now=due - delay,
-            )  # fmt: skip
+                due,
+                priority,
+                self._schedule(add.schedule),
+                timeout,
+                payload,
+                add.name,
+                task_id,
+                retry=retry,
+                retry_on=add.retry_on,
+                start_wall_ns=add.start_wall_ns,
+                first_slot_ns=add.first_slot_wall_ns,
+                now=due - delay,
+            )
         except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
             why = f"{type(exc).__name__}: {exc}"
             self.log(WARNING, f"task {task_id} ({add.name}) cannot be scheduled here: {why}")
@@ -330,7 +283,11 @@ class Engine:
                     self._take_back(slot, head=True)  # given before its due time: still revocable
         if self.durable.active:
             for slot in self.slots:
-                if slot.run is not None and slot.run.task_id == task_id and self.durable.withdraw(slot.worker, slot.run, True):
+                if (
+                    slot.run is not None
+                    and slot.run.task_id == task_id
+                    and self.durable.withdraw(slot.worker, slot.run, True)
+                ):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
@@ -344,9 +301,9 @@ class Engine:
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
-            slot = next((s for s in self.slots if s.run is not None and s.run.task_id == task_id), None)
-            if slot is not None:  # else its run is parked (tick() ends it) or queued and started:
-                self._abort_run(slot, "cancelled", now)
+            running = next((s for s in self.slots if s.run is not None and s.run.task_id == task_id), None)
+            if running is not None:  # else its run is parked (tick() ends it) or queued and started:
+                self._abort_run(running, "cancelled", now)
             else:
                 for s in self.slots:
                     for run in s.queue:
@@ -386,8 +343,9 @@ class Engine:
         slot.runs += 1
         slot.streak = 0
         output = self.carrier.output(worker)
-        self._record(run, done.outcome, done.started_ns, finished, worker.ident, done.blob_kind, done.blob, output,
-                     done.matched)  # fmt: skip
+        self._record(
+            run, done.outcome, done.started_ns, finished, worker.ident, done.blob_kind, done.blob, output, done.matched
+        )
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")  # (its queue is empty: see _fill)
         elif self.max_worker_memory is not None:
@@ -395,8 +353,8 @@ class Engine:
             if rss is not None and rss > self.max_worker_memory:
                 self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
         elif slot.queue:  # the worker goes on with its next queued run by itself
-            self._assign(slot, slot.queue.popleft(), finished)
-            head = slot.run
+            head = slot.queue.popleft()
+            self._assign(slot, head, finished)
             if (head.task_id, head.run) in self.interrupting:
                 self.interrupting.discard((head.task_id, head.run))
                 self._abort_run(slot, "cancelled", finished)
@@ -464,9 +422,21 @@ class Engine:
         started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
         for extra_run in started[1:]:
-            self._record(extra_run, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
-                f"worker {worker.ident} died ({how}) while running task {extra_run.task_id} run {extra_run.run}",
-                task_id=extra_run.task_id, run=extra_run.run, exitcode=exitcode, signal=signame))  # fmt: skip
+            self._record(
+                extra_run,
+                "crashed",
+                now,
+                now,
+                worker.ident,
+                BLOB_EXC,
+                WorkerCrashedError(
+                    f"worker {worker.ident} died ({how}) while running task {extra_run.task_id} run {extra_run.run}",
+                    task_id=extra_run.task_id,
+                    run=extra_run.run,
+                    exitcode=exitcode,
+                    signal=signame,
+                ),
+            )
         slot.worker = None
         slot.restarts += 1
         if slot.run is not None:
@@ -476,9 +446,12 @@ class Engine:
             slot.streak += 1
             err = WorkerCrashedError(
                 f"worker {worker.ident} died ({how}) while running task {run.task_id} run {run.run}",
-                task_id=run.task_id, run=run.run, pid=worker.ident if isinstance(worker.ident, int) else None,
-                exitcode=exitcode, signal=signame,
-            )  # fmt: skip
+                task_id=run.task_id,
+                run=run.run,
+                pid=worker.ident if isinstance(worker.ident, int) else None,
+                exitcode=exitcode,
+                signal=signame,
+            )
             self.log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
             output = self.carrier.output(worker)
             self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err, output)
@@ -531,17 +504,19 @@ class Engine:
         for slot in self.slots:
             w = slot.worker
             state = slot.note or ("idle" if slot.run is None else "busy") if w is not None else (slot.note or "down")
-            workers.append({
-                "slot": slot.index,
-                "pid": None if w is None else w.ident,
-                "state": state,
-                "rss": None if w is None else self.carrier.rss(w),
-                "runs": slot.runs,
-                "restarts": slot.restarts,
-                "crash_streak": slot.streak,
-                "task": None if slot.run is None else slot.run.task_id,
-                "queued": len(slot.queue),  # runs given ahead (prefetch), not started
-            })  # fmt: skip
+            workers.append(
+                {
+                    "slot": slot.index,
+                    "pid": None if w is None else w.ident,
+                    "state": state,
+                    "rss": None if w is None else self.carrier.rss(w),
+                    "runs": slot.runs,
+                    "restarts": slot.restarts,
+                    "crash_streak": slot.streak,
+                    "task": None if slot.run is None else slot.run.task_id,
+                    "queued": len(slot.queue),  # runs given ahead (prefetch), not started
+                }
+            )
         return {
             "pending": len(self.core),
             "running": sum(s.run is not None for s in self.slots),
@@ -561,7 +536,9 @@ class Engine:
         wake: int | None = None
         for worker, kill_at in list(self.dying.items()):
             if kill_at is not None and kill_at <= now:
-                self.log(WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL")
+                self.log(
+                    WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL"
+                )
                 self.carrier.kill(worker, hard=True)
                 self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
             elif kill_at is not None:
@@ -643,164 +620,6 @@ class Engine:
             wake = _earliest(wake, self.held.get(parked.task_id))
         return wake
 
-    def _fill(self, now: int) -> None:
-        """Prefetch: give busy workers runs ahead, one level of queue at a
-        time across the pool, while runs are due (see the module docstring)."""
-        if self.prio or self.max_worker_memory is not None or self.closing:
-            return
-        limit = self.max_tasks_per_worker
-        for depth in range(self.prefetch):
-            for slot in self.slots:
-                if slot.run is None or slot.unskipped or len(slot.queue) != depth or slot.note:
-                    continue
-                if limit is not None and slot.runs + 2 + depth > limit:
-                    continue  # its last run must not be followed by one it will not run
-                run = self._claim(now)
-                if run is None:
-                    return
-                slot.queue.append(run)
-                if not self.durable.hold(slot.worker, run):
-                    self.carrier.send_run(slot.worker, run)
-
-    def _steal(self, now: int) -> Run | None:
-        """An idle worker while runs wait queued behind busy ones (a long
-        run, a hang): take them back, so no run waits while a worker idles."""
-        victim = max(self.slots, key=lambda s: len(s.queue))
-        if not victim.queue or not self._revoke_tail(victim, len(victim.queue)):
-            return None
-        return self._claim(now)
-
-    def _early_ok(self) -> bool:
-        return bool(self.early_ns) and not (
-            self.prio or self.parked or self.staged or self.held or self.closing or self.durable.active)
-
-    def _is_early(self, slot: Slot, now: int) -> bool:
-        """The slot's run was given before its due time, which has not come."""
-        return slot.run is not None and slot.given_at < slot.run.scheduled_ns and now < slot.run.scheduled_ns
-
-    def _give_early(self, due: int, now: int) -> bool:
-        """Give idle workers the runs due by ``due`` (within ``early_ns``)."""
-        given = False
-        for slot in self.slots:
-            if slot.worker is None or slot.run is not None or slot.unskipped or slot.note:
-                continue
-            run = self.core.claim(due)
-            if run is None:
-                break
-            self._assign(slot, run, now)
-            self.carrier.send_run(slot.worker, run)
-            given = True
-            nxt = self.core.next_deadline()
-            if nxt is None or nxt - self.early_ns > now:
-                break
-            due = nxt
-        return given
-
-    def _assign(self, slot: Slot, run: Run, now: int) -> None:
-        """``run`` is the slot's run from now (sent now, or queued and next)."""
-        slot.run, slot.given_at = run, now
-        slot.deadline = None
-        slot.loading = False
-        if run.timeout_ns is not None:
-            slot.loading = self.load_grace_ns is not None
-            slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
-        if self.announced and (run.task_id, run.run, run.attempt) in self.announced:
-            self.announced.discard((run.task_id, run.run, run.attempt))
-            return  # given early, taken back, given again: the user heard of it the first time
-        self.events.append(RunStarted.wire(run.task_id, run.run, slot.worker.ident))
-
-    def _revoke_tail(self, slot: Slot, count: int) -> int:
-        """Take back up to ``count`` of the slot's queued runs, last first,
-        into ``staged``; stop at the first one its worker has started."""
-        done = 0
-        while done < count and slot.queue:
-            if not self._revoke(slot, slot.queue[-1]):
-                break
-            self._stage(slot.queue.pop())
-            done += 1
-        return done
-
-    def _revoke(self, slot: Slot, run: Run) -> bool:
-        """Take back ``run``, the last run given to the slot's worker: held
-        (never sent) or, through the carrier, not started (the worker then
-        passes over it: ``unskipped``)."""
-        if self.durable.withdraw(slot.worker, run):
-            return True
-        if self.carrier.revoke(slot.worker, run):
-            slot.unskipped += 1
-            return True
-        return False
-
-    def _take_back(self, slot: Slot, head: bool) -> list[Run]:
-        """Take back all the slot's queued runs (and its current run, with
-        ``head``) that its worker has not started; return the ones it has,
-        current run first (they stay where they are)."""
-        if slot.run is None:
-            return []
-        self._revoke_tail(slot, len(slot.queue))
-        if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run):
-            self._unannounce(slot.run)
-            self._stage(slot.run)
-            slot.run = slot.deadline = None
-            slot.loading = False
-            return []
-        return [slot.run, *slot.queue]
-
-    def _take_back_all(self, _reason: Any) -> None:
-        for slot in self.slots:
-            if slot.queue:
-                self._revoke_tail(slot, len(slot.queue))
-
-    def _take_back_task(self, task_id: int) -> Run | None:
-        """The task's run if it was given ahead and is now taken back (never
-        started), removed from ``staged``; else None."""
-        for slot in self.slots:
-            for i, run in enumerate(slot.queue):
-                if run.task_id == task_id:
-                    self._revoke_tail(slot, len(slot.queue) - i)
-                    break
-        for i, (_, _, run) in enumerate(self.staged):
-            if run.task_id == task_id:
-                return self._unstage(i)
-        return None
-
-    def _unstage(self, i: int) -> Run:
-        """Remove and return ``staged[i]`` (no longer to be given again)."""
-        run = self.staged[i][2]
-        self.staged[i] = self.staged[-1]
-        self.staged.pop()
-        heapq.heapify(self.staged)
-        self.announced.discard((run.task_id, run.run, run.attempt))
-        return run
-
-    def _unannounce(self, run: Run) -> None:
-        """``run`` (the slot's current run, so announced by ``_assign``) is
-        taken back: take its run_started back if the user has not heard it,
-        else remember that it was heard."""
-        if not self._drop_started(run):
-            self.announced.add((run.task_id, run.run, run.attempt))
-
-    def _drop_started(self, run: Run) -> bool:
-        """Take ``run``'s run_started out of the turn's events; False if it
-        is not there (flushed to the user already)."""
-        for i in range(len(self.events) - 1, -1, -1):
-            ev = self.events[i]
-            if ev[0] == RUN_STARTED and (started := RunStarted.of(ev)).task_id == run.task_id and started.run == run.run:
-                del self.events[i]
-                return True
-        return False
-
-    def _stage(self, run: Run) -> None:
-        heapq.heappush(self.staged, (self._rank(run), next(self._staged_n), run))
-
-    def _rank(self, run: Run) -> tuple[int, ...]:
-        """Where ``run`` stands among due runs under the policy (lower first)."""
-        if self.policy is Policy.PRIORITY:
-            return (-self.prio.get(run.task_id, 0), run.scheduled_ns)
-        if self.policy is Policy.DUE:
-            return (run.scheduled_ns, -self.prio.get(run.task_id, 0))
-        return (run.scheduled_ns,)
-
     def _silent_cancel(self, run: Run, now: int) -> None:
         """Cancel the task of a claimed run that never started: the task's
         cancellation is reported, not the run (as for a parked run)."""
@@ -866,8 +685,11 @@ class Engine:
             delay = min(BACKOFF_FIRST_NS << (n - BACKOFF_AFTER), BACKOFF_MAX_NS)
             self.held[tid] = now + delay
             if n == BACKOFF_AFTER:
-                self.log(WARNING, f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
-                                   f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)")  # fmt: skip
+                self.log(
+                    WARNING,
+                    f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
+                    f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)",
+                )
 
     def _forget_crash_loop(self, task_id: int) -> int:
         """End a task's hold; return how many runs in a row it had crashed."""
@@ -893,8 +715,11 @@ class Engine:
             delay = min(BACKOFF_FIRST_NS << max(0, slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
             slot.respawn_at = now + delay
             slot.note = "backoff"
-            self.log(WARNING, f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
-                               f"retrying in {delay / 1e6:.0f} ms")  # fmt: skip
+            self.log(
+                WARNING,
+                f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
+                f"retrying in {delay / 1e6:.0f} ms",
+            )
             return
         self.spawned += 1
         self.events.append(WorkerChanged.wire("started", slot.index, slot.worker.ident, None))
@@ -918,9 +743,20 @@ class Engine:
         worker = slot.worker
         loading = slot.loading
         for other in started[1:]:  # it had finished the run that timed out, its result unread: killed too
-            self._record(other, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
-                f"worker {worker.ident} was killed ({outcome} of task {run.task_id}) while running task "
-                f"{other.task_id} run {other.run}", task_id=other.task_id, run=other.run))  # fmt: skip
+            self._record(
+                other,
+                "crashed",
+                now,
+                now,
+                worker.ident,
+                BLOB_EXC,
+                WorkerCrashedError(
+                    f"worker {worker.ident} was killed ({outcome} of task {run.task_id}) while running task "
+                    f"{other.task_id} run {other.run}",
+                    task_id=other.task_id,
+                    run=other.run,
+                ),
+            )
         slot.run = slot.deadline = None
         slot.loading = False
         self.carrier.kill(worker, hard=False)
@@ -928,15 +764,21 @@ class Engine:
         slot.restarts += 1
         if outcome == "timeout" and loading:
             secs = (run.timeout_ns + self.load_grace_ns) / NS  # type: ignore[operator]
-            self.log(WARNING, f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
-                               f"starting, or importing the task); its worker {worker.ident} is replaced")  # fmt: skip
+            self.log(
+                WARNING,
+                f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
+                f"starting, or importing the task); its worker {worker.ident} is replaced",
+            )
             err: BaseException | None = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} did not start within {secs:g}s of being handed to worker "
                 f"{worker.ident} (loading the function or its arguments); worker killed"
             )
         elif outcome == "timeout":
             secs = run.timeout_ns / NS  # type: ignore[operator]
-            self.log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
+            self.log(
+                WARNING,
+                f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced",
+            )
             err = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
             )
@@ -948,10 +790,17 @@ class Engine:
         self._spawn(slot, now)
 
     def _record(
-        self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any,
+        self,
+        run: Run,
+        outcome: str,
+        started: int,
+        finished: int,
+        worker_id: Any,
+        blob_kind: int,
+        blob: Any,
         output: str | None = None,
         matched: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.counts[outcome] += 1
         done = self.core.complete(run.task_id, run.run, outcome, finished, matched)  # type: ignore[arg-type]
         if done is None:
@@ -974,11 +823,28 @@ class Engine:
         next_wall = done.next_wall_ns
         if next_wall is None and done.next_due_ns is not None:
             next_wall = done.next_due_ns + offset
-        self.events.append(RunEnded.wire(
-            run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome, done.state.value,
-            done.next_due_ns, done.missed, done.ended, blob_kind, blob, output, run.attempt,
-            run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall, done.retrying,
-        ))  # fmt: skip
+        self.events.append(
+            RunEnded.wire(
+                run.task_id,
+                run.run,
+                run.scheduled_ns,
+                started,
+                finished,
+                worker_id,
+                outcome,
+                done.state.value,
+                done.next_due_ns,
+                done.missed,
+                done.ended,
+                blob_kind,
+                blob,
+                output,
+                run.attempt,
+                run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset,
+                next_wall,
+                done.retrying,
+            )
+        )
 
     def _stop_all(self, now: int) -> None:
         for slot in self.slots:

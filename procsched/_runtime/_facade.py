@@ -27,8 +27,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
 from .._api import LiveTasks, SchedulingAPI
@@ -128,14 +128,16 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         config = {
             "workers": workers,
             "policy": v.policy(policy).value,
-            "max_tasks_per_worker": None if max_tasks_per_worker is None
+            "max_tasks_per_worker": None
+            if max_tasks_per_worker is None
             else _positive_int("max_tasks_per_worker", max_tasks_per_worker),
-            "max_worker_memory": None if max_worker_memory is None
+            "max_worker_memory": None
+            if max_worker_memory is None
             else _positive_int("max_worker_memory", max_worker_memory),
             "start_method": _start_method(mp_context),
             "sys_path": list(sys.path),
             "capture_output": v.flag("capture_output", capture_output),
-        }  # fmt: skip
+        }
         self._default_timeout = v.optional_timeout_ns(timeout)
         config["default_timeout"] = self._default_timeout  # for tasks scheduled from inside tasks
         if clock is not None and not isinstance(clock, MonotonicClock):
@@ -195,12 +197,15 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         # Waits for the stream's end wait on this event, never on
         # Thread.join: on Python 3.11 a Ctrl-C landing in join() marks the
         # thread stopped while it still runs (its tstate lock is released).
-        self._events = EventApplier(self, self._handles, self._keys, self._requests, self._listeners, self._backend,
-                                    self._adopt_stored)  # fmt: skip
+        self._events = EventApplier(
+            self, self._handles, self._keys, self._requests, self._listeners, self._backend, self._adopt_stored
+        )
         self._listener_done = threading.Event()
         self._listener = threading.Thread(
-            target=listen, args=(weakref.ref(self), self._backend, self._listener_done),
-            name="procsched-listener", daemon=True,
+            target=listen,
+            args=(weakref.ref(self), self._backend, self._listener_done),
+            name="procsched-listener",
+            daemon=True,
         )
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
@@ -223,6 +228,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         schedulers (their runs in flight -> crashed), and plan the adoption
         of every stored task; one-shots that ended are dropped."""
         from ._durable import _recovery
+
         tasks, crashed, slots = _recovery.recover(self._store)
         plan = _recovery.plan(tasks, crashed, slots, time.time_ns())
         if plan.ended:
@@ -250,12 +256,24 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 chunk = []
                 for row in rows[lo : lo + ADOPT_CHUNK]:
                     task_id = next(ids)
-                    handle = TaskHandle(self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key,
-                                        row.due_wall_ns)  # fmt: skip
+                    handle = TaskHandle(
+                        self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
+                    )
                     handles[task_id] = handle
                     keys[row.key] = handle
-                    chunk.append(m.AdoptRow.wire(row.key, row.shape + base, row.runs, row.attempt, row.due_wall_ns,
-                                                 row.slot_wall_ns, row.paused, row.write, task_id))  # fmt: skip
+                    chunk.append(
+                        m.AdoptRow.wire(
+                            row.key,
+                            row.shape + base,
+                            row.runs,
+                            row.attempt,
+                            row.due_wall_ns,
+                            row.slot_wall_ns,
+                            row.paused,
+                            row.write,
+                            task_id,
+                        )
+                    )
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
@@ -265,7 +283,12 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         here too (its runs are claimed like ours; issue 11). Listener thread.
         Its stored state is the other scheduler's: adopting writes nothing."""
         holder = self._keys.get(key)
-        if self._closed or key in self._adopted or key in self._unloadable or (holder is not None and not holder.done()):
+        if (
+            self._closed
+            or key in self._adopted
+            or key in self._unloadable
+            or (holder is not None and not holder.done())
+        ):
             return
         from ._durable import _recovery
 
@@ -281,8 +304,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if plan.rows and not self._closed:
                 self._adopt(plan)
         except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
-            logger.warning("stored task %r added by another scheduler cannot be run here (%s: %s)",
-                           key, type(exc).__name__, exc)  # fmt: skip
+            logger.warning(
+                "stored task %r added by another scheduler cannot be run here (%s: %s)", key, type(exc).__name__, exc
+            )
 
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
@@ -292,17 +316,25 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         and has not been restarted yet)."""
         if self._store is None:
             raise SchedulerError("history() needs a store: Scheduler(store=...)")
-        key = v.key(key)
+        checked = v.key(key)
         with self._store_lock:
-            records = self._store.history(key, n)
-        handle = self._keys.get(key)
+            records = self._store.history(checked, n)
+        handle = None if checked is None else self._keys.get(checked)
         task_id = handle.id if handle is not None else 0
         return [
-            RunInfo(task_id, r.run, r.scheduled_ns / NS, (r.started_ns or r.scheduled_ns) / NS,
-                    None if r.finished_ns is None else r.finished_ns / NS, r.pid or 0, r.outcome,  # type: ignore[arg-type]
-                    r.attempt, wall_datetime(r.scheduled_ns))
+            RunInfo(
+                task_id,
+                r.run,
+                r.scheduled_ns / NS,
+                (r.started_ns or r.scheduled_ns) / NS,
+                None if r.finished_ns is None else r.finished_ns / NS,
+                r.pid or 0,
+                r.outcome,
+                r.attempt,
+                wall_datetime(r.scheduled_ns),
+            )
             for r in records
-        ]  # fmt: skip
+        ]
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
@@ -361,8 +393,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if self._closed:
             raise SchedulerClosedError("this Scheduler was shut down; it accepts no new tasks")
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-             ) -> TaskHandle:  # fmt: skip
+    def _add(
+        self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskHandle:
         payload = self._backend.pack(fn, args, kwargs)
         define: m.Message | None = None
         if self._store is not None and spec.key is not None:
@@ -374,8 +407,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if known is not None and holder is not None and not holder.done():
                 if known == d.def_hash:
                     return holder  # the same definition: the stored task goes on
-                logger.warning("keyed task %r: its definition changed; the new one replaces the stored one",
-                               spec.key)  # fmt: skip
+                logger.warning("keyed task %r: its definition changed; the new one replaces the stored one", spec.key)
                 spec = spec._replace(replace_existing=True)
             define = m.Define.wire(0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
@@ -393,15 +425,16 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if schedule.trigger is None:
                 due, next_wall = now + spec.delay_ns, wall + spec.delay_ns
             else:  # due at its first slot (the dispatcher is told it)
-                first = next_wall = schedule.first(spec.start_wall_ns)
-                due = first - (wall - now)  # type: ignore[operator]  # (validated: it fires after the call)
+                first = schedule.first(spec.start_wall_ns)
+                assert first is not None  # (validated: it fires after the call)
+                due, next_wall = first - (wall - now), first
             handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, next_wall)
             self._handles[task_id] = handle  # before the command: its events may come at once
             if spec.key is not None:
                 self._keys[spec.key] = handle
             send = self._backend.send
             if define is not None:  # the definition first: the dispatcher adopts the add with it
-                send(m.Define.of(define)._replace(task_id=task_id))
+                send(m.view(m.Define, define)._replace(task_id=task_id))
             send(m.Add.of_spec(spec, task_id, due, first, payload, retry_on))
         return handle
 
@@ -477,7 +510,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if pending and not quiet:
             logger.warning(
                 "a Scheduler was not shut down before exit; stopping its %d unfinished task(s). "
-                "Use `with Scheduler() as s:` or call shutdown().", pending
+                "Use `with Scheduler() as s:` or call shutdown().",
+                pending,
             )
         self._backend.abort()
         if self.runner != "threads":  # threads cannot be stopped: don't wait for them
@@ -566,7 +600,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         for task_id in list(self._handles):
             handle = self._handles.pop(task_id, None)
             if handle is not None and not handle.done():
-                handle._on_result(TaskState.FAILED, exc=SchedulerBrokenError(f"{reason}; task {task_id} never finished"))
+                handle._on_result(
+                    TaskState.FAILED, exc=SchedulerBrokenError(f"{reason}; task {task_id} never finished")
+                )
         for request in list(self._requests):
             future = self._requests.pop(request, None)
             if future is not None:
@@ -625,9 +661,7 @@ def _positive_int(arg: str, value: object) -> int:
 def _ray_unsupported(**options: Any) -> None:
     for arg, value in options.items():
         if value is not None:
-            raise ValueError(
-                f"{arg} is not supported with runner='ray' (Ray owns its worker processes), not {value!r}"
-            )
+            raise ValueError(f"{arg} is not supported with runner='ray' (Ray owns its worker processes), not {value!r}")
 
 
 def _start_method(mp_context: Any) -> str:

@@ -26,9 +26,18 @@ from .._core import TaskState
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
 from .._events import (
-    RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED, Listeners, describe, run_ended,
-    run_started, signal_name,
-)  # fmt: skip
+    RUN_END,
+    RUN_MISSED,
+    RUN_STARTED,
+    TASK_CANCELLED,
+    WORKER_EXITED,
+    WORKER_STARTED,
+    Listeners,
+    describe,
+    run_ended,
+    run_started,
+    signal_name,
+)
 from .._handle import RunInfo, TaskHandle
 from . import _messages as m
 from ._wire import unpack
@@ -78,36 +87,45 @@ class EventApplier:
         listener thread and so never the other tasks."""
         try:
             self.apply(event)
-        except BaseException as exc:  # noqa: BLE001 - one event must not stop the stream
+        except BaseException as exc:
             logger.error("could not handle a %s event: %s", event[0], describe(exc), exc_info=_safe_exc(exc))
             tag = event[0]
-            if tag == m.RUN_ENDED and _STATES[(ended := m.RunEnded.of(event)).state].terminal:
+            if tag == m.RUN_ENDED and _STATES[(ended := m.view(m.RunEnded, event)).state].terminal:
                 handle = self.handles.pop(ended.task_id, None)
                 if handle is not None and not handle.done():
-                    handle._on_result(TaskState.FAILED, exc=SchedulerError(
-                        f"task {ended.task_id} ended, but its outcome could not be handled here: {describe(exc)}"
-                    ))  # fmt: skip
+                    handle._on_result(
+                        TaskState.FAILED,
+                        exc=SchedulerError(
+                            f"task {ended.task_id} ended, but its outcome could not be handled here: {describe(exc)}"
+                        ),
+                    )
             elif tag == m.ANSWER:
-                future = self.requests.pop(m.Answer.of(event).request, None)
+                future = self.requests.pop(m.view(m.Answer, event).request, None)
                 if future is not None and not future.done():
                     future.set_exception(SchedulerError(f"the answer could not be handled: {describe(exc)}"))
 
     def apply(self, event: m.Message) -> None:
         tag = event[0]
         if tag == m.RUN_ENDED:
-            self._run_ended(m.RunEnded.of(event))
+            self._run_ended(m.view(m.RunEnded, event))
         elif tag == m.RUN_STARTED:
-            started = m.RunStarted.of(event)
+            started = m.view(m.RunStarted, event)
             handle = self.handles.get(started.task_id)
             if handle is not None:
                 handle._on_started()
             if self.listeners:
-                self._notify(RUN_STARTED, **run_started(
-                    started.task_id, None if handle is None else handle.name, started.run, started.worker,
-                    None if handle is None else handle.next_run,
-                ))  # fmt: skip
+                self._notify(
+                    RUN_STARTED,
+                    **run_started(
+                        started.task_id,
+                        None if handle is None else handle.name,
+                        started.run,
+                        started.worker,
+                        None if handle is None else handle.next_run,
+                    ),
+                )
         elif tag == m.TASK_CANCELLED:
-            task_id = m.TaskCancelled.of(event).task_id
+            task_id = m.view(m.TaskCancelled, event).task_id
             handle = self.handles.get(task_id)
             was_running = False
             if handle is not None:
@@ -118,23 +136,29 @@ class EventApplier:
             name = None if handle is None else handle.name
             self._notify(TASK_CANCELLED, task_id=task_id, name=name, running=was_running)
         elif tag == m.ANSWER:
-            answer = m.Answer.of(event)
+            answer = m.view(m.Answer, event)
             future = self.requests.pop(answer.request, None)
             if future is not None:
                 future.set_result(answer.value)
         elif tag == m.TASK_ADDED:
-            added = m.TaskAdded.of(event)
-            handle = self.handles.setdefault(added.task_id, TaskHandle(
-                self.owner, added.task_id, added.name, added.due_ns / NS, added.key, added.next_wall_ns))  # fmt: skip
+            added = m.view(m.TaskAdded, event)
+            handle = self.handles.setdefault(
+                added.task_id,
+                TaskHandle(self.owner, added.task_id, added.name, added.due_ns / NS, added.key, added.next_wall_ns),
+            )
             key = added.key
             if key is not None:  # added from inside a task: the key is taken as it comes
                 holder = self.keys.get(key)
                 if holder is not None and not holder.done() and holder is not handle:
-                    logger.warning("task %d took key %r from live task %d (added from inside a task)",
-                                   added.task_id, key, holder.id)  # fmt: skip
+                    logger.warning(
+                        "task %d took key %r from live task %d (added from inside a task)",
+                        added.task_id,
+                        key,
+                        holder.id,
+                    )
                 self.keys[key] = handle
         elif tag == m.TASK_CHANGED:
-            changed = m.TaskChanged.of(event)
+            changed = m.view(m.TaskChanged, event)
             handle = self.handles.get(changed.task_id)
             if handle is not None:
                 if changed.state == TaskState.PAUSED.value:
@@ -143,19 +167,26 @@ class EventApplier:
                     due = changed.next_due_ns
                     handle._on_resumed(None if due is None else due / NS, changed.next_wall_ns)
         elif tag == m.WORKER_CHANGED:
-            worker = m.WorkerChanged.of(event)
+            worker = m.view(m.WorkerChanged, event)
             self.backend.worker_event(worker.what, worker.worker)
             if worker.what == "started":
                 self._notify(WORKER_STARTED, task_id=None, name=None, worker=worker.worker, slot=worker.slot)
             else:  # "exited": retired or killed by us; "crashed": died on its own
-                self._notify(WORKER_EXITED, task_id=None, name=None, worker=worker.worker, slot=worker.slot,
-                             exitcode=worker.exitcode, signal=signal_name(worker.exitcode),
-                             crashed=worker.what == "crashed")  # fmt: skip
+                self._notify(
+                    WORKER_EXITED,
+                    task_id=None,
+                    name=None,
+                    worker=worker.worker,
+                    slot=worker.slot,
+                    exitcode=worker.exitcode,
+                    signal=signal_name(worker.exitcode),
+                    crashed=worker.what == "crashed",
+                )
         elif tag == m.LOG:
-            log = m.Log.of(event)
+            log = m.view(m.Log, event)
             logger.log(log.level, log.message)
         elif tag == m.ADOPT_KEY:
-            self.adopt_key(m.AdoptKey.of(event).key)
+            self.adopt_key(m.view(m.AdoptKey, event).key)
 
     def _run_ended(self, ev: m.RunEnded) -> None:
         state = _STATES[ev.state]
@@ -169,8 +200,18 @@ class EventApplier:
                 # The value came back but cannot be unpickled here (a class
                 # only the worker can import): the task failed, not "ok".
                 outcome, state, blob_kind, blob = "error", TaskState.FAILED, m.BLOB_EXC, exc
-        info = RunInfo(ev.task_id, ev.run, ev.scheduled_ns / NS, ev.started_ns / NS, ev.finished_ns / NS, ev.worker,
-                       outcome, ev.attempt, wall_datetime(ev.scheduled_wall_ns), ev.output)  # type: ignore[arg-type]
+        info = RunInfo(
+            ev.task_id,
+            ev.run,
+            ev.scheduled_ns / NS,
+            ev.started_ns / NS,
+            ev.finished_ns / NS,
+            ev.worker,
+            outcome,  # type: ignore[arg-type]  # (an outcome's name: a RunOutcome)
+            ev.attempt,
+            wall_datetime(ev.scheduled_wall_ns),
+            ev.output,
+        )
         next_due = ev.next_due_ns
         if handle is not None:
             handle._on_run(info, state, None if next_due is None else next_due / NS, ev.next_wall_ns)
@@ -190,9 +231,15 @@ class EventApplier:
             self.listeners.notify(kind, fields)
 
     def _notify_run_end(
-        self, info: RunInfo, handle: TaskHandle | None, state: TaskState, next_due: int | None, missed: int,
-        blob_kind: int, blob: Any,
-    ) -> None:  # fmt: skip
+        self,
+        info: RunInfo,
+        handle: TaskHandle | None,
+        state: TaskState,
+        next_due: int | None,
+        missed: int,
+        blob_kind: int,
+        blob: Any,
+    ) -> None:
         kind = RUN_END[info.outcome]  # type: ignore[index]
         error: BaseException | None = None
         if info.outcome != "ok" and self.listeners.wants(kind):
@@ -235,7 +282,7 @@ def _listen_until_closed(ref: weakref.ReferenceType[Listened], backend: Any) -> 
             del scheduler, apply
     except EOFError:
         pass
-    except BaseException:  # noqa: BLE001 - must not die silently
+    except BaseException:
         logger.exception("the listener failed")
     scheduler = ref()
     if scheduler is not None:

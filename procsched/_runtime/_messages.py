@@ -8,7 +8,7 @@
 Each message is a ``NamedTuple`` whose first field is its tag (a short
 string); its fields are documented under the class. Records travel as
 *plain tuples* of the same layout (``Record.wire(...)`` builds one,
-``Record.of(message)`` reads one as the record, without copying a field):
+``view(Record, message)`` reads one as the record, without copying a field):
 the standard pickle writes and reads a plain tuple several times faster
 than a tuple subclass, and a message crosses a pipe for every run. So
 positions are known in this file alone: the encoders (``wire``), the views
@@ -26,7 +26,7 @@ bytes here (``_wire.py``).
 from __future__ import annotations
 
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from .._core import KIND_OF, MISFIRE_OF
 
@@ -49,7 +49,13 @@ BLOB_ERROR: Final = 2
 BLOB_EXC: Final = 3
 """An exception object the engine made (a crash, a timeout)."""
 
-_view = tuple.__new__
+_R = TypeVar("_R", bound=tuple[Any, ...])
+
+
+def view(record: type[_R], message: Message) -> _R:
+    """``message`` read as ``record``: its fields by name (one C call; the
+    tuple is copied, no field is)."""
+    return tuple.__new__(record, message)
 
 
 # -- commands: the user process (and the worker, for ``Add``/``Cancel``) to the dispatcher --
@@ -88,28 +94,65 @@ class Add(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int | None, due_ns: int | None, delay_ns: int, start_wall_ns: int, first_slot_wall_ns: int | None,
-        schedule: Any, priority: int, timeout_ns: int | None, name: str | None, payload: Payload,
-        retry: tuple[Any, ...] | None, retry_on: Any, key: str | None,
-    ) -> Message:  # fmt: skip
-        return (ADD, task_id, due_ns, delay_ns, start_wall_ns, first_slot_wall_ns, schedule, priority, timeout_ns, name,
-                payload, retry, retry_on, key)  # fmt: skip
-
-    @staticmethod
-    def of(message: Message) -> Add:
-        return _view(Add, message)  # type: ignore[no-any-return]
+        task_id: int | None,
+        due_ns: int | None,
+        delay_ns: int,
+        start_wall_ns: int,
+        first_slot_wall_ns: int | None,
+        schedule: Any,
+        priority: int,
+        timeout_ns: int | None,
+        name: str | None,
+        payload: Payload,
+        retry: tuple[Any, ...] | None,
+        retry_on: Any,
+        key: str | None,
+    ) -> Message:
+        return (
+            ADD,
+            task_id,
+            due_ns,
+            delay_ns,
+            start_wall_ns,
+            first_slot_wall_ns,
+            schedule,
+            priority,
+            timeout_ns,
+            name,
+            payload,
+            retry,
+            retry_on,
+            key,
+        )
 
     @staticmethod
     def of_spec(
-        spec: TaskSpec, task_id: int | None, due_ns: int | None, first_slot_wall_ns: int | None, payload: Payload,
+        spec: TaskSpec,
+        task_id: int | None,
+        due_ns: int | None,
+        first_slot_wall_ns: int | None,
+        payload: Payload,
         retry_on: Any,
-    ) -> Message:  # fmt: skip
+    ) -> Message:
         """The add of a validated request (``retry_on``: its ``Retry.on``
         classes as this sender carries them)."""
         retry = spec.retry
-        return (ADD, task_id, due_ns, spec.delay_ns, spec.start_wall_ns, first_slot_wall_ns, spec.schedule.to_wire(),
-                spec.priority, spec.timeout_ns, spec.name, payload, None if retry is None else retry.policy().to_wire(),
-                retry_on, spec.key)  # fmt: skip
+        return (
+            ADD,
+            task_id,
+            due_ns,
+            spec.delay_ns,
+            spec.start_wall_ns,
+            first_slot_wall_ns,
+            spec.schedule.to_wire(),
+            spec.priority,
+            spec.timeout_ns,
+            spec.name,
+            payload,
+            None if retry is None else retry.policy().to_wire(),
+            retry_on,
+            spec.key,
+        )
 
 
 class Define(NamedTuple):
@@ -128,14 +171,15 @@ class Define(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int, key: str, fn_ref: str, args: bytes, schedule: dict[str, Any], options: dict[str, Any],
+        task_id: int,
+        key: str,
+        fn_ref: str,
+        args: bytes,
+        schedule: dict[str, Any],
+        options: dict[str, Any],
         def_hash: str,
-    ) -> Message:  # fmt: skip
+    ) -> Message:
         return (DEFINE, task_id, key, fn_ref, args, schedule, options, def_hash)
-
-    @staticmethod
-    def of(message: Message) -> Define:
-        return _view(Define, message)  # type: ignore[no-any-return]
 
 
 class AdoptShape(NamedTuple):
@@ -155,14 +199,16 @@ class AdoptShape(NamedTuple):
 
     @staticmethod
     def wire(
-        schedule: Any, start_wall_ns: int, priority: int, timeout_ns: int | None, name: str | None, payload: Payload,
-        retry: tuple[Any, ...] | None, retry_on: Any,
-    ) -> Message:  # fmt: skip
+        schedule: Any,
+        start_wall_ns: int,
+        priority: int,
+        timeout_ns: int | None,
+        name: str | None,
+        payload: Payload,
+        retry: tuple[Any, ...] | None,
+        retry_on: Any,
+    ) -> Message:
         return (ADOPT_SHAPE, schedule, start_wall_ns, priority, timeout_ns, name, payload, retry, retry_on)
-
-    @staticmethod
-    def of(message: Message) -> AdoptShape:
-        return _view(AdoptShape, message)  # type: ignore[no-any-return]
 
 
 class AdoptRow(NamedTuple):
@@ -187,14 +233,17 @@ class AdoptRow(NamedTuple):
 
     @staticmethod
     def wire(
-        key: str, shape: int, runs: int, attempt: int, due_wall_ns: int, slot_wall_ns: int, paused: bool,
-        write: bool, task_id: int,
-    ) -> Message:  # fmt: skip
+        key: str,
+        shape: int,
+        runs: int,
+        attempt: int,
+        due_wall_ns: int,
+        slot_wall_ns: int,
+        paused: bool,
+        write: bool,
+        task_id: int,
+    ) -> Message:
         return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id)
-
-    @staticmethod
-    def of(message: Message) -> AdoptRow:
-        return _view(AdoptRow, message)  # type: ignore[no-any-return]
 
 
 class Adopt(NamedTuple):
@@ -210,10 +259,6 @@ class Adopt(NamedTuple):
     def wire(shapes: list[Message], rows: list[Message]) -> Message:
         return (ADOPT, shapes, rows)
 
-    @staticmethod
-    def of(message: Message) -> Adopt:
-        return _view(Adopt, message)  # type: ignore[no-any-return]
-
 
 class Unloadable(NamedTuple):
     """A stored task whose function or arguments did not load here: keep it, marked."""
@@ -225,10 +270,6 @@ class Unloadable(NamedTuple):
     @staticmethod
     def wire(key: str, why: str) -> Message:
         return (UNLOADABLE, key, why)
-
-    @staticmethod
-    def of(message: Message) -> Unloadable:
-        return _view(Unloadable, message)  # type: ignore[no-any-return]
 
 
 class Pause(NamedTuple):
@@ -242,10 +283,6 @@ class Pause(NamedTuple):
     def wire(request: int, task_id: int) -> Message:
         return (PAUSE, request, task_id)
 
-    @staticmethod
-    def of(message: Message) -> Pause:
-        return _view(Pause, message)  # type: ignore[no-any-return]
-
 
 class Resume(NamedTuple):
     """Resume a paused task at its next slot from now (answered: True if it was paused)."""
@@ -257,10 +294,6 @@ class Resume(NamedTuple):
     @staticmethod
     def wire(request: int, task_id: int) -> Message:
         return (RESUME, request, task_id)
-
-    @staticmethod
-    def of(message: Message) -> Resume:
-        return _view(Resume, message)  # type: ignore[no-any-return]
 
 
 class Cancel(NamedTuple):
@@ -276,10 +309,6 @@ class Cancel(NamedTuple):
     def wire(request: int, task_id: int, interrupt: bool) -> Message:
         return (CANCEL, request, task_id, interrupt)
 
-    @staticmethod
-    def of(message: Message) -> Cancel:
-        return _view(Cancel, message)  # type: ignore[no-any-return]
-
 
 class Stats(NamedTuple):
     """Ask for ``Scheduler.stats()`` (answered with the dict)."""
@@ -290,10 +319,6 @@ class Stats(NamedTuple):
     @staticmethod
     def wire(request: int) -> Message:
         return (STATS, request)
-
-    @staticmethod
-    def of(message: Message) -> Stats:
-        return _view(Stats, message)  # type: ignore[no-any-return]
 
 
 class Shutdown(NamedTuple):
@@ -306,10 +331,6 @@ class Shutdown(NamedTuple):
     def wire(cancel_futures: bool) -> Message:
         return (SHUTDOWN, cancel_futures)
 
-    @staticmethod
-    def of(message: Message) -> Shutdown:
-        return _view(Shutdown, message)  # type: ignore[no-any-return]
-
 
 class WallStep(NamedTuple):
     """Tests: step the dispatcher's wall clock by ``ns`` (as an NTP step would)."""
@@ -320,10 +341,6 @@ class WallStep(NamedTuple):
     @staticmethod
     def wire(ns: int) -> Message:
         return (WALL_STEP, ns)
-
-    @staticmethod
-    def of(message: Message) -> WallStep:
-        return _view(WallStep, message)  # type: ignore[no-any-return]
 
 
 # -- orders: the dispatcher to a worker ------------------------------------------------
@@ -348,14 +365,17 @@ class RunOrder(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int, run: int, scheduled_ns: int, report_start: bool, attempt: int, wall_ns: int | None,
-        retry_on: bytes | None, fn_blob: bytes, arg_blob: bytes,
-    ) -> Message:  # fmt: skip
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        report_start: bool,
+        attempt: int,
+        wall_ns: int | None,
+        retry_on: bytes | None,
+        fn_blob: bytes,
+        arg_blob: bytes,
+    ) -> Message:
         return (RUN, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, fn_blob, arg_blob)
-
-    @staticmethod
-    def of(message: Message) -> RunOrder:
-        return _view(RunOrder, message)  # type: ignore[no-any-return]
 
 
 class RunHeader(NamedTuple):
@@ -373,14 +393,15 @@ class RunHeader(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int, run: int, scheduled_ns: int, report_start: bool, attempt: int, wall_ns: int | None,
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        report_start: bool,
+        attempt: int,
+        wall_ns: int | None,
         retry_on: bytes | None,
-    ) -> Message:  # fmt: skip
+    ) -> Message:
         return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on)
-
-    @staticmethod
-    def of(message: Message) -> RunHeader:
-        return _view(RunHeader, message)  # type: ignore[no-any-return]
 
 
 class Reply(NamedTuple):
@@ -394,10 +415,6 @@ class Reply(NamedTuple):
     def wire(value: Any) -> Message:
         return (REPLY, value)
 
-    @staticmethod
-    def of(message: Message) -> Reply:
-        return _view(Reply, message)  # type: ignore[no-any-return]
-
 
 class Refusal(NamedTuple):
     """A worker's (or a Ray run's) request refused: the exception to raise there."""
@@ -408,10 +425,6 @@ class Refusal(NamedTuple):
     @staticmethod
     def wire(error: BaseException) -> Message:
         return (REFUSAL, error)
-
-    @staticmethod
-    def of(message: Message) -> Refusal:
-        return _view(Refusal, message)  # type: ignore[no-any-return]
 
 
 # -- reports: a worker to the dispatcher -----------------------------------------------------
@@ -429,10 +442,6 @@ class Started(NamedTuple):
     def wire(task_id: int, run: int, at_ns: int) -> Message:
         return (STARTED, task_id, run, at_ns)
 
-    @staticmethod
-    def of(message: Message) -> Started:
-        return _view(Started, message)  # type: ignore[no-any-return]
-
 
 class Skipped(NamedTuple):
     """The worker passed over a revoked run (its ticket was taken back)."""
@@ -442,10 +451,6 @@ class Skipped(NamedTuple):
     @staticmethod
     def wire() -> Message:
         return (SKIPPED,)
-
-    @staticmethod
-    def of(message: Message) -> Skipped:
-        return _view(Skipped, message)  # type: ignore[no-any-return]
 
 
 class Done(NamedTuple):
@@ -468,14 +473,17 @@ class Done(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int, run: int, outcome: str, started_ns: int, finished_ns: int, blob_kind: int, blob: Any,
-        matched: bool, unfit: str | None,
-    ) -> Message:  # fmt: skip
+        task_id: int,
+        run: int,
+        outcome: str,
+        started_ns: int,
+        finished_ns: int,
+        blob_kind: int,
+        blob: Any,
+        matched: bool,
+        unfit: str | None,
+    ) -> Message:
         return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit)
-
-    @staticmethod
-    def of(message: Message) -> Done:
-        return _view(Done, message)  # type: ignore[no-any-return]
 
 
 # -- in-process reports: a thread or Ray carrier to its dispatcher thread -------------------------
@@ -492,10 +500,6 @@ class Finished(NamedTuple):
     def wire(worker: Any, done: Message) -> Message:
         return (FINISHED, worker, done)
 
-    @staticmethod
-    def of(message: Message) -> Finished:
-        return _view(Finished, message)  # type: ignore[no-any-return]
-
 
 class Exited(NamedTuple):
     """``worker`` (a thread, a virtual Ray worker) is gone."""
@@ -509,10 +513,6 @@ class Exited(NamedTuple):
     @staticmethod
     def wire(worker: Any, exitcode: int | None, detail: str | None) -> Message:
         return (EXITED, worker, exitcode, detail)
-
-    @staticmethod
-    def of(message: Message) -> Exited:
-        return _view(Exited, message)  # type: ignore[no-any-return]
 
 
 class Landed(NamedTuple):
@@ -532,10 +532,6 @@ class Landed(NamedTuple):
     def wire(worker: Any, task_id: int, run: int, sent_ns: int, future: Any, now_ns: int) -> Message:
         return (LANDED, worker, task_id, run, sent_ns, future, now_ns)
 
-    @staticmethod
-    def of(message: Message) -> Landed:
-        return _view(Landed, message)  # type: ignore[no-any-return]
-
 
 class Mail(NamedTuple):
     """Ray: requests from runs (``current_scheduler()``) came in (the mailbox's future)."""
@@ -547,10 +543,6 @@ class Mail(NamedTuple):
     def wire(future: Any) -> Message:
         return (MAIL, future)
 
-    @staticmethod
-    def of(message: Message) -> Mail:
-        return _view(Mail, message)  # type: ignore[no-any-return]
-
 
 class Abort(NamedTuple):
     """Ray: stop at once (the user process is exiting)."""
@@ -560,10 +552,6 @@ class Abort(NamedTuple):
     @staticmethod
     def wire() -> Message:
         return (ABORT,)
-
-    @staticmethod
-    def of(message: Message) -> Abort:
-        return _view(Abort, message)  # type: ignore[no-any-return]
 
 
 # -- events: the engine to the user process --------------------------------------------------------
@@ -581,10 +569,6 @@ class RunStarted(NamedTuple):
     @staticmethod
     def wire(task_id: int, run: int, worker: Any) -> Message:
         return (RUN_STARTED, task_id, run, worker)
-
-    @staticmethod
-    def of(message: Message) -> RunStarted:
-        return _view(RunStarted, message)  # type: ignore[no-any-return]
 
 
 class RunEnded(NamedTuple):
@@ -618,16 +602,46 @@ class RunEnded(NamedTuple):
 
     @staticmethod
     def wire(
-        task_id: int, run: int, scheduled_ns: int, started_ns: int, finished_ns: int, worker: Any, outcome: str,
-        state: str, next_due_ns: int | None, missed: int, ended: bool, blob_kind: int, blob: Any,
-        output: str | None, attempt: int, scheduled_wall_ns: int, next_wall_ns: int | None, retrying: bool,
-    ) -> Message:  # fmt: skip
-        return (RUN_ENDED, task_id, run, scheduled_ns, started_ns, finished_ns, worker, outcome, state, next_due_ns,
-                missed, ended, blob_kind, blob, output, attempt, scheduled_wall_ns, next_wall_ns, retrying)  # fmt: skip
-
-    @staticmethod
-    def of(message: Message) -> RunEnded:
-        return _view(RunEnded, message)  # type: ignore[no-any-return]
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        started_ns: int,
+        finished_ns: int,
+        worker: Any,
+        outcome: str,
+        state: str,
+        next_due_ns: int | None,
+        missed: int,
+        ended: bool,
+        blob_kind: int,
+        blob: Any,
+        output: str | None,
+        attempt: int,
+        scheduled_wall_ns: int,
+        next_wall_ns: int | None,
+        retrying: bool,
+    ) -> Message:
+        return (
+            RUN_ENDED,
+            task_id,
+            run,
+            scheduled_ns,
+            started_ns,
+            finished_ns,
+            worker,
+            outcome,
+            state,
+            next_due_ns,
+            missed,
+            ended,
+            blob_kind,
+            blob,
+            output,
+            attempt,
+            scheduled_wall_ns,
+            next_wall_ns,
+            retrying,
+        )
 
 
 class TaskCancelled(NamedTuple):
@@ -639,10 +653,6 @@ class TaskCancelled(NamedTuple):
     @staticmethod
     def wire(task_id: int) -> Message:
         return (TASK_CANCELLED, task_id)
-
-    @staticmethod
-    def of(message: Message) -> TaskCancelled:
-        return _view(TaskCancelled, message)  # type: ignore[no-any-return]
 
 
 class TaskAdded(NamedTuple):
@@ -659,10 +669,6 @@ class TaskAdded(NamedTuple):
     def wire(task_id: int, name: str | None, due_ns: int, key: str | None, next_wall_ns: int | None) -> Message:
         return (TASK_ADDED, task_id, name, due_ns, key, next_wall_ns)
 
-    @staticmethod
-    def of(message: Message) -> TaskAdded:
-        return _view(TaskAdded, message)  # type: ignore[no-any-return]
-
 
 class TaskChanged(NamedTuple):
     """A task was paused, resumed or realigned (not by a run's end)."""
@@ -678,10 +684,6 @@ class TaskChanged(NamedTuple):
     def wire(task_id: int, state: str, next_due_ns: int | None, next_wall_ns: int | None) -> Message:
         return (TASK_CHANGED, task_id, state, next_due_ns, next_wall_ns)
 
-    @staticmethod
-    def of(message: Message) -> TaskChanged:
-        return _view(TaskChanged, message)  # type: ignore[no-any-return]
-
 
 class Answer(NamedTuple):
     """The answer to a request (``Pause``, ``Resume``, ``Cancel``, ``Stats``)."""
@@ -693,10 +695,6 @@ class Answer(NamedTuple):
     @staticmethod
     def wire(request: int, value: Any) -> Message:
         return (ANSWER, request, value)
-
-    @staticmethod
-    def of(message: Message) -> Answer:
-        return _view(Answer, message)  # type: ignore[no-any-return]
 
 
 class WorkerChanged(NamedTuple):
@@ -713,10 +711,6 @@ class WorkerChanged(NamedTuple):
     def wire(what: str, slot: int | None, worker: Any, exitcode: int | None) -> Message:
         return (WORKER_CHANGED, what, slot, worker, exitcode)
 
-    @staticmethod
-    def of(message: Message) -> WorkerChanged:
-        return _view(WorkerChanged, message)  # type: ignore[no-any-return]
-
 
 class Log(NamedTuple):
     """A line for the user process's ``procsched`` logger."""
@@ -729,10 +723,6 @@ class Log(NamedTuple):
     def wire(level: int, message: str) -> Message:
         return (LOG, level, message)
 
-    @staticmethod
-    def of(message: Message) -> Log:
-        return _view(Log, message)  # type: ignore[no-any-return]
-
 
 class AdoptKey(NamedTuple):
     """Another scheduler on the store added the keyed task ``key``: adopt it."""
@@ -744,10 +734,6 @@ class AdoptKey(NamedTuple):
     def wire(key: str) -> Message:
         return (ADOPT_KEY, key)
 
-    @staticmethod
-    def of(message: Message) -> AdoptKey:
-        return _view(AdoptKey, message)  # type: ignore[no-any-return]
-
 
 class Closed(NamedTuple):
     """The last event: the dispatcher has stopped."""
@@ -757,10 +743,6 @@ class Closed(NamedTuple):
     @staticmethod
     def wire() -> Message:
         return (CLOSED,)
-
-    @staticmethod
-    def of(message: Message) -> Closed:
-        return _view(Closed, message)  # type: ignore[no-any-return]
 
 
 # Tags. Each channel's are distinct; a message's tag is its first item.
@@ -805,13 +787,35 @@ ADOPT_KEY: Final = "adopt_key"
 CLOSED: Final = "closed"
 
 #: Every record by channel, for the tests' round trip (and the reader's map).
-COMMANDS: Final = (Add, Define, Adopt, AdoptShape, AdoptRow, Unloadable, Pause, Resume, Cancel, Stats, Shutdown,
-                   WallStep)  # fmt: skip
+COMMANDS: Final = (
+    Add,
+    Define,
+    Adopt,
+    AdoptShape,
+    AdoptRow,
+    Unloadable,
+    Pause,
+    Resume,
+    Cancel,
+    Stats,
+    Shutdown,
+    WallStep,
+)
 ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal)
 REPORTS: Final = (Started, Skipped, Done, Add, Cancel)
 IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort)
-EVENTS: Final = (RunStarted, RunEnded, TaskCancelled, TaskAdded, TaskChanged, Answer, WorkerChanged, Log, AdoptKey,
-                 Closed)  # fmt: skip
+EVENTS: Final = (
+    RunStarted,
+    RunEnded,
+    TaskCancelled,
+    TaskAdded,
+    TaskChanged,
+    Answer,
+    WorkerChanged,
+    Log,
+    AdoptKey,
+    Closed,
+)
 
 
 # -- the check of untrusted input --------------------------------------------------------------
@@ -828,11 +832,16 @@ def check_report(message: Any) -> str:
         # (one per run: spelled out, no generator)
         if not (
             len(message) == len(Done._fields)
-            and type(message[1]) is int and type(message[2]) is int and message[3] in ("ok", "error")
-            and type(message[4]) is int and type(message[5]) is int
-            and message[6] in (BLOB_VALUE, BLOB_ERROR) and isinstance(message[7], bytes)
-            and type(message[8]) is bool and (message[9] is None or isinstance(message[9], str))
-        ):  # fmt: skip
+            and type(message[1]) is int
+            and type(message[2]) is int
+            and message[3] in ("ok", "error")
+            and type(message[4]) is int
+            and type(message[5]) is int
+            and message[6] in (BLOB_VALUE, BLOB_ERROR)
+            and isinstance(message[7], bytes)
+            and type(message[8]) is bool
+            and (message[9] is None or isinstance(message[9], str))
+        ):
             raise TypeError("malformed done")
     elif tag == STARTED:
         if len(message) != len(Started._fields) or not all(type(x) is int for x in message[1:]):
@@ -844,9 +853,11 @@ def check_report(message: Any) -> str:
         _check_add(message)
     elif tag == CANCEL:
         if not (
-            len(message) == len(Cancel._fields) and type(message[1]) is int and type(message[2]) is int
+            len(message) == len(Cancel._fields)
+            and type(message[1]) is int
+            and type(message[2]) is int
             and type(message[3]) is bool
-        ):  # fmt: skip
+        ):
             raise TypeError("malformed cancel")
     else:
         raise TypeError(f"unknown tag {tag[:20]!r}")
@@ -856,17 +867,22 @@ def check_report(message: Any) -> str:
 def _check_add(message: Message) -> None:
     if len(message) != len(Add._fields):
         raise TypeError("malformed add")
-    add = Add.of(message)
+    add = view(Add, message)
     payload = add.payload
     if not (type(payload) is tuple and len(payload) == 2 and all(type(b) is bytes for b in payload)):
         raise TypeError("malformed add: payload")
     if not (
-        add.task_id is None and (add.due_ns is None or type(add.due_ns) is int) and type(add.delay_ns) is int
-        and type(add.start_wall_ns) is int and (add.first_slot_wall_ns is None or type(add.first_slot_wall_ns) is int)
+        add.task_id is None
+        and (add.due_ns is None or type(add.due_ns) is int)
+        and type(add.delay_ns) is int
+        and type(add.start_wall_ns) is int
+        and (add.first_slot_wall_ns is None or type(add.first_slot_wall_ns) is int)
         and type(add.priority) is int
-        and (add.timeout_ns is None or type(add.timeout_ns) is int) and (add.name is None or type(add.name) is str)
-        and (add.key is None or type(add.key) is str) and (add.retry_on is None or type(add.retry_on) is bytes)
-    ):  # fmt: skip
+        and (add.timeout_ns is None or type(add.timeout_ns) is int)
+        and (add.name is None or type(add.name) is str)
+        and (add.key is None or type(add.key) is str)
+        and (add.retry_on is None or type(add.retry_on) is bytes)
+    ):
         raise TypeError("malformed add")
     _check_schedule(add.schedule)
     _check_retry(add.retry)
@@ -881,10 +897,15 @@ def _check_schedule(schedule: Any) -> None:
         raise TypeError("malformed add: schedule")
     kind, period, misfire, stop_on_error, expr, zone, until, max_runs = schedule
     if not (
-        kind in KIND_OF and type(period) is int and misfire in MISFIRE_OF and type(stop_on_error) is bool
-        and (expr is None or type(expr) is str) and (zone is None or isinstance(zone, (str, timezone)))
-        and type(until) in ints and type(max_runs) in ints
-    ):  # fmt: skip
+        kind in KIND_OF
+        and type(period) is int
+        and misfire in MISFIRE_OF
+        and type(stop_on_error) is bool
+        and (expr is None or type(expr) is str)
+        and (zone is None or isinstance(zone, (str, timezone)))
+        and type(until) in ints
+        and type(max_runs) in ints
+    ):
         raise TypeError("malformed add: schedule")
 
 
@@ -892,10 +913,16 @@ def _check_retry(retry: Any) -> None:
     if retry is None:
         return
     if not (
-        type(retry) is tuple and len(retry) == 6 and type(retry[0]) is int and type(retry[1]) is int
-        and isinstance(retry[2], float) and type(retry[3]) is int and isinstance(retry[4], float)
-        and type(retry[5]) is tuple and all(o in ("error", "crashed", "timeout") for o in retry[5])
-    ):  # fmt: skip
+        type(retry) is tuple
+        and len(retry) == 6
+        and type(retry[0]) is int
+        and type(retry[1]) is int
+        and isinstance(retry[2], float)
+        and type(retry[3]) is int
+        and isinstance(retry[4], float)
+        and type(retry[5]) is tuple
+        and all(o in ("error", "crashed", "timeout") for o in retry[5])
+    ):
         raise TypeError("malformed add: retry")
 
 

@@ -58,8 +58,22 @@ ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
 
 
 class ProcessWorker:
-    __slots__ = ("proc", "conn", "fd", "reader", "ident", "sentinel", "ps", "tree", "out", "out_since", "capture",
-                 "tickets", "ticket_w", "unwritten")  # fmt: skip
+    __slots__ = (
+        "proc",
+        "conn",
+        "fd",
+        "reader",
+        "ident",
+        "sentinel",
+        "ps",
+        "tree",
+        "out",
+        "out_since",
+        "capture",
+        "tickets",
+        "ticket_w",
+        "unwritten",
+    )
 
     def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
         self.proc = proc
@@ -109,16 +123,14 @@ class ProcessCarrier(Carrier):
     early_ns = EARLY_NS
     reports_start = True  # workers send "started" for runs with a timeout
 
-    def __init__(
-        self, start_method: str, selector: selectors.BaseSelector, capture_dir: str | None = None
-    ) -> None:
+    def __init__(self, start_method: str, selector: selectors.BaseSelector, capture_dir: str | None = None) -> None:
         self.selector = selector
         self.capture_dir = capture_dir  # capture each run's output in files here
         self.serial = itertools.count()
         self.writing: set[ProcessWorker] = set()  # workers with output waiting
-        self.ctx = multiprocessing.get_context(start_method)
+        self.ctx: Any = multiprocessing.get_context(start_method)  # (a start method's context: typed as its base)
         if start_method == "forkserver":
-            self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
+            self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         self.by_sentinel: dict[int, ProcessWorker] = {}
         self.unflushed: set[ProcessWorker] = set()  # workers given runs this turn (see flush)
 
@@ -130,7 +142,9 @@ class ProcessCarrier(Carrier):
         capture = None
         if self.capture_dir is not None:
             capture = os.path.join(self.capture_dir, f"output-{slot}-{next(self.serial)}")
-        proc = self.ctx.Process(target=_worker_main.main, args=(child, capture, child_tickets), name=f"procsched-worker-{slot}")  # type: ignore[attr-defined]
+        proc = self.ctx.Process(
+            target=_worker_main.main, args=(child, capture, child_tickets), name=f"procsched-worker-{slot}"
+        )
         try:
             proc.start()  # a dead forkserver is restarted by the next start()
         except BaseException:
@@ -163,13 +177,26 @@ class ProcessCarrier(Carrier):
         report_start = run.timeout_ns is not None
         out = worker.out
         if len(fn_blob) + len(arg_blob) < SMALL_RUN:  # the usual case: one frame, one write
-            order = m.RunOrder.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt, run.wall_ns,
-                                    run.retry_on, fn_blob, arg_blob)  # fmt: skip
+            order = m.RunOrder.wire(
+                run.task_id,
+                run.run,
+                run.scheduled_ns,
+                report_start,
+                run.attempt,
+                run.wall_ns,
+                run.retry_on,
+                fn_blob,
+                arg_blob,
+            )
             body = pickle.dumps(order, PROTOCOL)
             out.append(memoryview(frame_head(len(body)) + body))
         else:  # a header, then the blobs as raw frames, written from their own bytes
-            header = pickle.dumps(m.RunHeader.wire(run.task_id, run.run, run.scheduled_ns, report_start, run.attempt,
-                                                   run.wall_ns, run.retry_on), PROTOCOL)  # fmt: skip
+            header = pickle.dumps(
+                m.RunHeader.wire(
+                    run.task_id, run.run, run.scheduled_ns, report_start, run.attempt, run.wall_ns, run.retry_on
+                ),
+                PROTOCOL,
+            )
             for blob in (header, fn_blob, arg_blob):
                 out.append(memoryview(frame_head(len(blob))))
                 out.append(memoryview(blob))
@@ -338,6 +365,7 @@ class ProcessCarrier(Carrier):
         except OSError:
             self._drop_conn(worker)  # it is dying: its sentinel will say so
             return
+        assert worker.conn is not None  # (a dropped connection has nothing to write)
         if out and not was_waiting:
             self.writing.add(worker)
             worker.out_since = time.monotonic_ns() if now is None else now

@@ -40,22 +40,29 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._core import Run
 from .._errors import SchedulerClosedError, SchedulerError
 from . import _messages as m
 from . import _ray_task
-from ._dispatch_thread import DispatcherThread
 from ._carrier import Carrier
+from ._dispatch_thread import DispatcherThread
 from ._engine import WARNING
 from ._wire import pack_call, pack_error
 
 #: Ids of tasks added from inside Ray runs (the facade numbers its own from 1).
 INNER_IDS_START = 1 << 48
 #: The ray.exceptions that mean "the run's worker (or node) is gone".
-CRASHES = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError",
-           "TaskCancelledError", "ObjectLostError")  # fmt: skip
+CRASHES = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "OutOfMemoryError",
+    "LocalRayletDiedError",
+    "TaskCancelledError",
+    "ObjectLostError",
+)
 INSTALL_HINT = 'Scheduler(runner="ray") needs Ray: pip install "procsched[ray]"'
 
 _lock = threading.Lock()
@@ -143,8 +150,16 @@ class RayCarrier(Carrier):
         try:
             remote = self.remote.options(**options[0]) if options else self.remote
             ref = remote.remote(
-                fn_blob, arg_blob, run.task_id, run.run, run.scheduled_ns, time.time_ns() - now, self.mailbox,
-                run.attempt, run.wall_ns, run.retry_on,
+                fn_blob,
+                arg_blob,
+                run.task_id,
+                run.run,
+                run.scheduled_ns,
+                time.time_ns() - now,
+                self.mailbox,
+                run.attempt,
+                run.wall_ns,
+                run.retry_on,
             )
         except Exception as exc:  # noqa: BLE001 - Ray refused the task: the run fails with its reason
             err = SchedulerError(f"Ray did not accept task {run.task_id} run {run.run}: {type(exc).__name__}: {exc}")
@@ -172,7 +187,6 @@ class RayCarrier(Carrier):
     def retire(self, worker: _RayWorker) -> None:
         worker.killed = worker.reported = True
         self.inbox.put(m.Exited.wire(worker, 0, None))
-
 
 
 class RayBackend(DispatcherThread):
@@ -214,9 +228,9 @@ class RayBackend(DispatcherThread):
     def _handle(self, message: tuple[Any, ...]) -> None:
         tag = message[0]
         if tag == m.LANDED:
-            self._landed(m.Landed.of(message))
+            self._landed(m.view(m.Landed, message))
         elif tag == m.MAIL:
-            self._mail(m.Mail.of(message).future)
+            self._mail(m.view(m.Mail, message).future)
         elif tag == m.ABORT:
             self.engine.abort(time.monotonic_ns())
         else:
@@ -225,7 +239,13 @@ class RayBackend(DispatcherThread):
     def _landed(self, landed: m.Landed) -> None:
         engine = self.engine
         worker, task_id, run_no, sent, future, now = (
-            landed.worker, landed.task_id, landed.run, landed.sent_ns, landed.future, landed.now_ns)
+            landed.worker,
+            landed.task_id,
+            landed.run,
+            landed.sent_ns,
+            landed.future,
+            landed.now_ns,
+        )
         worker.ref = None
         if worker.reported:
             return  # its exit was reported already (hard kill)
@@ -241,14 +261,17 @@ class RayBackend(DispatcherThread):
             offset = time.time_ns() - time.monotonic_ns()
             started = min(max(started - offset, sent), now)
             finished = min(max(finished - offset, started), now)
-            engine.finished(worker, m.Done(m.DONE, task_id, run_no, outcome, started, finished, kind, blob, matched, None))
+            engine.finished(
+                worker, m.Done(m.DONE, task_id, run_no, outcome, started, finished, kind, blob, matched, None)
+            )
         elif isinstance(exc, self.crashes):
             worker.reported = True
             text = str(exc).strip().split("\n")[0][:300]
             engine.worker_exited(worker, None, now, f"Ray {type(exc).__name__}: {text}")
         else:  # Ray could not run the wrapper (e.g. procsched not installed on the node)
-            engine.finished(worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, pack_error(exc), False,
-                                           None))  # fmt: skip
+            engine.finished(
+                worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, pack_error(exc), False, None)
+            )
 
     def _take(self) -> None:
         """Long-poll the mailbox for requests from runs (current_scheduler())."""
@@ -262,8 +285,11 @@ class RayBackend(DispatcherThread):
             batch = future.result()
         except Exception as exc:  # noqa: BLE001 - the actor died
             if not self.engine.closing:
-                self.engine.log(WARNING, f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
-                                          "current_scheduler() no longer works inside Ray runs")  # fmt: skip
+                self.engine.log(
+                    WARNING,
+                    f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
+                    "current_scheduler() no longer works inside Ray runs",
+                )
             return
         now = time.monotonic_ns()
         for request, message in batch:
@@ -280,7 +306,7 @@ class RayBackend(DispatcherThread):
         if tag == m.ADD:
             if engine.closing:
                 return m.Refusal.wire(SchedulerClosedError("the scheduler is shutting down"))
-            add = m.Add.of(message)  # its due time is None: the node's clock means nothing here
+            add = m.view(m.Add, message)  # its due time is None: the node's clock means nothing here
             if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
             task_id = next(self.inner_ids)
@@ -288,11 +314,14 @@ class RayBackend(DispatcherThread):
             if why is not None:
                 return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
             due = engine.due(task_id)
-            engine.emit(m.TaskAdded.wire(task_id, add.name, now + add.delay_ns if due is None else due, add.key,
-                                         engine.next_wall(task_id)))  # fmt: skip
+            engine.emit(
+                m.TaskAdded.wire(
+                    task_id, add.name, now + add.delay_ns if due is None else due, add.key, engine.next_wall(task_id)
+                )
+            )
             return m.Reply.wire((task_id, due))
         if tag == m.CANCEL:
-            cancel = m.Cancel.of(message)
+            cancel = m.view(m.Cancel, message)
             return m.Reply.wire(engine.cancel(cancel.task_id, cancel.interrupt, now))
         raise ValueError(f"unknown request {tag!r}")
 

@@ -36,16 +36,18 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._context import running
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle
 from .._validate import TaskSpec
-from ._messages import BLOB_ERROR, REFUSAL, Add, Refusal, Reply
+from ._messages import BLOB_ERROR, REFUSAL, Add, Refusal, Reply, view
 from ._wire import CallLoader, carried_classes, pack_call, pack_error, pack_value
 from ._worker import _DetachedHandle, _retry_matches, _WorkerScheduler
+
 #: How long current_scheduler() waits for the dispatcher's answer.
 ASK_TIMEOUT = 60.0
 
@@ -55,9 +57,17 @@ _actors: dict[str, Any] = {}  # mailbox name -> actor handle, looked up once per
 
 
 def run(
-    fn_blob: bytes, arg_blob: bytes, task_id: int, run_no: int, scheduled_ns: int, clock_offset_ns: int,
-    mailbox: str, attempt: int = 1, wall_ns: int | None = None, retry_on: bytes | None = None,
-) -> tuple[str, int, int, int, bytes, bool]:  # fmt: skip
+    fn_blob: bytes,
+    arg_blob: bytes,
+    task_id: int,
+    run_no: int,
+    scheduled_ns: int,
+    clock_offset_ns: int,
+    mailbox: str,
+    attempt: int = 1,
+    wall_ns: int | None = None,
+    retry_on: bytes | None = None,
+) -> tuple[str, int, int, int, bytes, bool]:
     """The Ray task: one run. Returns (outcome, started, finished, blob kind,
     blob, matched), times on this node's wall clock (ns); ``clock_offset_ns``
     is the scheduler's wall minus monotonic clock, so that ``current_run()``
@@ -69,8 +79,17 @@ def run(
     wall = time.time_ns
     started = wall()
     scheduled_at = wall_datetime(scheduled_ns + clock_offset_ns if wall_ns is None else wall_ns)
-    info = RunInfo(task_id, run_no, scheduled_ns / NS, (started - clock_offset_ns) / NS, None, os.getpid(), None,
-                   attempt, scheduled_at)  # fmt: skip
+    info = RunInfo(
+        task_id,
+        run_no,
+        scheduled_ns / NS,
+        (started - clock_offset_ns) / NS,
+        None,
+        os.getpid(),
+        None,
+        attempt,
+        scheduled_at,
+    )
     matched = False
     try:
         fn, args, kwargs = _load((fn_blob, arg_blob))
@@ -164,11 +183,11 @@ class _RayScheduler(_WorkerScheduler):
             if actor is None:
                 actor = _actors[self._mailbox] = ray.get_actor(self._mailbox)
             reply = ray.get(actor.ask.remote(message), timeout=ASK_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - the actor is gone, the scheduler shut down, ...
+        except Exception as exc:
             raise SchedulerError(f"cannot reach the scheduler from this Ray run: {type(exc).__name__}: {exc}") from exc
         if reply[0] == REFUSAL:
-            raise Refusal.of(reply).error
-        return Reply.of(reply).value
+            raise view(Refusal, reply).error
+        return view(Reply, reply).value
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         payload: tuple[Any, ...] = pack_call(fn, args, kwargs)

@@ -19,14 +19,15 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._context import running
 from .._core import Run
 from .._core._units import NS, wall_datetime
 from .._handle import RunInfo
-from ._dispatch_thread import DispatcherThread
 from ._carrier import Carrier
+from ._dispatch_thread import DispatcherThread
 from ._messages import BLOB_ERROR, BLOB_VALUE, Done, Exited, Finished, Shutdown
 
 #: A worker thread's inbox: a run to run, or this (exit).
@@ -76,8 +77,17 @@ class ThreadCarrier(Carrier):
             fn, args, kwargs = run.payload
             started = clock()
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + time.time_ns() - started
-            info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None,
-                           run.attempt, wall_datetime(wall))  # fmt: skip
+            info = RunInfo(
+                run.task_id,
+                run.run,
+                run.scheduled_ns / NS,
+                started / NS,
+                None,
+                worker.ident,
+                None,
+                run.attempt,
+                wall_datetime(wall),
+            )
             try:
                 with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)

@@ -47,19 +47,34 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from .._api import SchedulingAPI
 from .._context import begin_run, end_run
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle
-from .._validate import TaskSpec, flag, task_id as task_id_
+from .._validate import TaskSpec, flag
+from .._validate import task_id as task_id_
 from ._messages import (
-    BLOB_ERROR, REFUSAL, REPLY, RUN, RUN_HEADER, Add, Cancel, Done, Refusal, Reply, RunHeader, RunOrder, Skipped,
+    BLOB_ERROR,
+    REFUSAL,
+    REPLY,
+    RUN,
+    RUN_HEADER,
+    Add,
+    Cancel,
+    Done,
+    Refusal,
+    Reply,
+    RunHeader,
+    RunOrder,
+    Skipped,
     Started,
-)  # fmt: skip
+    view,
+)
 from ._wire import PROTOCOL, CallLoader, FrameReader, carried_classes, pack_call, pack_error, pack_value, send_frame
 
 
@@ -87,10 +102,10 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             return  # the dispatcher is gone
         order: RunOrder | RunHeader
         if message[0] == RUN:
-            order = RunOrder.of(message)
+            order = view(RunOrder, message)
             fn_blob, arg_blob = order.fn_blob, order.arg_blob
         else:  # a large payload follows as two raw frames
-            order = RunHeader.of(message)
+            order = view(RunHeader, message)
             fn_blob, arg_blob = channel.order(), channel.order()
         task_id, run_no, scheduled = order.task_id, order.run, order.scheduled_ns
         if ticket_fd >= 0:
@@ -123,8 +138,9 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
                 wall = scheduled + time.time_ns() - started
             # current_run()'s RunInfo is made only if the task asks for it (a
             # few microseconds a run, as much as a no-op task's whole run)
-            token = begin_run(functools.partial(_run_info, task_id, run_no, scheduled, started, pid, attempt, wall),
-                              proxy)  # fmt: skip
+            token = begin_run(
+                functools.partial(_run_info, task_id, run_no, scheduled, started, pid, attempt, wall), proxy
+            )
             try:
                 value = fn(*args, **kwargs)
             finally:
@@ -144,8 +160,17 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             value = args = kwargs = None  # type: ignore[assignment]
         if capture is not None:
             _flush()
-        done = Done.wire(task_id, run_no, outcome, started, clock(), kind, blob, matched,
-                         "replaced after a MemoryError" if unfit else None)  # fmt: skip
+        done = Done.wire(
+            task_id,
+            run_no,
+            outcome,
+            started,
+            clock(),
+            kind,
+            blob,
+            matched,
+            "replaced after a MemoryError" if unfit else None,
+        )
         retiring = retiring or unfit
         try:
             proxy._end(dumps(done, PROTOCOL))
@@ -209,15 +234,18 @@ def _let_go_of_forkserver() -> None:
     ends the workers. (A task that uses forkserver itself gets its own.)"""
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
-    fd = getattr(server, "_forkserver_alive_fd", None)
+    server: Any = forkserver._forkserver
+    try:
+        fd = server._forkserver_alive_fd
+    except AttributeError:  # a multiprocessing without it: nothing to let go of
+        return
     if fd is not None:
         try:
             os.close(fd)
         except OSError:
             pass
-        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
-        server._forkserver_address = None  # type: ignore[attr-defined]
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
 
 
 class _Channel:
@@ -329,8 +357,8 @@ class _WorkerScheduler(SchedulingAPI):
             except (EOFError, OSError):
                 raise SchedulerError("the dispatcher is gone") from None
         if reply[0] == REFUSAL:
-            raise Refusal.of(reply).error
-        return Reply.of(reply).value
+            raise view(Refusal, reply).error
+        return view(Reply, reply).value
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         """Scheduled by the dispatcher. A ``key`` is registered with the
@@ -357,4 +385,4 @@ class _DetachedHandle(TaskHandle):
             "from the scheduler's process with Scheduler.handle(task_id)"
         )
 
-    exception = result  # type: ignore[assignment]
+    exception = result

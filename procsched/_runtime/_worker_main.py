@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
 #: What the dispatcher's forkserver imports before it forks the first worker.
 #: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
-FORKSERVER_PRELOAD = ["procsched._runtime._worker", "procsched._runtime._worker_main", "procsched._runtime._forkserver",
-                      "ctypes"]  # fmt: skip
+FORKSERVER_PRELOAD = [
+    "procsched._runtime._worker",
+    "procsched._runtime._worker_main",
+    "procsched._runtime._forkserver",
+    "ctypes",
+]
 
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:

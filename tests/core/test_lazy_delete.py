@@ -60,7 +60,7 @@ def test_dead_entries_in_the_ready_heap_are_compacted_too() -> None:
 
 def test_stale_heads_are_skipped_and_counted() -> None:
     core = SchedulerCore()
-    a, b, c = core.add(1, payload="a"), core.add(2, payload="b"), core.add(3, payload="c")
+    a, b, _c = core.add(1, payload="a"), core.add(2, payload="b"), core.add(3, payload="c")
     core.cancel(a)
     core.cancel(b)
     run = core.claim(5)

@@ -5,7 +5,7 @@ is: run numbers and due time). ManualClock, no sleeping."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from procsched import ManualClock
 from procsched._core import Kind, Misfire, Schedule, SchedulerCore, TaskState
@@ -93,10 +93,11 @@ def test_realign_to_a_retry_and_a_calendar_slot() -> None:
     assert core.realign(tid, 3, 2, NS)
     run = core.claim(NS)
     assert (run.run, run.attempt) == (3, 2)
-    wall0 = int(datetime(2030, 1, 1, tzinfo=timezone.utc).timestamp()) * NS
+    wall0 = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp()) * NS
     core.set_wall_offset(wall0)
-    cal = core.add(0, schedule=Schedule.calendar(CronTrigger("* * * * * *", timezone.utc), Misfire.COALESCE),
-                   start_wall_ns=wall0)
+    cal = core.add(
+        0, schedule=Schedule.calendar(CronTrigger("* * * * * *", UTC), Misfire.COALESCE), start_wall_ns=wall0
+    )
     assert core.realign(cal, 4, 1, 0, slot_wall=wall0 + 5 * NS)
     assert core.due(cal) == 5 * NS and core.next_wall(cal) == wall0 + 5 * NS
     run = core.claim(5 * NS)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from procsched._core import Policy, Run, Schedule
+from procsched._core import ONCE, Policy, Run, Schedule
 from procsched._errors import TaskTimeoutError, WorkerCrashedError
 from procsched._runtime import _messages as m
 from procsched._runtime._carrier import Carrier
@@ -77,11 +77,32 @@ class FakeCarrier(Carrier):
         return run
 
 
-def add(engine: Engine, task_id: int, due: int, schedule: Schedule = Schedule.once(), *, timeout: int | None = None,
-        priority: int = 0, now: int = 0) -> None:  # fmt: skip
-    message = m.Add.wire(task_id, due, due - now, 0, None, schedule.to_wire(), priority, timeout, f"t{task_id}",
-                         ("fn", "args"), None, None, None)  # fmt: skip
-    assert engine.add(m.Add.of(message), task_id, now, ("fn", "args")) is None
+def add(
+    engine: Engine,
+    task_id: int,
+    due: int,
+    schedule: Schedule = ONCE,
+    *,
+    timeout: int | None = None,
+    priority: int = 0,
+    now: int = 0,
+) -> None:
+    message = m.Add.wire(
+        task_id,
+        due,
+        due - now,
+        0,
+        None,
+        schedule.to_wire(),
+        priority,
+        timeout,
+        f"t{task_id}",
+        ("fn", "args"),
+        None,
+        None,
+        None,
+    )
+    assert engine.add(m.view(m.Add, message), task_id, now, ("fn", "args")) is None
 
 
 def done(engine: Engine, worker: FakeWorker, run: Run, now: int, outcome: str = "ok") -> None:
@@ -91,9 +112,14 @@ def done(engine: Engine, worker: FakeWorker, run: Run, now: int, outcome: str = 
 
 def events(engine: Engine, tag: str) -> list[Any]:
     """The engine's events of one kind, as records (and the outbox emptied)."""
-    views = {m.RUN_ENDED: m.RunEnded, m.RUN_STARTED: m.RunStarted, m.TASK_CANCELLED: m.TaskCancelled,
-             m.WORKER_CHANGED: m.WorkerChanged, m.LOG: m.Log}  # fmt: skip
-    return [views[tag].of(ev) for ev in engine.take_events() if ev[0] == tag]
+    views = {
+        m.RUN_ENDED: m.RunEnded,
+        m.RUN_STARTED: m.RunStarted,
+        m.TASK_CANCELLED: m.TaskCancelled,
+        m.WORKER_CHANGED: m.WorkerChanged,
+        m.LOG: m.Log,
+    }
+    return [m.view(views[tag], ev) for ev in engine.take_events() if ev[0] == tag]
 
 
 def make(workers: int = 1, **carrier: Any) -> tuple[Engine, FakeCarrier]:

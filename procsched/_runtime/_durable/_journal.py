@@ -58,9 +58,8 @@ import collections
 import logging
 import os
 import time
-from typing import Any
-
 from collections.abc import Callable
+from typing import Any
 
 from ..._core import Kind, Run, Schedule, TaskState
 from ..._core._units import NS
@@ -95,6 +94,7 @@ RETRY_MAX_NS = 2_000_000_000
 #: more for SQLite). PROCSCHED_STORE_PREFETCH overrides it, for measurements.
 STORE_PREFETCH = int(os.environ.get("PROCSCHED_STORE_PREFETCH", "4"))
 
+
 class Journal(Durable):
     """The dispatcher's store: keyed tasks' changes, one transaction a turn.
     The engine's durable hooks (``hold``, ``withdraw``, ``unstarted``: see
@@ -103,8 +103,9 @@ class Journal(Durable):
     active = True
     prefetch = STORE_PREFETCH  # (fewer than without a store: a kill -9 records every run given ahead crashed)
 
-    def __init__(self, target: str, owner_pid: int, emit: Callable[[list[m.Message]], None], lease_ns: int = LEASE_NS
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, target: str, owner_pid: int, emit: Callable[[list[m.Message]], None], lease_ns: int = LEASE_NS
+    ) -> None:
         self.store = open_store(target)
         bound_idle_transactions(self.store, lease_ns)
         self.lease_ns = lease_ns
@@ -156,15 +157,29 @@ class Journal(Durable):
         is already this (``write`` False), and no event goes back: its handle
         was made with the due time (a paused task's pause does send one)."""
         self.sync(engine.events)
-        self.shapes.extend(m.AdoptShape.of(shape) for shape in shapes)
+        self.shapes.extend(m.view(m.AdoptShape, shape) for shape in shapes)
         known, keys, runs_of = self.shapes, self.keys, self.runs
         for message in rows:
-            row = m.AdoptRow.of(message)
+            row = m.view(m.AdoptRow, message)
             shape, task_id = known[row.shape], row.task_id
             first = row.slot_wall_ns if row.attempt > 1 else row.due_wall_ns  # a retry: the grid goes on from its slot
             start = shape.start_wall_ns  # the shape's schedule was read then: its until counts from then
-            add = m.Add(m.ADD, task_id, first - offset, first - start, start, first, shape.schedule, shape.priority,
-                        shape.timeout_ns, shape.name, shape.payload, shape.retry, shape.retry_on, None)  # fmt: skip
+            add = m.Add(
+                m.ADD,
+                task_id,
+                first - offset,
+                first - start,
+                start,
+                first,
+                shape.schedule,
+                shape.priority,
+                shape.timeout_ns,
+                shape.name,
+                shape.payload,
+                shape.retry,
+                shape.retry_on,
+                None,
+            )
             if engine.add(add, task_id, first - offset, shape.payload) is not None:
                 continue  # refused (Engine.add said why)
             key = row.key
@@ -179,8 +194,14 @@ class Journal(Durable):
             if row.paused:
                 engine.pause(task_id)
             if row.write:
-                self.batch.update(key, run_count=runs, next_due_ns=row.due_wall_ns, next_attempt=row.attempt,
-                                  paused=row.paused, unloadable=None)  # fmt: skip
+                self.batch.update(
+                    key,
+                    run_count=runs,
+                    next_due_ns=row.due_wall_ns,
+                    next_attempt=row.attempt,
+                    paused=row.paused,
+                    unloadable=None,
+                )
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""
@@ -292,8 +313,15 @@ class Journal(Durable):
             return
         self.sync(events)  # what happened before it is journalled first
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self.offset
-        self.batch.finished(key, run.run, run.attempt, "cancelled", now + self.offset, wall if self.closing else None,
-                            error_message="given ahead to a worker and cancelled before it started")  # fmt: skip
+        self.batch.finished(
+            key,
+            run.run,
+            run.attempt,
+            "cancelled",
+            now + self.offset,
+            wall if self.closing else None,
+            error_message="given ahead to a worker and cancelled before it started",
+        )
 
     def _release(self, carrier: Any) -> None:
         """Send each worker's held runs from the front while their starts are recorded."""
@@ -327,19 +355,19 @@ class Journal(Durable):
             ev = events[i]
             tag = ev[0]
             if tag == m.RUN_ENDED:
-                ended = m.RunEnded.of(ev)
+                ended = m.view(m.RunEnded, ev)
                 key = keys.get(ended.task_id)
                 if key is not None:
                     self._run_ended(ended, key)
             elif tag == m.TASK_CANCELLED:
-                task_id = m.TaskCancelled.of(ev).task_id
+                task_id = m.view(m.TaskCancelled, ev).task_id
                 key = keys.get(task_id)
                 if key is not None:
                     if not self.closing:
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
             elif tag == m.TASK_CHANGED:
-                changed = m.TaskChanged.of(ev)
+                changed = m.view(m.TaskChanged, ev)
                 key = keys.get(changed.task_id)
                 if key is not None and changed.state == PAUSED:
                     self.batch.update(key, paused=True)
@@ -366,8 +394,17 @@ class Journal(Durable):
             schedule = self.schedules.get(tid)
             if schedule is not None and schedule.kind is Kind.FIXED_RATE:
                 next_due = schedule.next_after(ev.scheduled_wall_ns)
-        self.batch.finished(key, ev.run, ev.attempt, ev.outcome, ev.finished_ns + self.offset, next_due,
-                            retry=ev.retrying, error_type=error_type, error_message=error_message)  # fmt: skip
+        self.batch.finished(
+            key,
+            ev.run,
+            ev.attempt,
+            ev.outcome,
+            ev.finished_ns + self.offset,
+            next_due,
+            retry=ev.retrying,
+            error_type=error_type,
+            error_message=error_message,
+        )
         if state == PAUSED:
             self.batch.update(key, paused=True)
         elif not pending:
@@ -451,9 +488,12 @@ class Journal(Durable):
         stopped or cut off): what we held is recorded crashed by another
         scheduler, and nothing of ours was written since. Register again and
         realign every keyed task with the store at once."""
-        engine.log(40, f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
-                        "its runs in flight were recorded crashed by another scheduler and their ends are not "
-                        "recorded; registering again")  # fmt: skip
+        engine.log(
+            40,
+            f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
+            "its runs in flight were recorded crashed by another scheduler and their ends are not "
+            "recorded; registering again",
+        )
         try:
             self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
         except StoreError as exc:  # the old registration stays: fenced again next turn, registered again then
@@ -529,8 +569,15 @@ class Journal(Durable):
                     return worker
         return None
 
-    def _retry(self, engine: Engine, batch: Any, mine: list[tuple[Any, list[Any]]], told: list[Any],
-               error: StoreError, now: int) -> None:  # fmt: skip
+    def _retry(
+        self,
+        engine: Engine,
+        batch: Any,
+        mine: list[tuple[Any, list[Any]]],
+        told: list[Any],
+        error: StoreError,
+        now: int,
+    ) -> None:
         """The commit failed (store unreachable, locked, full): nothing of it
         was written. Its keyed runs have not started and do not start
         unrecorded (another scheduler may claim the same slot, and a restart
@@ -539,8 +586,11 @@ class Journal(Durable):
         doubling to 2 s). The user hears the rest of what happened (unkeyed
         tasks and the ends of runs go on; their records follow the store)."""
         if not self.retry_ns:
-            engine.log(40, f"the store could not record a turn ({error}); keyed runs wait until it can "
-                            "(trying again, at most every 2 s)")  # fmt: skip
+            engine.log(
+                40,
+                f"the store could not record a turn ({error}); keyed runs wait until it can "
+                "(trying again, at most every 2 s)",
+            )
         self.retry_ns = min(2 * self.retry_ns or RETRY_FIRST_NS, RETRY_MAX_NS)
         self.retry_at = now + self.retry_ns
         others, starts = _split_started(told, {(known[1].task_id, known[1].run) for _c, known in mine})
@@ -581,7 +631,7 @@ def _split_started(events: list[m.Message], runs: set[tuple[int, int]]) -> tuple
     rest: list[m.Message] = []
     started: list[m.Message] = []
     for ev in events:
-        if ev[0] == m.RUN_STARTED and ((s := m.RunStarted.of(ev)).task_id, s.run) in runs:
+        if ev[0] == m.RUN_STARTED and ((s := m.view(m.RunStarted, ev)).task_id, s.run) in runs:
             started.append(ev)
         else:
             rest.append(ev)

@@ -213,10 +213,10 @@ class Peers:
                     del self.standby[tid]
                 elif tid in seen or due is None or due + self.grace >= store_now:
                     continue  # read just now, a run in flight (its lease guards it), or not late yet
-                elif (task := store.get(journal.keys[tid]) if tid in journal.keys else None) is None:
+                elif (stored := store.get(journal.keys[tid]) if tid in journal.keys else None) is None:
                     del self.standby[tid]
                 else:
-                    self.apply(engine, tid, task, now, offset, store_now=store_now)
+                    self.apply(engine, tid, stored, now, offset, store_now=store_now)
         except StoreError as exc:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
@@ -237,8 +237,11 @@ class Peers:
         if runs is None:
             return  # another survivor took it over (or we were fenced out)
         self.takeovers += 1
-        engine.log(30, f"scheduler {dead.id} (host {dead.host}, pid {dead.pid}) let its lease expire: taken over, "
-                        f"{len(runs)} run(s) in flight recorded crashed")  # fmt: skip
+        engine.log(
+            30,
+            f"scheduler {dead.id} (host {dead.host}, pid {dead.pid}) let its lease expire: taken over, "
+            f"{len(runs)} run(s) in flight recorded crashed",
+        )
         for record in runs:
             tid = by_key.get(record.key)
             task = self.journal.store.get(record.key)
@@ -251,9 +254,17 @@ class Peers:
 
     # -- local tasks follow the store ---------------------------------------------------
 
-    def apply(self, engine: Engine, tid: int, task: StoredTask, now: int, offset: int,
-              lost: tuple[int, int] | None = None, force: bool = False, store_now: int | None = None,
-              ) -> None:  # fmt: skip
+    def apply(
+        self,
+        engine: Engine,
+        tid: int,
+        task: StoredTask,
+        now: int,
+        offset: int,
+        lost: tuple[int, int] | None = None,
+        force: bool = False,
+        store_now: int | None = None,
+    ) -> None:
         """Bring the local task ``tid`` to where the stored ``task`` is.
         ``lost``: the (run, attempt) whose claim was just lost; realigning to
         that very claim again is not before now (no tight loop of claims the

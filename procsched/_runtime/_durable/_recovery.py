@@ -42,8 +42,15 @@ def definition(spec: TaskSpec, fn: Any, arg_blob: bytes, wall_now: int) -> TaskD
     retry = None
     if spec.retry is not None:
         r = spec.retry.policy()
-        retry = [r.attempts, r.delay_ns, r.backoff, r.max_delay_ns, r.jitter, sorted(r.outcomes),
-                 [f"{c.__module__}:{c.__qualname__}" for c in spec.retry.classes]]  # fmt: skip
+        retry = [
+            r.attempts,
+            r.delay_ns,
+            r.backoff,
+            r.max_delay_ns,
+            r.jitter,
+            sorted(r.outcomes),
+            [f"{c.__module__}:{c.__qualname__}" for c in spec.retry.classes],
+        ]
     options = {"priority": spec.priority, "timeout_ns": spec.timeout_ns, "name": spec.name, "retry": retry}
     return TaskDefinition(spec.key, ref, arg_blob, spec.schedule.to_record(spec.delay_ns, wall_now), options)
 
@@ -57,12 +64,18 @@ def spec_of(d: TaskDefinition, wall_now: int) -> TaskSpec:
     retry = None
     if o.get("retry") is not None:
         attempts, delay_ns, backoff, max_delay_ns, jitter, outcomes, classes = o["retry"]
-        retry = Retry(attempts, timedelta(microseconds=delay_ns / 1000), backoff,
-                      timedelta(microseconds=max_delay_ns / 1000), jitter,
-                      (*outcomes, *(resolve_ref(c) for c in classes)))  # fmt: skip
+        retry = Retry(
+            attempts,
+            timedelta(microseconds=delay_ns / 1000),
+            backoff,
+            timedelta(microseconds=max_delay_ns / 1000),
+            jitter,
+            (*outcomes, *(resolve_ref(c) for c in classes)),
+        )
         retry.delay, retry.max_delay = delay_ns / NS, max_delay_ns / NS
-    return TaskSpec(schedule, delay, o["priority"], o["timeout_ns"], o["name"], start_wall_ns=wall_now, retry=retry,
-                    key=d.key)  # fmt: skip
+    return TaskSpec(
+        schedule, delay, o["priority"], o["timeout_ns"], o["name"], start_wall_ns=wall_now, retry=retry, key=d.key
+    )
 
 
 def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[str, int]]:
@@ -85,14 +98,22 @@ def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[st
         st = task.state
         if task.last_outcome == "crashed" and task.key not in crashed and st.next_attempt == 1 and st.run_count:
             last = store.history(task.key, 1)
-            if (last and last[0].outcome == "crashed" and last[0].error_type == "SchedulerDied"
-                    and last[0].run == st.run_count and last[0].scheduled_ns == st.next_due_ns):  # fmt: skip
+            if (
+                last
+                and last[0].outcome == "crashed"
+                and last[0].error_type == "SchedulerDied"
+                and last[0].run == st.run_count
+                and last[0].scheduled_ns == st.next_due_ns
+            ):
                 crashed[task.key] = last[0]
     slots: dict[str, int] = {}
     for task in tasks:
         record = crashed.get(task.key)
-        run = record.run if record is not None and record.attempt > 1 else (
-            task.state.run_count if task.state.next_attempt > 1 else None)  # fmt: skip
+        run = (
+            record.run
+            if record is not None and record.attempt > 1
+            else (task.state.run_count if task.state.next_attempt > 1 else None)
+        )
         if run is not None:
             first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
             if first:
@@ -158,8 +179,18 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
                 payload = pack_call(fn, tuple(args), dict(kwargs))  # the processes runner's (the only one with a store)
                 retry = None if spec.retry is None else spec.retry.policy().to_wire()
                 index = len(result.shapes)
-                result.shapes.append(AdoptShape.wire(spec.schedule.to_wire(), wall, spec.priority, spec.timeout_ns,
-                                                     spec.name, payload, retry, carried_classes(spec.retry, True)))
+                result.shapes.append(
+                    AdoptShape.wire(
+                        spec.schedule.to_wire(),
+                        wall,
+                        spec.priority,
+                        spec.timeout_ns,
+                        spec.name,
+                        payload,
+                        retry,
+                        carried_classes(spec.retry, True),
+                    )
+                )
                 names.append(spec.name)
             except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
                 index = f"{type(exc).__name__}: {exc}"
@@ -170,14 +201,20 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
             continue
         resume = resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
         if resume is None:
-            logger.warning("stored one-shot task %r: its run was in flight when its scheduler died "
-                           "(recorded crashed); it ends", d.key)  # fmt: skip
+            logger.warning(
+                "stored one-shot task %r: its run was in flight when its scheduler died (recorded crashed); it ends",
+                d.key,
+            )
             result.ended.append(d.key)
             continue
         runs, attempt, due, slot, paused = resume
         st = task.state
         write = task.unloadable is not None or (runs, due, attempt, paused) != (
-            st.run_count, st.next_due_ns, st.next_attempt, st.paused)  # adopted unchanged: nothing to write
+            st.run_count,
+            st.next_due_ns,
+            st.next_attempt,
+            st.paused,
+        )  # adopted unchanged: nothing to write
         result.rows.append(Row(d.key, index, runs, attempt, due or 0, slot, paused, write, names[index]))
         result.adopted[d.key] = stored_hash(d)
     return result
