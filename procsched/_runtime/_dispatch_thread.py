@@ -127,7 +127,7 @@ class DispatcherThread:
             add = m.view(m.Add, message)
             if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
-            engine.add(add, add.task_id, now, add.payload)  # type: ignore[arg-type]  # numbered by the facade
+            engine.add(add, add.task_id, add.payload)  # type: ignore[arg-type]  # numbered by the facade
         elif tag == m.PAUSE:
             pause = m.view(m.Pause, message)
             engine.emit(m.Answer.wire(pause.request, engine.pause(pause.task_id)))

@@ -238,7 +238,7 @@ class Dispatcher:
                     keyed.sync(engine.events)  # what came before (a replaced task's cancel) is journalled first
                 if keyed is not None or add.schedule is not None:  # its wall-clock times matter
                     engine.set_wall_offset(*self.wall_offset())
-                engine.add(add, task_id, time.monotonic_ns(), self.intern(add.payload))
+                engine.add(add, task_id, self.intern(add.payload))
                 if keyed is not None:
                     keyed.added(engine, task_id)
             elif tag == m.ADOPT and journal is not None:  # a restart's stored tasks, a chunk at a time
@@ -335,7 +335,7 @@ class Dispatcher:
         task_id = next(self.inner_ids)
         if add.schedule is not None:
             engine.set_wall_offset(*self.wall_offset())
-        why = engine.add(add, task_id, time.monotonic_ns(), self.intern(add.payload))
+        why = engine.add(add, task_id, self.intern(add.payload))
         if why is not None:
             return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
         due = engine.due(task_id)

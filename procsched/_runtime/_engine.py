@@ -208,13 +208,17 @@ class Engine(Handoff):
         for slot in self.slots:
             self._spawn(slot, now)
 
-    def add(self, add: Add, task_id: int, now: int, payload: Any) -> str | None:
+    def add(self, add: Add, task_id: int, payload: Any, now: int | None = None) -> str | None:
         """Add the task ``add`` describes as ``task_id``, with ``payload``
-        (``add.payload``, or the carrier's copy of it). Returns None, or why
-        it cannot be scheduled here (a zone or an expression this process
-        reads differently: logged, and its cancellation said)."""
+        (``add.payload``, or the carrier's copy of it); ``now``: when it was
+        received, for an add without a due time (a Ray run's). Returns None,
+        or why it cannot be scheduled here (a zone or an expression this
+        process reads differently: logged, and its cancellation said)."""
         delay = add.delay_ns
-        due = now + delay if add.due_ns is None else add.due_ns
+        due = add.due_ns
+        if due is None:
+            assert now is not None, "an add without a due time counts from its receipt"
+            due = now + delay
         timeout = self.default_timeout_ns if add.timeout_ns is None else add.timeout_ns
         priority = add.priority
         if priority and self.ranked and self.prefetch:

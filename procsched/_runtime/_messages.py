@@ -26,7 +26,7 @@ bytes here (``_wire.py``).
 from __future__ import annotations
 
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
 from .._core import KIND_OF, MISFIRE_OF
 
@@ -52,10 +52,13 @@ BLOB_EXC: Final = 3
 _R = TypeVar("_R", bound=tuple[Any, ...])
 
 
-def view(record: type[_R], message: Message) -> _R:
-    """``message`` read as ``record``: its fields by name (one C call; the
-    tuple is copied, no field is)."""
-    return tuple.__new__(record, message)
+class _View(Protocol):
+    def __call__(self, record: type[_R], message: Message, /) -> _R: ...
+
+
+#: ``view(Record, message)``: ``message`` read as ``record``, its fields by
+#: name (``tuple.__new__`` itself: one C call; the tuple is copied, no field is).
+view: _View = tuple.__new__
 
 
 # -- commands: the user process (and the worker, for ``Add``/``Cancel``) to the dispatcher --

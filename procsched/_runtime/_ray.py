@@ -310,7 +310,7 @@ class RayBackend(DispatcherThread):
             if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
             task_id = next(self.inner_ids)
-            why = engine.add(add, task_id, now, add.payload)
+            why = engine.add(add, task_id, add.payload, now)
             if why is not None:
                 return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
             due = engine.due(task_id)

@@ -102,7 +102,7 @@ def add(
         None,
         None,
     )
-    assert engine.add(m.view(m.Add, message), task_id, now, ("fn", "args")) is None
+    assert engine.add(m.view(m.Add, message), task_id, ("fn", "args")) is None
 
 
 def done(engine: Engine, worker: FakeWorker, run: Run, now: int, outcome: str = "ok") -> None:

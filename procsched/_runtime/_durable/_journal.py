@@ -180,7 +180,7 @@ class Journal(Durable):
                 shape.retry_on,
                 None,
             )
-            if engine.add(add, task_id, first - offset, shape.payload) is not None:
+            if engine.add(add, task_id, shape.payload) is not None:
                 continue  # refused (Engine.add said why)
             key = row.key
             runs = max(runs_of.get(key, 0), row.runs)
