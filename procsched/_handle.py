@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ._core import TaskState
-from ._core._units import wall_datetime
+from ._core._units import NS, wall_datetime
 
 RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled"]
 
@@ -44,6 +44,15 @@ class RunInfo:
     #: The run's captured stdout and stderr (the last 64 KiB), with
     #: ``Scheduler(capture_output=True)``; None otherwise.
     output: str | None = None
+
+
+def run_in_progress(
+    task_id: int, run: int, scheduled_ns: int, started_ns: int, worker: int | str, attempt: int, wall_ns: int
+) -> RunInfo:
+    """The ``RunInfo`` of a run that has started (``current_run()``), from
+    the runner's times in ns (``wall_ns``: its slot on the wall clock)."""
+    scheduled_at = wall_datetime(wall_ns)
+    return RunInfo(task_id, run, scheduled_ns / NS, started_ns / NS, None, worker, None, attempt, scheduled_at)
 
 
 _PENDING = concurrent.futures._base.PENDING

@@ -19,10 +19,10 @@ from ._api import LiveTasks, SchedulingAPI
 from ._clock import Clock, MonotonicClock
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
-from ._core._units import NS, wall_datetime
+from ._core._units import NS
 from ._errors import SchedulerClosedError, TaskTimeoutError
 from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
-from ._handle import RunInfo, TaskHandle
+from ._handle import RunInfo, TaskHandle, run_in_progress
 
 
 def check_clock(clock: object) -> Clock:
@@ -228,16 +228,8 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             )
         started = self._clock.now_ns()
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self._core.wall_offset
-        info = RunInfo(
-            run.task_id,
-            run.run,
-            run.scheduled_ns / NS,
-            started / NS,
-            None,
-            threading.current_thread().name,
-            None,
-            run.attempt,
-            wall_datetime(wall),
+        info = run_in_progress(
+            run.task_id, run.run, run.scheduled_ns, started, threading.current_thread().name, run.attempt, wall
         )
         value: Any = None
         error: BaseException | None = None

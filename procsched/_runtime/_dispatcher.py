@@ -1,12 +1,13 @@
 """The dispatcher process: owns the core and the pool of worker processes.
 
     user process                      dispatcher (this module)                 workers
-    ┌───────────┐ cmd pipe ("add",   ┌──────────────────────────────────┐ own  ┌────────┐
-    │ Scheduler │ "cancel", ...) ──▶ │ loop: wait(cmd, wakeup, worker   │ pipe │ worker │
+    ┌───────────┐ cmd pipe (Add,     ┌──────────────────────────────────┐ own  ┌────────┐
+    │ Scheduler │ Cancel, ...) ────▶ │ loop: wait(cmd, wakeup, worker   │ pipe │ worker │
     │ listener  │ ◀── event pipe ─── │   pipes, worker sentinels,       │ ◀──▶ │ loop   │
     └───────────┘  (event batches)   │   timeout = next deadline)       │      └────────┘
                                      │ -> Engine (core + pool state)    │ sentinel: death
                                      └──────────────────────────────────┘
+    (the records: _messages.py; the map of who runs where: _runtime/__init__.py)
 
 The loop does three things only: wait - in one blocking ``select`` on
 everything at once, registered once and updated as workers come and go,
@@ -60,7 +61,6 @@ from .._core import Policy
 from .._core._units import NS
 from .._errors import SchedulerClosedError
 from . import _messages as m
-from ._durable._hooks import NO_STORE
 from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._gc import FreezeOnGrowth
 from ._process_carrier import (
@@ -73,6 +73,7 @@ from ._process_carrier import (
     ProcessCarrier,
     ProcessWorker,
 )
+from ._store_hooks import NO_STORE
 from ._wire import PROTOCOL, CommandReader, FrameReader, frame_head
 
 if TYPE_CHECKING:

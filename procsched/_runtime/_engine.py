@@ -1,18 +1,22 @@
 """The dispatch engine: the core plus the pool's bookkeeping, for any carrier.
 
-    commands ──▶ Engine.add / cancel / shutdown ─┐
-    results  ──▶ Engine.finished ───────────────┤──▶ SchedulerCore (decisions)
-    deaths   ──▶ Engine.worker_exited ───────────┘
-                 Engine.tick(now) ──▶ carrier.send_run / kill / spawn
-                                 ──▶ Engine.events (to the user process)
+    commands (Add, Cancel, ...) ──▶ Engine.add / cancel / shutdown ─┐
+    reports (Done, Started, ...) ──▶ Engine.finished / started ─────┤──▶ SchedulerCore (decisions)
+    deaths                       ──▶ Engine.worker_exited ──────────┘
+                                     Engine.tick(now) ──▶ Carrier: spawn / send_run / kill / revoke
+                                                      ──▶ Durable: hold / withdraw / unstarted (a store)
+                                                      ──▶ Engine.events: RunStarted, RunEnded, ... (the user's)
 
 The engine owns the core and every piece of pool state (which worker runs
 which run, deadlines, restarts, counters). It neither blocks nor reads a
-clock: a *carrier* (processes: ``_dispatcher.py``; threads: ``_threads.py``)
-waits for input, feeds it here with the time, carries out what the engine
-asks through the small ``Carrier`` interface, and ships ``events`` to the
-user process. So the process and thread runners share the decisions, not
-just the core.
+clock: a *carrier* (processes: ``_process_carrier.py`` on the loop of
+``_dispatcher.py``; threads: ``_threads.py``; Ray: ``_ray.py``) waits for
+input, feeds it here with the time, carries out what the engine asks
+through the ``Carrier`` interface (``_carrier.py``), and ships ``events``
+(the records of ``_messages.py``) to the user process. So the process and
+thread runners share the decisions, not just the core. A durable store
+comes in through the constructor as ``Durable`` hooks (``NO_STORE``: none),
+and asks the engine what it needs through its methods (never its core).
 
 Every run is known by (task id, run number). A result or a death is matched
 against the run its worker holds, so a late report can never land on a later
@@ -37,7 +41,6 @@ from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
 from ._carrier import Carrier
-from ._durable._hooks import NO_STORE, Durable
 from ._handoff import Handoff, Slot
 from ._messages import (
     BLOB_EXC,
@@ -51,6 +54,7 @@ from ._messages import (
     TaskChanged,
     WorkerChanged,
 )
+from ._store_hooks import NO_STORE, Durable
 
 #: After this many crashes in a row on one slot, its respawns back off.
 BACKOFF_AFTER = 2
@@ -179,7 +183,7 @@ class Engine(Handoff):
         events, self.events = self.events, []
         return events
 
-    # -- what a durable store changes (see _durable/_journal.py, _peers.py) -----------
+    # -- what a durable store changes (see _durable/_journal.py, _durable/_peers.py) ------
 
     def continue_runs(self, task_id: int, runs: int, attempt: int = 1, retry_due: int = 0, base: int = 0) -> None:
         """A task restored from the store goes on from there (see ``SchedulerCore.continue_runs``)."""
@@ -425,22 +429,7 @@ class Engine(Handoff):
         head = slot.run is not None and self.durable.withdraw(worker, slot.run, True)
         started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
-        for extra_run in started[1:]:
-            self._record(
-                extra_run,
-                "crashed",
-                now,
-                now,
-                worker.ident,
-                BLOB_EXC,
-                WorkerCrashedError(
-                    f"worker {worker.ident} died ({how}) while running task {extra_run.task_id} run {extra_run.run}",
-                    task_id=extra_run.task_id,
-                    run=extra_run.run,
-                    exitcode=exitcode,
-                    signal=signame,
-                ),
-            )
+        self._crash_started(started[1:], worker, f"died ({how})", now, exitcode, signame)
         slot.worker = None
         slot.restarts += 1
         if slot.run is not None:
@@ -746,21 +735,8 @@ class Engine(Handoff):
         assert run is not None
         worker = slot.worker
         loading = slot.loading
-        for other in started[1:]:  # it had finished the run that timed out, its result unread: killed too
-            self._record(
-                other,
-                "crashed",
-                now,
-                now,
-                worker.ident,
-                BLOB_EXC,
-                WorkerCrashedError(
-                    f"worker {worker.ident} was killed ({outcome} of task {run.task_id}) while running task "
-                    f"{other.task_id} run {other.run}",
-                    task_id=other.task_id,
-                    run=other.run,
-                ),
-            )
+        # it had finished the run that timed out, its result unread: killed too
+        self._crash_started(started[1:], worker, f"was killed ({outcome} of task {run.task_id})", now)
         slot.run = slot.deadline = None
         slot.loading = False
         self.carrier.kill(worker, hard=False)
@@ -792,6 +768,21 @@ class Engine(Handoff):
         output = self.carrier.output(worker)
         self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err, output)
         self._spawn(slot, now)
+
+    def _crash_started(
+        self, runs: list[Run], worker: Any, how: str, now: int, exitcode: int | None = None, signame: str | None = None
+    ) -> None:
+        """Runs queued behind the current one that the worker had started
+        when it died or was killed: they crashed with it."""
+        for run in runs:
+            error = WorkerCrashedError(
+                f"worker {worker.ident} {how} while running task {run.task_id} run {run.run}",
+                task_id=run.task_id,
+                run=run.run,
+                exitcode=exitcode,
+                signal=signame,
+            )
+            self._record(run, "crashed", now, now, worker.ident, BLOB_EXC, error)
 
     def _record(
         self,

@@ -61,8 +61,8 @@ from typing import Any
 
 from .._core import Policy, Run, SchedulerCore
 from ._carrier import Carrier
-from ._durable._hooks import Durable
 from ._messages import RUN_STARTED, Message, RunStarted, view
+from ._store_hooks import Durable
 
 
 class Slot:

@@ -24,8 +24,7 @@ from typing import Any
 
 from .._context import running
 from .._core import Run
-from .._core._units import NS, wall_datetime
-from .._handle import RunInfo
+from .._handle import run_in_progress
 from ._carrier import Carrier
 from ._dispatch_thread import DispatcherThread
 from ._messages import BLOB_ERROR, BLOB_VALUE, Done, Exited, Finished, Shutdown
@@ -77,17 +76,7 @@ class ThreadCarrier(Carrier):
             fn, args, kwargs = run.payload
             started = clock()
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + time.time_ns() - started
-            info = RunInfo(
-                run.task_id,
-                run.run,
-                run.scheduled_ns / NS,
-                started / NS,
-                None,
-                worker.ident,
-                None,
-                run.attempt,
-                wall_datetime(wall),
-            )
+            info = run_in_progress(run.task_id, run.run, run.scheduled_ns, started, worker.ident, run.attempt, wall)
             try:
                 with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)

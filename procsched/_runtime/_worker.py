@@ -53,9 +53,9 @@ from typing import Any, NoReturn
 
 from .._api import SchedulingAPI
 from .._context import begin_run, end_run
-from .._core._units import NS, wall_datetime
+from .._core._units import NS
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle
+from .._handle import TaskHandle, run_in_progress
 from .._validate import TaskSpec, flag
 from .._validate import task_id as task_id_
 from ._messages import (
@@ -139,7 +139,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             # current_run()'s RunInfo is made only if the task asks for it (a
             # few microseconds a run, as much as a no-op task's whole run)
             token = begin_run(
-                functools.partial(_run_info, task_id, run_no, scheduled, started, pid, attempt, wall), proxy
+                functools.partial(run_in_progress, task_id, run_no, scheduled, started, pid, attempt, wall), proxy
             )
             try:
                 value = fn(*args, **kwargs)
@@ -176,10 +176,6 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
-
-
-def _run_info(task_id: int, run_no: int, scheduled: int, started: int, pid: int, attempt: int, wall: int) -> RunInfo:
-    return RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
 
 
 def _flush() -> None:

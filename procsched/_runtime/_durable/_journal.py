@@ -68,7 +68,7 @@ from ..._store import SQLiteStore, SQLStore, TaskDefinition, open_store
 from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
-from ._hooks import Durable
+from .._store_hooks import Durable
 from ._peers import Peers
 from ._stored import stored_hash
 from ._writer import Writer

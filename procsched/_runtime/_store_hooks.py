@@ -1,12 +1,14 @@
-"""What dispatch asks of a durable store: the engine's hooks (see "With a
-durable store" in ``_engine.py``); ``_journal.Journal`` is the store's."""
+"""What the engine asks of a durable store: its hooks into dispatch (see
+"With a durable store" in ``_handoff.py``); ``_durable/_journal.Journal``
+is the store's, ``NO_STORE`` the engine's without one. (Beside
+``_carrier.py``: the other interface the engine programs against.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..._core import Run
-from .._messages import Message
+from .._core import Run
+from ._messages import Message
 
 
 class Durable:
