@@ -666,10 +666,11 @@ def _ray_unsupported(**options: Any) -> None:
 
 def _start_method(mp_context: Any) -> str:
     import multiprocessing
+    from multiprocessing.context import BaseContext
 
     if mp_context is None:
         return _default_start_method()
-    method = mp_context if isinstance(mp_context, str) else getattr(mp_context, "get_start_method", lambda: None)()
+    method = mp_context.get_start_method() if isinstance(mp_context, BaseContext) else mp_context
     if method not in multiprocessing.get_all_start_methods():
         raise ValueError(
             f"mp_context must be one of {multiprocessing.get_all_start_methods()} or a multiprocessing "

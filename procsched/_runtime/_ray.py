@@ -195,7 +195,8 @@ class RayBackend(DispatcherThread):
     def __init__(self, config: dict[str, Any], scheduler: Any) -> None:
         super().__init__()
         self.ray = ray = connect(hold=True)
-        crashes = tuple(getattr(ray.exceptions, name) for name in CRASHES if hasattr(ray.exceptions, name))
+        known = vars(ray.exceptions)  # (which of them this Ray version has)
+        crashes = tuple(known[name] for name in CRASHES if name in known)
         self.crashes: tuple[type[BaseException], ...] = crashes
         self.inner_ids = itertools.count(INNER_IDS_START)
         name = f"procsched-mailbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
