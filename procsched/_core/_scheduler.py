@@ -341,8 +341,7 @@ class SchedulerCore:
         payload: Any = None,
         name: str | None = None,
         task_id: int | None = None,
-        *,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None,  # (none keyword-only: filling those from a dict costs ~50 ns a call)
         retry_on: Any = None,
         start_wall_ns: int = 0,
         first_slot_ns: int | None = None,
@@ -367,7 +366,6 @@ class SchedulerCore:
         seq = next(self._seq)
         task = _Task()
         task.seq = seq
-        kind = task.kind = schedule.kind
         task.priority = priority
         task.due = due_ns
         task.schedule = schedule
@@ -377,8 +375,14 @@ class SchedulerCore:
         task.timeout = timeout_ns
         task.payload = payload
         task.name = name
-        extra = None
-        if retry is not None or retry_on is not None or schedule.limited:
+        if schedule is ONCE_SCHEDULE:  # a one-shot (the per-task path: no attribute of the schedule read)
+            kind = task.kind = ONCE
+            extra = None if retry is None and retry_on is None else TaskExtra(None, retry, retry_on)
+        elif retry is None and retry_on is None and not schedule.limited:
+            kind = task.kind = schedule.kind
+            extra = None
+        else:
+            kind = task.kind = schedule.kind
             until = schedule.until_ns
             start = start_wall_ns if kind is CALENDAR else now
             extra = TaskExtra(None if until is None else start + until, retry, retry_on)
@@ -401,7 +405,7 @@ class SchedulerCore:
             # the record, the rare id already held is seen by what it returns.
             if tasks.setdefault(tid, task) is not task:
                 self._reuse_id(tid, task)
-        if kind is CALENDAR:
+        if extra is not None and kind is CALENDAR:
             self.calendars += 1
         # _push, inlined (the per-task path)
         if self._due_first:
@@ -639,7 +643,7 @@ class SchedulerCore:
             # the module docstring; _discard, _compact). Its payload goes now.
             task.state = CANCELLED_PENDING
             task.payload = None
-            if task.kind is CALENDAR:
+            if task.extra is not None and task.kind is CALENDAR:  # (extra: in the head; kind is not)
                 self.calendars -= 1
             buried = self._buried = self._buried + 1  # counts its heap entry among the dead too
             if buried > self._compact_at:
