@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from . import _validate as v
-from ._core import Misfire, Priority, Schedule
+from ._core import ONCE, Misfire, Priority, Schedule
 from ._errors import SchedulerError
 from ._handle import TaskHandle
 from ._retry import Retry, checked_retry
@@ -266,7 +266,7 @@ class SchedulingAPI(abc.ABC):
         ray_options: object = None,
     ) -> TaskHandle:
         spec = v.TaskSpec(
-            Schedule.once(),
+            ONCE,
             delay_ns,
             v.priority(priority),
             v.optional_timeout_ns(timeout),
