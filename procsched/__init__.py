@@ -14,18 +14,31 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._clock import ManualClock as ManualClock
-    from ._context import current_run as current_run, current_scheduler as current_scheduler
-    from ._core import Priority as Priority, TaskState as TaskState
+    from ._context import current_run as current_run
+    from ._context import current_scheduler as current_scheduler
+    from ._core import Priority as Priority
+    from ._core import TaskState as TaskState
     from ._errors import (
         SchedulerClosedError as SchedulerClosedError,
+    )
+    from ._errors import (
         SchedulerError as SchedulerError,
+    )
+    from ._errors import (
         StoreError as StoreError,
+    )
+    from ._errors import (
         TaskTimeoutError as TaskTimeoutError,
+    )
+    from ._errors import (
         WorkerCrashedError as WorkerCrashedError,
     )
-    from ._handle import RunInfo as RunInfo, TaskHandle as TaskHandle
+    from ._handle import RunInfo as RunInfo
+    from ._handle import TaskHandle as TaskHandle
     from ._inline import InlineScheduler as InlineScheduler
-    from ._jobs import cron as cron, every as every, once as once
+    from ._jobs import cron as cron
+    from ._jobs import every as every
+    from ._jobs import once as once
     from ._retry import Retry as Retry
     from ._runtime._facade import Scheduler as Scheduler
 del TYPE_CHECKING  # not a public name
@@ -82,8 +95,6 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module 'procsched' has no attribute {name!r}")
     from importlib import import_module
-
-    from . import _tz  # noqa: F401 - gives the pure core the machine's local zone
 
     value = getattr(import_module(home, __name__), name)
     globals()[name] = value

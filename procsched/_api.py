@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any
 
 from . import _validate as v
-from ._core import Kind, Misfire, Priority
+from ._core import ONCE, Misfire, Priority, Schedule
 from ._errors import SchedulerError
 from ._handle import TaskHandle
-
-if TYPE_CHECKING:
-    from ._retry import Retry
+from ._retry import Retry, checked_retry
 
 Seconds = float | int | timedelta
 
@@ -28,6 +27,9 @@ class SchedulingAPI(abc.ABC):
 
     #: Runs on Ray: the scheduling methods accept ``ray_options=``.
     _ray_runner = False
+    #: Tasks go to another process: a cron task's zone must be one that can
+    #: travel (an IANA name, a fixed offset, or the local zone).
+    _zones_travel = False
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -146,13 +148,16 @@ class SchedulingAPI(abc.ABC):
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
-        spec = v.TaskSpec(
-            Kind.FIXED_RATE,
-            v.duration_ns("initial_delay", initial_delay),
+        delay_ns = v.duration_ns("initial_delay", initial_delay)
+        schedule = Schedule.fixed_rate(
             v.duration_ns("period", period, positive=True),
-            v.priority(priority),
             v.choice("misfire", misfire, Misfire),
             v.flag("stop_on_error", stop_on_error),
+        )
+        spec = v.TaskSpec(
+            schedule,
+            delay_ns,
+            v.priority(priority),
             v.optional_timeout_ns(timeout),
             v.name(name),
             ray_options=v.ray_options(ray_options, self._ray_runner),
@@ -181,13 +186,14 @@ class SchedulingAPI(abc.ABC):
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
         self._check_open()
         call = v.call(fn, args, kwargs)
+        delay_ns = v.duration_ns("initial_delay", initial_delay)
+        schedule = Schedule.fixed_delay(
+            v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
+        )
         spec = v.TaskSpec(
-            Kind.FIXED_DELAY,
-            v.duration_ns("initial_delay", initial_delay),
-            v.duration_ns("delay", delay, positive=True),
+            schedule,
+            delay_ns,
             v.priority(priority),
-            Misfire.CATCH_UP,
-            v.flag("stop_on_error", stop_on_error),
             v.optional_timeout_ns(timeout),
             v.name(name),
             ray_options=v.ray_options(ray_options, self._ray_runner),
@@ -232,31 +238,56 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         wall = self._wall_now_ns()
-        trigger, first = v.cron(expr, tz, wall)
+        trigger, first = v.cron(expr, tz, wall, self._zones_travel)
+        schedule = Schedule.calendar(
+            trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
+        )
         spec = v.TaskSpec(
-            Kind.CALENDAR, 0, 0, v.priority(priority), v.choice("misfire", misfire, Misfire),
-            v.flag("stop_on_error", stop_on_error), v.optional_timeout_ns(timeout), v.name(name),
-            trigger=trigger, tz=tz, after_wall_ns=wall, ray_options=v.ray_options(ray_options, self._ray_runner),
-        )  # fmt: skip
+            schedule,
+            0,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
+            start_wall_ns=wall,
+            ray_options=v.ray_options(ray_options, self._ray_runner),
+        )
         return self._add(self._with_options(spec, retry, until, max_runs, key, replace_existing, wall, first), *call)
 
     def _once(
-        self, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]], delay_ns: int,
-        priority: object, name: object, timeout: object, retry: object = None, key: object = None,
-        replace_existing: object = False, ray_options: object = None,
-    ) -> TaskHandle:  # fmt: skip
+        self,
+        call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]],
+        delay_ns: int,
+        priority: object,
+        name: object,
+        timeout: object,
+        retry: object = None,
+        key: object = None,
+        replace_existing: object = False,
+        ray_options: object = None,
+    ) -> TaskHandle:
         spec = v.TaskSpec(
-            Kind.ONCE, delay_ns, 0, v.priority(priority), Misfire.CATCH_UP, False,
-            v.optional_timeout_ns(timeout), v.name(name), ray_options=v.ray_options(ray_options, self._ray_runner),
-        )  # fmt: skip
+            ONCE,
+            delay_ns,
+            v.priority(priority),
+            v.optional_timeout_ns(timeout),
+            v.name(name),
+            ray_options=v.ray_options(ray_options, self._ray_runner),
+        )
         if retry is not None or key is not None or replace_existing is not False:
             spec = self._with_options(spec, retry, None, None, key, replace_existing)
         return self._add(spec, *call)
 
     def _with_options(
-        self, spec: v.TaskSpec, retry: object, until: object, max_runs: object, key: object,
-        replace_existing: object, wall: int | None = None, first_slot: int | None = None,
-    ) -> v.TaskSpec:  # fmt: skip
+        self,
+        spec: v.TaskSpec,
+        retry: object,
+        until: object,
+        max_runs: object,
+        key: object,
+        replace_existing: object,
+        wall: int | None = None,
+        first_slot: int | None = None,
+    ) -> v.TaskSpec:
         """Validate the options of part two (retries, limits, keys) into ``spec``."""
         if retry is None and until is None and max_runs is None and key is None and replace_existing is False:
             return spec
@@ -265,13 +296,20 @@ class SchedulingAPI(abc.ABC):
             if wall is None:
                 wall = self._wall_now_ns()
             until_rel = v.until_ns(until, wall)
+            assert until_rel is not None
             first = spec.delay_ns if first_slot is None else first_slot - wall
             if first > until_rel:
                 raise ValueError(f"until is before the task's first run: {until!r}")
+        limits = v.max_runs(max_runs)
+        schedule = spec.schedule
+        if until_rel is not None or limits is not None:
+            schedule = schedule._replace(until_ns=until_rel, max_runs=limits)
         return spec._replace(
-            retry=v.retry(retry), until_ns=until_rel, max_runs=v.max_runs(max_runs), key=v.key(key),
+            schedule=schedule,
+            retry=checked_retry(retry),
+            key=v.key(key),
             replace_existing=v.flag("replace_existing", replace_existing),
-        )  # fmt: skip
+        )
 
     def _claim_key(self, keys: dict[str, TaskHandle], spec: v.TaskSpec) -> None:
         """Before adding ``spec``: its key must be free, or replaced (the holder cancelled)."""
@@ -282,9 +320,7 @@ class SchedulingAPI(abc.ABC):
         if holder is None or holder.done():
             return
         if not spec.replace_existing:
-            raise ValueError(
-                f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it"
-            )
+            raise ValueError(f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it")
         if not self.cancel(holder.id):
             raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")
 

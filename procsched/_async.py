@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class AsyncCall:
@@ -70,8 +71,8 @@ def as_sync(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _is_async(fn: Any) -> bool:
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(type(fn), "__call__", None)  # an object with an async __call__
-    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+    # an object with an async __call__ (every callable's type has a __call__)
+    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

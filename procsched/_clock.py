@@ -8,29 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol, final, runtime_checkable
+from datetime import UTC, datetime
+from typing import Protocol, final, runtime_checkable
 
-NS = 1_000_000_000
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def wall_ns_of(clock: Any) -> int:
-    """The clock's wall time (ns since the epoch): its ``wall_ns()``, or the real one."""
-    wall = getattr(clock, "wall_ns", None)
-    return wall() if wall is not None else time.time_ns()
-
-
-def to_datetime(wall_ns: int | None) -> datetime | None:
-    """Wall-clock ns since the epoch -> an aware UTC datetime (None stays None)."""
-    if wall_ns is None:
-        return None
-    return EPOCH + timedelta(microseconds=wall_ns // 1000)
-
-
-def from_datetime(when: datetime) -> int:
-    """An aware datetime -> ns since the epoch."""
-    return (when - EPOCH) // timedelta(microseconds=1) * 1000
+from ._core._units import NS, wall_datetime
+from ._core._units import wall_ns as _wall_ns
+from ._validate import duration_ns
 
 
 @runtime_checkable
@@ -39,6 +22,10 @@ class Clock(Protocol):
 
     def now_ns(self) -> int:
         """The current time, in integer nanoseconds."""
+        ...
+
+    def wall_ns(self) -> int:
+        """The wall-clock time that goes with it, ns since the epoch (UTC)."""
         ...
 
     def sleep_until_ns(self, deadline_ns: int) -> None:
@@ -63,7 +50,7 @@ class MonotonicClock:
         return time.time_ns()
 
     def wall_now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def sleep_until_ns(self, deadline_ns: int) -> None:
         while True:  # a blocking sleep, repeated only if it woke early
@@ -91,11 +78,9 @@ class ManualClock:
     __slots__ = ("_ns", "_lock", "_offset")
 
     def __init__(self, start: float = 0.0, *, wall: datetime | None = None) -> None:
-        from ._validate import duration_ns
-
         self._ns = duration_ns("start", start)
         self._lock = threading.Lock()
-        wall_ns = time.time_ns() if wall is None else from_datetime(_aware("wall", wall))
+        wall_ns = time.time_ns() if wall is None else _wall_ns(_aware("wall", wall))
         self._offset = wall_ns - self._ns  # wall = monotonic + offset
 
     def wall_ns(self) -> int:
@@ -104,12 +89,12 @@ class ManualClock:
 
     def wall_now(self) -> datetime:
         """The wall-clock time, an aware UTC datetime."""
-        return to_datetime(self._ns + self._offset)  # type: ignore[return-value]
+        return wall_datetime(self._ns + self._offset)
 
     def set_wall(self, when: datetime) -> None:
         """Step the wall clock alone to ``when`` (an aware datetime), as an
         NTP step or a resume from suspend does; ``now()`` does not move."""
-        target = from_datetime(_aware("when", when))
+        target = _wall_ns(_aware("when", when))
         with self._lock:
             self._offset = target - self._ns
 
@@ -122,8 +107,6 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` (≥ 0)."""
-        from ._validate import duration_ns
-
         step = duration_ns("seconds", seconds)
         with self._lock:
             self._ns += step

@@ -70,9 +70,17 @@ WORKER_EXITED = "worker_exited"
 
 #: Every event name, in the order of the table above.
 EVENTS: tuple[str, ...] = (
-    RUN_STARTED, RUN_FINISHED, RUN_FAILED, RUN_CRASHED, RUN_TIMEOUT, RUN_CANCELLED,
-    RUN_MISSED, TASK_CANCELLED, WORKER_STARTED, WORKER_EXITED,
-)  # fmt: skip
+    RUN_STARTED,
+    RUN_FINISHED,
+    RUN_FAILED,
+    RUN_CRASHED,
+    RUN_TIMEOUT,
+    RUN_CANCELLED,
+    RUN_MISSED,
+    TASK_CANCELLED,
+    WORKER_STARTED,
+    WORKER_EXITED,
+)
 
 #: The event that ends a run, by the run's outcome.
 RUN_END: dict[str, str] = {
@@ -144,9 +152,10 @@ class Listeners:
                     callback(dict(event))
                 except KeyboardInterrupt:
                     raise
-                except BaseException as exc:  # noqa: BLE001 - a listener's bug (even SystemExit) must not stop the scheduler
-                    logger.error("listener %r raised on a %s event: %s", callback, kind, describe(exc),
-                                 exc_info=_loggable(exc))  # fmt: skip
+                except BaseException as exc:
+                    logger.error(
+                        "listener %r raised on a %s event: %s", callback, kind, describe(exc), exc_info=_loggable(exc)
+                    )
 
 
 def run_started(task_id: int, name: str | None, run: int, worker: Any, scheduled_for: float | None) -> dict[str, Any]:

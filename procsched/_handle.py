@@ -12,13 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 from ._core import TaskState
-
-if TYPE_CHECKING:
-    from ._api import SchedulingAPI
+from ._core._units import NS, wall_datetime
 
 RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled"]
 
@@ -48,13 +46,38 @@ class RunInfo:
     output: str | None = None
 
 
-_PENDING = getattr(concurrent.futures._base, "PENDING", None)
-_FINISHED = getattr(concurrent.futures._base, "FINISHED", None)
+def run_in_progress(
+    task_id: int, run: int, scheduled_ns: int, started_ns: int, worker: int | str, attempt: int, wall_ns: int
+) -> RunInfo:
+    """The ``RunInfo`` of a run that has started (``current_run()``), from
+    the runner's times in ns (``wall_ns``: its slot on the wall clock)."""
+    scheduled_at = wall_datetime(wall_ns)
+    return RunInfo(task_id, run, scheduled_ns / NS, started_ns / NS, None, worker, None, attempt, scheduled_at)
+
+
+_PENDING = concurrent.futures._base.PENDING
+_FINISHED = concurrent.futures._base.FINISHED
 _CONDITION_LOCK = threading.Lock()
 #: Future's instance fields are the ones TaskHandle sets itself (checked, so a
 #: Python whose Future differs gets its plain __init__).
-_LAZY_CONDITION = _PENDING is not None and sorted(vars(concurrent.futures.Future())) == [
-    "_condition", "_done_callbacks", "_exception", "_result", "_state", "_waiters"]
+_LAZY_CONDITION = sorted(vars(concurrent.futures.Future())) == [
+    "_condition",
+    "_done_callbacks",
+    "_exception",
+    "_result",
+    "_state",
+    "_waiters",
+]
+
+
+class Owner(Protocol):
+    """What a handle asks of its scheduler (every scheduler is one)."""
+
+    def pause(self, task_id: int) -> bool: ...
+
+    def resume(self, task_id: int) -> bool: ...
+
+    def cancel(self, task_id: int, *, interrupt: bool = False) -> bool: ...
 
 
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -66,9 +89,14 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     """
 
     def __init__(
-        self, owner: SchedulingAPI, task_id: int, name: str | None, next_run: float | None,
-        key: str | None = None, next_wall: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        owner: Owner,
+        task_id: int,
+        name: str | None,
+        next_run: float | None,
+        key: str | None = None,
+        next_wall: int | None = None,
+    ) -> None:
         if _LAZY_CONDITION:  # Future.__init__ without its Condition (see __getattr__)
             self._state, self._result, self._exception = _PENDING, None, None
             self._waiters: list[Any] = []
@@ -99,12 +127,12 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     # Reading a finished handle needs no Condition: its state never changes
     # again, and ``_on_result`` sets the result before the state.
 
-    def done(self) -> bool:  # noqa: D102
+    def done(self) -> bool:
         if self._state is _FINISHED:
             return True
         return super().done()
 
-    def result(self, timeout: float | None = None) -> Any:  # noqa: D102
+    def result(self, timeout: float | None = None) -> Any:
         if self._state is _FINISHED and self._exception is None:
             return self._result
         return super().result(timeout)
@@ -130,11 +158,11 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         """Resume a paused task at its next slot from now; True if it was paused."""
         return self._owner.resume(self.id)
 
-    def cancel(self, interrupt: bool = False) -> bool:  # type: ignore[override]
+    def cancel(self, interrupt: bool = False) -> bool:
         """Cancel the task (see ``Scheduler.cancel``); True if it was cancelled."""
         return self._owner.cancel(self.id, interrupt=interrupt)
 
-    def running(self) -> bool:  # noqa: D102
+    def running(self) -> bool:
         return self._task_state is TaskState.RUNNING
 
     def __repr__(self) -> str:
@@ -192,11 +220,3 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.next_run = None
         concurrent.futures.Future.cancel(self)
         self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def wall_datetime(wall_ns: int) -> datetime:
-    """ns since the epoch -> an aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=wall_ns // 1000)

@@ -11,23 +11,27 @@ deterministic tests: pair it with a ManualClock and time moves only when
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, final
+from collections.abc import Callable
+from typing import Any, final
 
 from . import _validate as v
 from ._api import LiveTasks, SchedulingAPI
-from ._clock import NS, Clock, MonotonicClock, wall_ns_of
+from ._clock import Clock, MonotonicClock
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
+from ._core._units import NS
 from ._errors import SchedulerClosedError, TaskTimeoutError
 from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
-from ._handle import RunInfo, TaskHandle, wall_datetime
+from ._handle import RunInfo, TaskHandle, run_in_progress
 
 
 def check_clock(clock: object) -> Clock:
     if clock is None:
         return MonotonicClock()
     if not isinstance(clock, Clock):
-        raise TypeError(f"clock must have now_ns() and sleep_until_ns(), not {type(clock).__name__} {clock!r}")
+        raise TypeError(
+            f"clock must have now_ns(), wall_ns() and sleep_until_ns(), not {type(clock).__name__} {clock!r}"
+        )
     return clock
 
 
@@ -71,32 +75,39 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             raise SchedulerClosedError("this InlineScheduler was shut down")
 
     def _wall_now_ns(self) -> int:
-        return wall_ns_of(self._clock)
+        return self._clock.wall_ns()
 
     def _sync_wall(self) -> None:
         """Tell the core where the wall clock stands (calendar tasks follow it)."""
         now = self._clock.now_ns()
-        self._core.set_wall_offset(wall_ns_of(self._clock) - now, now)
+        self._core.set_wall_offset(self._clock.wall_ns() - now, now)
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+    def _add(
+        self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskHandle:
         now = self._clock.now_ns()
         due = now + spec.delay_ns
         core = self._core
         if spec.key is not None:
             self._claim_key(self._keys, spec)
-        if not spec.has_extra:
-            task_id = core.add(
-                due, spec.priority, spec.kind, spec.period_ns, spec.misfire,
-                spec.stop_on_error, spec.timeout_ns, (fn, args, kwargs), spec.name,
-            )  # fmt: skip
-            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, wall_ns_of(self._clock) + spec.delay_ns)
+        schedule, retry = spec.schedule, spec.retry
+        if retry is None and not schedule.limited:
+            task_id = core.add(due, spec.priority, schedule, spec.timeout_ns, (fn, args, kwargs), spec.name)
+            handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, self._clock.wall_ns() + spec.delay_ns)
         else:
             self._sync_wall()
-            classes = spec.retry.classes if spec.retry is not None else ()
             task_id = core.add(
-                due, spec.priority, spec.kind, spec.period_ns, spec.misfire, spec.stop_on_error,
-                spec.timeout_ns, (fn, args, kwargs), spec.name, extra=spec.extra(classes or None), now=now,
-            )  # fmt: skip
+                due,
+                spec.priority,
+                schedule,
+                spec.timeout_ns,
+                (fn, args, kwargs),
+                spec.name,
+                retry=None if retry is None else retry.policy(),
+                retry_on=None if retry is None else retry.classes or None,
+                start_wall_ns=spec.start_wall_ns,
+                now=now,
+            )
             due = core.due(task_id)  # type: ignore[assignment]
             handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, core.next_wall(task_id))
         self._handles[task_id] = handle
@@ -211,13 +222,15 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         handle._on_started()
         fn, args, kwargs = run.payload
         if self._listeners:
-            self._listeners.notify(RUN_STARTED, run_started(
-                run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS
-            ))  # fmt: skip
+            self._listeners.notify(
+                RUN_STARTED,
+                run_started(run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS),
+            )
         started = self._clock.now_ns()
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self._core.wall_offset
-        info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, threading.current_thread().name,
-                       None, run.attempt, wall_datetime(wall))  # fmt: skip
+        info = run_in_progress(
+            run.task_id, run.run, run.scheduled_ns, started, threading.current_thread().name, run.attempt, wall
+        )
         value: Any = None
         error: BaseException | None = None
         try:
@@ -244,8 +257,15 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         if next_wall is None and completion.next_due_ns is not None:
             next_wall = completion.next_due_ns + self._core.wall_offset
         ended = RunInfo(
-            info.task_id, info.run, info.scheduled_for, info.started_at, finished / NS, info.worker, outcome,  # type: ignore[arg-type]
-            info.attempt, info.scheduled_at,
+            info.task_id,
+            info.run,
+            info.scheduled_for,
+            info.started_at,
+            finished / NS,
+            info.worker,
+            outcome,  # type: ignore[arg-type]
+            info.attempt,
+            info.scheduled_at,
         )
         handle._on_run(ended, completion.state, next_run, next_wall)
         if completion.state.terminal:
@@ -258,10 +278,16 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             fields = run_ended(ended, handle.name, completion.state.value, next_run, error)
             self._listeners.notify(RUN_END[outcome], fields)
             if completion.missed:
-                self._listeners.notify(RUN_MISSED, {
-                    "task_id": run.task_id, "name": handle.name, "run": run.run,
-                    "missed": completion.missed, "next_run": next_run,
-                })  # fmt: skip
+                self._listeners.notify(
+                    RUN_MISSED,
+                    {
+                        "task_id": run.task_id,
+                        "name": handle.name,
+                        "run": run.run,
+                        "missed": completion.missed,
+                        "next_run": next_run,
+                    },
+                )
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on
 

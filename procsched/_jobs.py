@@ -57,8 +57,9 @@ from typing import Any, TypeVar
 from . import _validate as v
 from ._api import SchedulingAPI, Seconds
 from ._core import Misfire, Priority
+from ._core._units import NS
 from ._handle import TaskHandle
-from ._retry import Retry
+from ._retry import Retry, checked_retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,13 +90,13 @@ class Job:
     def initial_delay(self) -> float:
         """Seconds from now (if started now) to the first run."""
         if "when" in self.options:
-            return v.delay_until_ns(self.options["when"]) / v.NS
+            return v.delay_until_ns(self.options["when"]) / NS
         if self.kind == "cron":
             now = time.time_ns()
             trigger, first = v.cron(self.options["expr"], self.options.get("tz"), now)
-            return (first - now) / v.NS
+            return (first - now) / NS
         delay = self.options.get("initial_delay", self.options.get("delay", 0))
-        return v.duration_ns("delay", delay) / v.NS
+        return v.duration_ns("delay", delay) / NS
 
     def describe(self) -> str:
         """``"every 5s"``, ``"every 5s after each run"``, ``"cron 0 3 * * * Europe/Berlin"``,
@@ -121,7 +122,7 @@ class Job:
         until = self.options.get("until")
         if until is not None:
             parts.append(f"until {until.isoformat(timespec='seconds')}" if isinstance(until, datetime)
-                         else f"for {_seconds(v.duration_ns('until', until) / v.NS)}")  # fmt: skip
+                         else f"for {_seconds(v.duration_ns('until', until) / NS)}")  # fmt: skip
         return ", ".join(parts)
 
     def start(self, scheduler: SchedulingAPI, key: str | None = None) -> TaskHandle:
@@ -236,7 +237,7 @@ def cron(
 def _limits(retry: object, until: object, max_runs: object) -> dict[str, Any]:
     """Check ``retry``, ``until`` and ``max_runs``; the options that are set."""
     options: dict[str, Any] = {}
-    if v.retry(retry) is not None:
+    if checked_retry(retry) is not None:
         options["retry"] = retry
     if until is not None:
         v.until_ns(until, time.time_ns())
@@ -293,7 +294,7 @@ def _declare(
     v.name(name)
     if scheduler is not None and not isinstance(scheduler, SchedulingAPI):
         raise TypeError(f"scheduler must be a Scheduler or InlineScheduler, not {scheduler!r}")
-    period_s = None if period is None else v.duration_ns("period", period, positive=True) / v.NS
+    period_s = None if period is None else v.duration_ns("period", period, positive=True) / NS
 
     def decorate(fn: F) -> F:
         call_args = v.call(fn, args, kwargs)[1:]

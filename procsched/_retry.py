@@ -6,9 +6,10 @@ import math
 import numbers
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, final
+from typing import final
 
-from ._core._scheduler import RetryPolicy
+from ._core import RetryPolicy
+from ._validate import describe, duration_ns
 
 RETRYABLE = ("error", "crashed", "timeout")
 
@@ -39,8 +40,6 @@ class Retry:
         jitter: float = 0.0,
         on: Iterable[str | type[BaseException]] | str | type[BaseException] = RETRYABLE,
     ) -> None:
-        from ._validate import duration_ns
-
         if isinstance(attempts, bool) or not isinstance(attempts, int):
             raise TypeError(f"attempts must be an int, not {type(attempts).__name__} {attempts!r}")
         if attempts < 1:
@@ -55,9 +54,11 @@ class Retry:
             raise ValueError(f"jitter must be a fraction between 0 and 1, not {jitter!r}")
         entries = [on] if isinstance(on, (str, type)) else on
         try:
-            entries = tuple(entries)  # type: ignore[arg-type]
+            entries = tuple(entries)
         except TypeError:
-            raise TypeError(f"on must be outcome names and/or exception classes, not {type(on).__name__} {on!r}") from None
+            raise TypeError(
+                f"on must be outcome names and/or exception classes, not {type(on).__name__} {on!r}"
+            ) from None
         for entry in entries:
             if isinstance(entry, str):
                 if entry not in RETRYABLE:
@@ -73,8 +74,10 @@ class Retry:
 
     def __repr__(self) -> str:
         on = ", ".join(e if isinstance(e, str) else e.__name__ for e in self.on)
-        return (f"Retry(attempts={self.attempts}, delay={self.delay!r}, backoff={self.backoff!r}, "
-                f"max_delay={self.max_delay!r}, jitter={self.jitter!r}, on=({on}))")  # fmt: skip
+        return (
+            f"Retry(attempts={self.attempts}, delay={self.delay!r}, backoff={self.backoff!r}, "
+            f"max_delay={self.max_delay!r}, jitter={self.jitter!r}, on=({on}))"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Retry):
@@ -94,17 +97,21 @@ class Retry:
         return tuple(e for e in self.on if isinstance(e, type))
 
     def policy(self) -> RetryPolicy:
-        from ._validate import duration_ns
-
         return RetryPolicy(
-            self.attempts, duration_ns("delay", self.delay), float(self.backoff),
-            duration_ns("max_delay", self.max_delay), float(self.jitter),
+            self.attempts,
+            duration_ns("delay", self.delay),
+            float(self.backoff),
+            duration_ns("max_delay", self.max_delay),
+            float(self.jitter),
             frozenset(e for e in self.on if isinstance(e, str)),
-        )  # fmt: skip
+        )
 
-    def to_wire(self) -> tuple[Any, ...]:
-        """The policy as plain values (no user classes) for the dispatcher."""
-        return tuple(self.policy()[:5]) + (tuple(sorted(self.policy().outcomes)),)
+
+def checked_retry(value: object) -> Retry | None:
+    """``retry=``: a Retry or None (TypeError naming the value otherwise)."""
+    if value is not None and not isinstance(value, Retry):
+        raise TypeError(f"retry must be a procsched.Retry or None, not {describe(value)}")
+    return value
 
 
 def _real(arg: str, value: object) -> None:

@@ -19,17 +19,27 @@ CONTENDERS = "procsched[processes],procsched[threads],sequential,ProcessPoolExec
 def _bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.timeout(90)
 def test_quick_tiny_throughput_writes_table_and_json(tmp_path):
     plots = importlib.util.find_spec("matplotlib") is not None
     proc = _bench(
-        "--quick", "--tiny", "--only", "throughput", "--contenders", CONTENDERS,
-        "--results-dir", str(tmp_path), *([] if plots else ["--no-plots"]),
-    )  # fmt: skip
+        "--quick",
+        "--tiny",
+        "--only",
+        "throughput",
+        "--contenders",
+        CONTENDERS,
+        "--results-dir",
+        str(tmp_path),
+        *([] if plots else ["--no-plots"]),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "### throughput" in out
@@ -54,7 +64,16 @@ def test_quick_tiny_throughput_writes_table_and_json(tmp_path):
 def test_list_and_bad_names():
     listing = _bench("--list")
     assert listing.returncode == 0
-    for name in ("cpu_periodic", "throughput", "timer_accuracy", "fixed_rate", "scale", "crashes", "soak", "core_scale"):
+    for name in (
+        "cpu_periodic",
+        "throughput",
+        "timer_accuracy",
+        "fixed_rate",
+        "scale",
+        "crashes",
+        "soak",
+        "core_scale",
+    ):
         assert name in listing.stdout
     bad = _bench("--only", "no_such_scenario")
     assert bad.returncode == 2 and "unknown scenario" in bad.stderr

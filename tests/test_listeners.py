@@ -5,12 +5,12 @@ first, then the real runners, synchronised on events and handles."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 import logging
 import os
 import threading
 import time
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -92,15 +92,34 @@ def test_inline_one_shot_events_and_fields(sched: InlineScheduler, clock: Manual
     sched.run_until(5)
     assert handle.result() == "done"
     started, finished = rec.events
-    assert started == {"event": "run_started", "task_id": handle.id, "name": "job", "run": 1,
-                       "worker": threading.current_thread().name, "scheduled_for": 2.0}  # fmt: skip
+    assert started == {
+        "event": "run_started",
+        "task_id": handle.id,
+        "name": "job",
+        "run": 1,
+        "worker": threading.current_thread().name,
+        "scheduled_for": 2.0,
+    }
     assert finished == {
-        "event": "run_finished", "task_id": handle.id, "name": "job", "run": 1,
-        "worker": threading.current_thread().name, "outcome": "ok", "scheduled_for": 2.0, "started_at": 2.0,
-        "finished_at": 2.25, "duration": 0.25, "lateness": 0.0, "state": "done", "next_run": None, "error": None,
-        "traceback": None, "output": None,
-        "attempt": 1, "scheduled_at": handle.runs[0].scheduled_at.isoformat(),
-    }  # fmt: skip
+        "event": "run_finished",
+        "task_id": handle.id,
+        "name": "job",
+        "run": 1,
+        "worker": threading.current_thread().name,
+        "outcome": "ok",
+        "scheduled_for": 2.0,
+        "started_at": 2.0,
+        "finished_at": 2.25,
+        "duration": 0.25,
+        "lateness": 0.0,
+        "state": "done",
+        "next_run": None,
+        "error": None,
+        "traceback": None,
+        "output": None,
+        "attempt": 1,
+        "scheduled_at": handle.runs[0].scheduled_at.isoformat(),
+    }
     assert handle.runs[0].scheduled_at == clock.wall_now() - timedelta(seconds=3)  # the clock is at 5.0
     json.dumps(rec.events)  # plain values only
 
@@ -118,9 +137,14 @@ def test_inline_periodic_failures_and_cancel(sched: InlineScheduler) -> None:
     assert handle.cancel()
     kinds = [(e["event"], e.get("run")) for e in rec.events]
     assert kinds == [
-        ("run_started", 1), ("run_finished", 1), ("run_started", 2), ("run_failed", 2),
-        ("run_started", 3), ("run_finished", 3), ("task_cancelled", None),
-    ]  # fmt: skip
+        ("run_started", 1),
+        ("run_finished", 1),
+        ("run_started", 2),
+        ("run_failed", 2),
+        ("run_started", 3),
+        ("run_finished", 3),
+        ("task_cancelled", None),
+    ]
     failed = rec.of("run_failed")[0]
     assert failed["error"] == "KeyError: 'two'"
     assert failed["state"] == "pending" and failed["next_run"] == 2.0

@@ -169,7 +169,11 @@ def test_part_two_names() -> None:
 
     retry = inspect.signature(procsched.Retry)
     assert [(p.name, p.default) for p in retry.parameters.values()] == [
-        ("attempts", 3), ("delay", 1.0), ("backoff", 2.0), ("max_delay", 60.0), ("jitter", 0.0),
+        ("attempts", 3),
+        ("delay", 1.0),
+        ("backoff", 2.0),
+        ("max_delay", 60.0),
+        ("jitter", 0.0),
         ("on", ("error", "crashed", "timeout")),
     ]
     for cls in (procsched.Scheduler, procsched.InlineScheduler):

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the fire times; exit 2 (with the reason) for a bad expression,
     zone or time, or for a walk that leaves the calendar."""
     from .. import _tz  # noqa: F401 - the machine's local zone for --tz omitted
-    from .._core._calendar import CronTrigger, zone
+    from .._core._calendar import CronTrigger
+    from .._tz import zone
 
     try:
         if args.n < 0:

@@ -6,17 +6,53 @@ what happened. It never blocks, sleeps, reads a clock, pickles, or touches a
 thread or a process: this package imports no threading, multiprocessing, os,
 signal, time or pickle module (tests/core/test_purity.py checks it), so every
 runner - inline, threads, processes - drives the very same decisions.
+
+    _state.py      the task state machine (a table)
+    _schedule.py   Schedule: when a task runs (slots, misfire, limits; wire and stored forms)
+    _calendar.py   CronTrigger: cron fire times with cron's DST rules
+    _scheduler.py  SchedulerCore: the task table, the heaps, the run decisions
+    _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
+from ._calendar import CronTrigger as CronTrigger
+from ._calendar import Zone as Zone
+from ._schedule import (
+    KIND_OF as KIND_OF,
+)
+from ._schedule import (
+    MISFIRE_OF as MISFIRE_OF,
+)
+from ._schedule import (
+    ONCE as ONCE,
+)
+from ._schedule import (
+    Kind as Kind,
+)
+from ._schedule import (
+    Misfire as Misfire,
+)
+from ._schedule import (
+    Schedule as Schedule,
+)
 from ._scheduler import (
     CancelResult as CancelResult,
+)
+from ._scheduler import (
     Completion as Completion,
-    Kind as Kind,
-    KIND_OF as KIND_OF,
-    Misfire as Misfire,
-    MISFIRE_OF as MISFIRE_OF,
+)
+from ._scheduler import (
     Policy as Policy,
+)
+from ._scheduler import (
+    RetryPolicy as RetryPolicy,
+)
+from ._scheduler import (
     Run as Run,
+)
+from ._scheduler import (
     SchedulerCore as SchedulerCore,
 )
-from ._state import Outcome as Outcome, Priority as Priority, TaskState as TaskState, transition as transition
+from ._state import Outcome as Outcome
+from ._state import Priority as Priority
+from ._state import TaskState as TaskState
+from ._state import transition as transition

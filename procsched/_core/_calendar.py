@@ -24,21 +24,27 @@ instant; duplicates are dropped.
 Instants are integer nanoseconds since the Unix epoch (UTC), the core's wall
 unit; fire times are whole seconds. Nothing here reads a clock: "now" is
 always an argument. Zones are ``tzinfo`` objects (``zoneinfo.ZoneInfo`` or
-``datetime.timezone``); naming a zone by string goes through ``zoneinfo``,
-and the machine's local zone is resolved outside the core (``procsched._tz``
-installs ``local_zone``).
+``datetime.timezone``), resolved outside the core (``procsched._tz``: a
+zone's name, the machine's local zone); a trigger also keeps its zone as it
+was given (``zone``), which is what travels to another process and what a
+store keeps.
 """
 
 from __future__ import annotations
 
+import enum
 from bisect import insort
-from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Callable, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Literal
 
+from ._units import EPOCH, NS
 
-NS = 1_000_000_000
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ZERO = timedelta(0)
+#: A zone as given (and as it travels and is stored): an IANA name, a
+#: ``tzinfo``, or None for the machine's local zone. ``procsched._tz.zone``
+#: resolves it.
+Zone = str | tzinfo | None
 
 #: The aliases cron understands, as five-field expressions.
 ALIASES = {
@@ -50,30 +56,6 @@ ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-
-#: Set by ``procsched._tz`` (outside the pure core): the machine's local zone.
-local_zone: Callable[[], tzinfo] | None = None
-
-
-def zone(tz: str | tzinfo | None) -> tzinfo:
-    """``tz`` as a ``tzinfo``: an IANA name, a tzinfo, or None (the local zone).
-
-    Raises ValueError for an unknown name, TypeError for anything else.
-    """
-    if tz is None:
-        if local_zone is not None:
-            return local_zone()
-        return datetime.now().astimezone().tzinfo or timezone.utc  # pragma: no cover - _tz always installs it
-    if isinstance(tz, tzinfo):
-        return tz
-    if not isinstance(tz, str):
-        raise TypeError(f"tz must be an IANA zone name, a tzinfo or None, not {type(tz).__name__} {tz!r}")
-    import zoneinfo
-
-    try:
-        return zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"tz must be a known IANA zone name (e.g. 'Europe/Berlin'), not {tz!r}") from None
 
 
 def _fields(expr: str) -> list[str]:
@@ -110,19 +92,35 @@ def _invalid(expr: str, parts: list[str], why: str) -> str:
     return f"expr is not a valid cron expression ({why}): {expr!r}"
 
 
+class _AsTz(enum.Enum):
+    """``CronTrigger``'s default ``zone``: the resolved ``tz`` itself."""
+
+    AS_TZ = "as tz"
+
+
+#: The windows ``CronTrigger.last_ns`` looks back over, in seconds: a minute,
+#: an hour, a day, a month, a year, ten years.
+_LOOK_BACK_S = (60, 3600, 86_400, 32 * 86_400, 367 * 86_400, 10 * 367 * 86_400)
+
+
 class CronTrigger:
     """A cron expression in a zone; answers "the next fire time after t".
+
+    ``tz`` is the resolved zone; ``zone`` the zone as it was given (an IANA
+    name, a tzinfo, or None for the local zone; default: ``tz``). Two
+    triggers are equal when their expressions fire alike in the same zone.
 
     Raises ValueError at construction for a malformed expression or an
     out-of-range field, naming it.
     """
 
-    __slots__ = ("expr", "tz", "_cron", "_fixed_hour")
+    __slots__ = ("expr", "tz", "zone", "_cron", "_fixed_hour")
 
-    def __init__(self, expr: str, tz: tzinfo) -> None:
+    def __init__(self, expr: str, tz: tzinfo, zone: Zone | Literal[_AsTz.AS_TZ] = _AsTz.AS_TZ) -> None:
         parts = _fields(expr)
         self.expr = expr
         self.tz = tz
+        self.zone: Zone = tz if zone is _AsTz.AS_TZ else zone
         self._cron = " ".join(parts)
         hour = parts[2]
         # DESIGN.md: a fixed hour (a value or a list) runs a repeated time once
@@ -142,6 +140,14 @@ class CronTrigger:
     def __repr__(self) -> str:
         return f"CronTrigger({self.expr!r}, {self.tz!r})"
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CronTrigger):
+            return NotImplemented
+        return self._cron == other._cron and self.tz == other.tz and self.zone == other.zone
+
+    def __hash__(self) -> int:
+        return hash((self._cron, self.tz))
+
     def next_ns(self, after_ns: int) -> int | None:
         """The first fire instant strictly after ``after_ns`` (ns since the
         epoch), or None if the expression never fires again."""
@@ -152,6 +158,21 @@ class CronTrigger:
     def iter_ns(self, after_ns: int) -> Iterator[int]:
         """Fire instants strictly after ``after_ns``, in order."""
         return self._instants(after_ns)
+
+    def last_ns(self, at_ns: int) -> int | None:
+        """The last fire instant at or before ``at_ns``, or None if there is
+        none within ten years: found by looking back over growing windows
+        (a forward walk from an old slot could be millions of steps)."""
+        for window_s in _LOOK_BACK_S:
+            first = self.next_ns(at_ns - window_s * NS)
+            if first is not None and first <= at_ns:
+                last = first
+                for instant in self._instants(first):
+                    if instant > at_ns:
+                        break
+                    last = instant
+                return last
+        return None
 
     # -- internals -------------------------------------------------------
 
@@ -216,7 +237,7 @@ def _offsets(n: datetime, tz: tzinfo) -> tuple[int, int]:
 
 def _seconds(n: datetime) -> int:
     """Naive ``n`` read as if it were UTC, in seconds since the epoch."""
-    return (n.replace(tzinfo=timezone.utc) - EPOCH) // timedelta(seconds=1)
+    return (n.replace(tzinfo=UTC) - EPOCH) // timedelta(seconds=1)
 
 
 def _offset_at(t: int, tz: tzinfo) -> int:
@@ -233,30 +254,3 @@ def _transition(lo: int, hi: int, after: int, tz: tzinfo) -> int:
         else:
             lo = mid
     return hi
-
-
-def next_fire_times(expr: str, tz: str | tzinfo | None, after: datetime, n: int) -> list[datetime]:
-    """The next ``n`` fire times of ``expr`` in ``tz`` strictly after ``after``
-    (an aware datetime), as aware datetimes in that zone.
-
-    Raises:
-        ValueError: a bad expression, an unknown zone, a naive ``after``, n < 0.
-        TypeError: arguments of the wrong type.
-    """
-    if not isinstance(after, datetime):
-        raise TypeError(f"after must be an aware datetime, not {type(after).__name__} {after!r}")
-    if after.tzinfo is None or after.utcoffset() is None:
-        raise ValueError(f"after must be an aware datetime, not naive {after!r}")
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, not {n!r}")
-    zone_ = zone(tz)
-    trigger = CronTrigger(expr, zone_)
-    after_ns = (after - EPOCH) // timedelta(microseconds=1) * 1000
-    out: list[datetime] = []
-    for instant in trigger.iter_ns(after_ns):
-        if len(out) >= n:
-            break
-        out.append((EPOCH + timedelta(seconds=instant // NS)).astimezone(zone_))
-    return out

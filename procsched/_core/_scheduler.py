@@ -13,6 +13,12 @@ A runner drives the core with four calls and one question:
     pause(id) / resume(id, now) / set_wall_offset(offset)
     skip(id, run, now) / realign(id, runs, attempt, due)   several schedulers on one store
 
+A task's slots come from its :class:`~._schedule.Schedule` (``add(...,
+schedule=...)``; one-shots share ``ONCE``): the core asks it for the slot
+after a run, where a left-behind slot resumes, and the grid point after a
+pause. The core holds the task's state (its current slot, run count,
+attempt), the schedule holds the rules.
+
 ``claim`` returns ``None`` when nothing is due. ``complete`` returns ``None``
 for a stale report (a run that is not the task's current one), so a late
 result can never land on a later run. Time is integer nanoseconds throughout,
@@ -51,10 +57,9 @@ other task: their due time is their slot's wall-clock instant minus the
 wall-minus-monotonic offset the runner last reported
 (``set_wall_offset``); when that offset moves (an NTP step, a suspend),
 their due times are recomputed from the slots, so they follow the wall
-clock and a step back never repeats a slot. Fire times come from
-``_calendar.CronTrigger``. A failed attempt that ``Retry`` covers re-queues
-the same run (same run number, next attempt) after its backoff, unless that
-would reach the task's next regular slot.
+clock and a step back never repeats a slot. A failed attempt that
+``Retry`` covers re-queues the same run (same run number, next attempt)
+after its backoff, unless that would reach the task's next regular slot.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ import random
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
-from ._calendar import CronTrigger
+from ._schedule import ONCE as ONCE_SCHEDULE
+from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition
 
 PENDING = TaskState.PENDING
@@ -79,27 +85,6 @@ COMPACT_MIN_DEAD = 64
 #: A change of the wall-minus-monotonic offset smaller than this is read
 #: jitter (or NTP slewing), not a step: calendar due times stay put.
 WALL_STEP_NS = 100_000_000
-#: Counting missed calendar slots stops here (a suspended machine and a
-#: per-second expression must not cost a million steps).
-MISSED_CAP = 10_000
-
-
-class Kind(enum.Enum):
-    ONCE = "once"
-    FIXED_RATE = "fixed_rate"
-    FIXED_DELAY = "fixed_delay"
-    CALENDAR = "calendar"
-
-
-class Misfire(enum.Enum):
-    """What a fixed-rate task does about grid slots it missed while overrunning."""
-
-    CATCH_UP = "catch_up"
-    """Run every missed slot, back to back (Java's ScheduledThreadPoolExecutor)."""
-    SKIP = "skip"
-    """Drop the missed slots; next run at the first grid point at or after now."""
-    COALESCE = "coalesce"
-    """Run once, now, for all missed slots; then resume the grid."""
 
 
 class Policy(enum.Enum):
@@ -139,17 +124,12 @@ class CancelResult(enum.Enum):
 # per-task paths (add, claim, cancel, complete) read these instead. The
 # state changes they make unconditionally are read off the transition table
 # once, here, so the table stays the only place that knows them.
-ONCE, FIXED_RATE, FIXED_DELAY = Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY
+ONCE, FIXED_RATE, FIXED_DELAY, CALENDAR = Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY, Kind.CALENDAR
 BY_PRIORITY, BY_DUE = Policy.PRIORITY, Policy.DUE
 R_CANCELLED, R_STOPPED, R_INTERRUPT = CancelResult.CANCELLED, CancelResult.STOPPED, CancelResult.INTERRUPT
 R_REFUSED, R_UNKNOWN = CancelResult.REFUSED, CancelResult.UNKNOWN
 CLAIMED = transition(PENDING, "claim")  # PENDING --claim--> RUNNING
 CANCELLED_PENDING = transition(PENDING, "cancel")  # PENDING --cancel--> CANCELLED
-#: Members by value, for runners that get kinds and misfire policies as
-#: strings off a wire: ``KIND_OF[kind]`` is a dict lookup (~15 ns),
-#: ``Kind(kind)`` runs the enum machinery (~240 ns, as much as half an add).
-KIND_OF: dict[str, Kind] = {member.value: member for member in Kind}
-MISFIRE_OF: dict[str, Misfire] = {member.value: member for member in Misfire}
 
 
 class Run(NamedTuple):
@@ -186,25 +166,31 @@ class RetryPolicy(NamedTuple):
             delay *= 1 + self.jitter * rng.uniform(-1.0, 1.0)
         return max(0, int(delay))
 
+    def to_wire(self) -> tuple[int, int, float, int, float, tuple[str, ...]]:
+        """Plain values for another process (the outcomes sorted)."""
+        return (
+            self.attempts,
+            self.delay_ns,
+            self.backoff,
+            self.max_delay_ns,
+            self.jitter,
+            tuple(sorted(self.outcomes)),
+        )
+
+    @staticmethod
+    def from_wire(wire: tuple[int, int, float, int, float, tuple[str, ...]]) -> RetryPolicy:
+        attempts, delay_ns, backoff, max_delay_ns, jitter, outcomes = wire
+        return RetryPolicy(attempts, delay_ns, backoff, max_delay_ns, jitter, frozenset(outcomes))
+
 
 class TaskExtra:
-    """What a calendar, retried, limited or pausable task needs beyond a plain one.
+    """The state a calendar, retried, limited or paused task keeps beyond a
+    plain one's (made by the core: see ``SchedulerCore.add``)."""
 
-    Given to :meth:`SchedulerCore.add`; ``until_ns`` is a delay from the
-    call (``now``), ``after_wall_ns`` the call's wall-clock time (calendar).
-    """
+    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked")
 
-    __slots__ = ("trigger", "after_wall_ns", "until_ns", "max_runs", "retry", "retry_on",
-                 "slot", "base", "attempt", "retrying", "pause_asked")  # fmt: skip
-
-    def __init__(
-        self, trigger: CronTrigger | None = None, after_wall_ns: int = 0, until_ns: int | None = None,
-        max_runs: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None,
-    ) -> None:  # fmt: skip
-        self.trigger = trigger
-        self.after_wall_ns = after_wall_ns
-        self.until_ns = until_ns  # absolute once added: wall (calendar) or monotonic
-        self.max_runs = max_runs
+    def __init__(self, limit: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None) -> None:
+        self.limit = limit  # no slot after this (the schedule's until): wall (calendar) or monotonic
         self.retry = retry
         self.retry_on = retry_on
         self.slot = 0  # calendar: the wall-clock instant of the current (or next) slot
@@ -233,17 +219,6 @@ class Completion(NamedTuple):
     periodic: bool = False
 
 
-class _Rule(NamedTuple):
-    """What a periodic task does between runs (one-shot tasks share ONE_SHOT)."""
-
-    period: int
-    misfire: Misfire
-    stop_on_error: bool
-
-
-ONE_SHOT = _Rule(0, Misfire.CATCH_UP, False)
-
-
 class _TaskHead:
     """The fields that cancel and claim read, first in memory.
 
@@ -264,15 +239,15 @@ class _TaskHead:
 
 class _Task(_TaskHead):
     # No id (the table's key is the id; the heap entry holds it too) and one
-    # ``rule`` for the three fields only periodic tasks read: 12 slots make
-    # 128 bytes with the GC header, two cache lines, not three (15 slots:
-    # 160). Smaller records are what makes ``add`` cheaper at a million.
-    __slots__ = ("runs", "due", "kind", "priority", "rule", "timeout", "name")
+    # ``schedule`` (shared: every one-shot's is ``ONCE``): 12 slots make 128
+    # bytes with the GC header, two cache lines, not three (15 slots: 160).
+    # Smaller records are what makes ``add`` cheaper at a million.
+    __slots__ = ("runs", "due", "kind", "priority", "schedule", "timeout", "name")
     runs: int  # runs claimed so far; the current run's number
     due: int  # the scheduled time of the current (or next) run
-    kind: Kind
+    kind: Kind  # ``schedule.kind``, one attribute away on the per-task paths
     priority: int
-    rule: _Rule
+    schedule: Schedule
     timeout: int | None
     name: str | None
 
@@ -287,8 +262,8 @@ class SchedulerCore:
         self.policy = Policy(policy)
         self._due_first = self.policy is BY_DUE  # heap entries (due, -priority, seq, id), see _push
         self._tasks: dict[int, _Task] = {}  # every task that is not finished
-        self._timers: list[tuple[Any, ...]] = []
-        self._ready: list[tuple[Any, ...]] = []  # "priority" policy only
+        self._timers: list[tuple[int, ...]] = []
+        self._ready: list[tuple[int, ...]] = []  # "priority" policy only
         # Dead heap entries (their task is no longer PENDING, or was re-queued)
         # number _dead + _buried: a buried task's entry counts in _buried only,
         # so cancel moves one counter.
@@ -338,6 +313,11 @@ class SchedulerCore:
             self._discard(heappop(timers))
         return timers[0][0] if timers else None
 
+    def schedule(self, task_id: int) -> Schedule | None:
+        """The task's schedule, or None once it is terminal (or unknown)."""
+        task = self._tasks.get(task_id)
+        return None if task is None or _is_buried(task) else task.schedule
+
     def due(self, task_id: int) -> int | None:
         """A PENDING task's due time (ns), or None."""
         task = self._tasks.get(task_id)
@@ -356,51 +336,63 @@ class SchedulerCore:
         self,
         due_ns: int,
         priority: int = 0,
-        kind: Kind = Kind.ONCE,
-        period_ns: int = 0,
-        misfire: Misfire = Misfire.CATCH_UP,
-        stop_on_error: bool = False,
+        schedule: Schedule = ONCE_SCHEDULE,
         timeout_ns: int | None = None,
         payload: Any = None,
         name: str | None = None,
         task_id: int | None = None,
-        extra: TaskExtra | None = None,
+        retry: RetryPolicy | None = None,  # (none keyword-only: filling those from a dict costs ~50 ns a call)
+        retry_on: Any = None,
+        start_wall_ns: int = 0,
+        first_slot_ns: int | None = None,
         now: int = 0,
     ) -> int:
         """Add a PENDING task first due at ``due_ns``; return its id.
 
         ``task_id`` lets a runner choose ids (they must be unique); by
         default the core numbers tasks 1, 2, 3, ... Arguments are assumed
-        valid: the public API validates them. A calendar task (``extra``
-        with a trigger) is due at its first slot strictly after
-        ``extra.after_wall_ns``, whatever ``due_ns`` says; ``now`` is the
-        time of the call, from which ``extra.until_ns`` counts.
+        valid: the public API validates them. A calendar task is due at its
+        first slot, ``first_slot_ns`` (wall-clock; None: the first strictly
+        after ``start_wall_ns``, the call's wall-clock time), whatever
+        ``due_ns`` says. The schedule's ``until`` counts from the call:
+        ``start_wall_ns`` for a calendar task, ``now`` (the call's time) for
+        the others. ``retry``: a failed run is tried again
+        by this policy; ``retry_on``: the exception classes it names, as the
+        runner carries them (opaque here).
+
+        Raises ValueError (nothing changes) for a calendar task without a
+        slot before its until, and for a ``task_id`` a live task holds.
         """
         seq = next(self._seq)
         task = _Task()
         task.seq = seq
-        task.kind = kind
         task.priority = priority
         task.due = due_ns
-        task.rule = ONE_SHOT if kind is ONCE else _Rule(period_ns, misfire, stop_on_error)
+        task.schedule = schedule
         task.state = PENDING
         task.runs = 0
         task.active = False
         task.timeout = timeout_ns
         task.payload = payload
         task.name = name
-        task.extra = extra
-        if extra is not None:
-            if extra.trigger is not None:
-                if extra.until_ns is not None:
-                    extra.until_ns += extra.after_wall_ns
-                slot = extra.trigger.next_ns(extra.after_wall_ns)
-                if slot is None or (extra.until_ns is not None and slot > extra.until_ns):
+        if schedule is ONCE_SCHEDULE:  # a one-shot (the per-task path: no attribute of the schedule read)
+            kind = task.kind = ONCE
+            extra = None if retry is None and retry_on is None else TaskExtra(None, retry, retry_on)
+        elif retry is None and retry_on is None and not schedule.limited:
+            kind = task.kind = schedule.kind
+            extra = None
+        else:
+            kind = task.kind = schedule.kind
+            until = schedule.until_ns
+            start = start_wall_ns if kind is CALENDAR else now
+            extra = TaskExtra(None if until is None else start + until, retry, retry_on)
+            if kind is CALENDAR:
+                slot = schedule.first(start_wall_ns) if first_slot_ns is None else first_slot_ns
+                if slot is None or (extra.limit is not None and slot > extra.limit):
                     raise ValueError("the calendar task has no slot before its until")
                 extra.slot = slot
                 due_ns = task.due = slot - self.wall_offset
-            elif extra.until_ns is not None:
-                extra.until_ns += now
+        task.extra = extra
         tasks = self._tasks
         if task_id is None and self._own_ids:
             tid = seq  # a fresh number, and every id so far was the core's: no task holds it
@@ -413,7 +405,7 @@ class SchedulerCore:
             # the record, the rare id already held is seen by what it returns.
             if tasks.setdefault(tid, task) is not task:
                 self._reuse_id(tid, task)
-        if extra is not None and extra.trigger is not None:
+        if extra is not None and kind is CALENDAR:
             self.calendars += 1
         # _push, inlined (the per-task path)
         if self._due_first:
@@ -465,9 +457,7 @@ class SchedulerCore:
             self._discard(entry)
         return None
 
-    def complete(
-        self, task_id: int, run: int, outcome: Outcome, now: int, matched: bool = False
-    ) -> Completion | None:
+    def complete(self, task_id: int, run: int, outcome: Outcome, now: int, matched: bool = False) -> Completion | None:
         """The run ``run`` of ``task_id`` ended with ``outcome`` at ``now``.
 
         ``matched``: for an "error", whether the exception is one of the
@@ -488,15 +478,13 @@ class SchedulerCore:
         if task.extra is not None:
             return self._complete_extra(task_id, task, task.extra, outcome, now, matched)
         ok = outcome == "ok"
-        if task.kind is ONCE or (not ok and task.rule.stop_on_error):
+        if task.kind is ONCE or (not ok and task.schedule.stop_on_error):
             task.state = transition(task.state, "finish" if ok and task.kind is ONCE else "fail")
             del self._tasks[task_id]
             return Completion(task_id, run, outcome, task.state, None, 0, True)
-        missed = 0
-        if task.kind is FIXED_DELAY:
-            task.due = now + task.rule.period
-        else:
-            task.due, missed = self._next_slot(task, outcome, now)
+        following, missed = task.schedule.after_run(task.due, now, outcome)
+        assert following is not None  # a fixed rate or delay (calendar tasks have an extra)
+        task.due = following
         task.state = transition(task.state, "requeue")
         self._push(task_id, task)
         return Completion(task_id, run, outcome, PENDING, task.due, missed, False)
@@ -554,7 +542,7 @@ class SchedulerCore:
             extra.base = due
         elif extra is not None:
             extra.retrying = False
-            if extra.trigger is not None and slot_wall is not None:
+            if task.kind is CALENDAR and slot_wall is not None:
                 extra.slot = slot_wall
                 due = slot_wall - self.wall_offset
         task.due = due
@@ -601,16 +589,17 @@ class SchedulerCore:
             return False
         task.state = transition(task.state, "resume")
         extra = task.extra
-        if extra is not None and extra.trigger is not None and not extra.retrying:
-            slot = extra.trigger.next_ns(now + self.wall_offset - 1)
-            if slot is None or (extra.until_ns is not None and slot > extra.until_ns):
+        if extra is not None and extra.retrying:
+            task.due = max(task.due, now)  # the retry of the current run: as soon as it may
+        elif extra is not None and task.kind is CALENDAR:
+            slot = task.schedule.not_before(extra.slot, now + self.wall_offset)
+            if slot is None or (extra.limit is not None and slot > extra.limit):
                 slot = extra.slot  # nothing left: run out the pending slot, then end
             extra.slot = slot
             task.due = slot - self.wall_offset
-        elif task.kind is FIXED_RATE and task.due < now and not (extra and extra.retrying):
-            task.due += -(-(now - task.due) // task.rule.period) * task.rule.period  # first grid point >= now
-        elif task.due < now:
-            task.due = now
+        else:  # the first slot at or after now (a grid point, for a fixed rate)
+            following = task.schedule.not_before(task.due, now)
+            task.due = now if following is None else following
         self._repush(task_id, task)  # the entry it had when it paused is dead
         return True
 
@@ -628,9 +617,9 @@ class SchedulerCore:
         moved = 0
         for tid, task in self._tasks.items():
             extra = task.extra
-            if extra is not None and extra.trigger is not None and task.state is PENDING and not extra.retrying:
-                if now is not None and extra.slot < now + offset_ns and task.rule.misfire is not Misfire.CATCH_UP:
-                    extra.slot = self._late_slot(task, extra, now)
+            if extra is not None and task.kind is CALENDAR and task.state is PENDING and not extra.retrying:
+                if now is not None:  # a slot the step left behind follows the misfire policy
+                    extra.slot = task.schedule.resume(extra.slot, now + offset_ns)
                 due = extra.slot - offset_ns
                 if due != task.due:
                     task.due = due
@@ -640,17 +629,6 @@ class SchedulerCore:
         if moved:
             self._maybe_compact()
         return True
-
-    def _late_slot(self, task: _Task, extra: TaskExtra, now: int) -> int:
-        """A calendar slot left behind by a wall-clock step, by the misfire policy."""
-        trigger = extra.trigger
-        assert trigger is not None
-        now_wall = now + self.wall_offset
-        if task.rule.misfire is Misfire.SKIP:
-            following = trigger.next_ns(now_wall - 1)
-            return extra.slot if following is None else following
-        last = self._last_slot_by_window(trigger, now_wall)
-        return extra.slot if last is None or last < extra.slot else last
 
     def cancel(self, task_id: int, interrupt: bool = False) -> CancelResult:
         """Decide a cancel. See :class:`CancelResult` for what each answer asks."""
@@ -665,8 +643,7 @@ class SchedulerCore:
             # the module docstring; _discard, _compact). Its payload goes now.
             task.state = CANCELLED_PENDING
             task.payload = None
-            extra = task.extra
-            if extra is not None and extra.trigger is not None:
+            if task.extra is not None and task.kind is CALENDAR:  # (extra: in the head; kind is not)
                 self.calendars -= 1
             buried = self._buried = self._buried + 1  # counts its heap entry among the dead too
             if buried > self._compact_at:
@@ -717,7 +694,7 @@ class SchedulerCore:
         task.seq = next(self._seq)
         self._push(tid, task)
 
-    def _discard(self, entry: tuple[Any, ...]) -> None:
+    def _discard(self, entry: tuple[int, ...]) -> None:
         """A dead heap entry was popped; free its task's record if it was
         buried for it (cancelled while PENDING with this very entry)."""
         tid = entry[-1]
@@ -731,7 +708,7 @@ class SchedulerCore:
     def _drop(self, tid: int, task: _Task) -> None:
         """Forget a task that reached a terminal state."""
         del self._tasks[tid]
-        if task.extra is not None and task.extra.trigger is not None:
+        if task.kind is CALENDAR:
             self.calendars -= 1
 
     def _bury(self) -> None:
@@ -772,9 +749,8 @@ class SchedulerCore:
             task.runs += 1
             extra.attempt = 1
             extra.base = task.due
-        wall = extra.slot if extra.trigger is not None and extra.attempt == 1 else None
-        return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name,
-                   extra.attempt, wall, extra.retry_on)  # fmt: skip
+        wall = extra.slot if task.kind is CALENDAR and extra.attempt == 1 else None
+        return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name, extra.attempt, wall, extra.retry_on)
 
     @staticmethod
     def _extra(task: _Task) -> TaskExtra:
@@ -786,7 +762,7 @@ class SchedulerCore:
 
     def _wall_of(self, task: _Task) -> int:
         extra = task.extra
-        if extra is not None and extra.trigger is not None and not extra.retrying:
+        if extra is not None and task.kind is CALENDAR and not extra.retrying:
             return extra.slot
         return task.due + self.wall_offset
 
@@ -799,36 +775,37 @@ class SchedulerCore:
         periodic = task.kind is not ONCE
         # The next regular slot (periodic tasks), before deciding on a retry:
         # a retry that would reach it is not made.
+        schedule = task.schedule
         next_due: int | None = None
         next_slot: int | None = None
         missed = 0
-        if task.kind is FIXED_DELAY:
-            next_due = now + task.rule.period
-        elif task.kind is FIXED_RATE:
-            next_due, missed = self._next_slot(task, outcome, now, extra.base)
-        elif task.kind is Kind.CALENDAR:
-            next_slot, missed = self._next_calendar(task, extra, outcome, now)
+        if task.kind is CALENDAR:
+            next_slot, missed = schedule.after_run(extra.slot, now + self.wall_offset, outcome)
             next_due = None if next_slot is None else next_slot - self.wall_offset
+        elif periodic:
+            next_due, missed = schedule.after_run(extra.base, now, outcome)
         retry = extra.retry
         if (
-            not ok and retry is not None and extra.attempt < retry.attempts
+            not ok
+            and retry is not None
+            and extra.attempt < retry.attempts
             and (outcome in retry.outcomes or (outcome == "error" and matched))
-        ):  # fmt: skip
+        ):
             due = now + retry.delay_after(extra.attempt, self._rng)
             if next_due is None or due < next_due:
                 extra.retrying = True
                 task.due = due
                 return self._requeue(tid, task, extra, outcome, 0, True)
-        if not periodic or (not ok and task.rule.stop_on_error):
+        if not periodic or (not ok and schedule.stop_on_error):
             task.state = transition(task.state, "finish" if ok and not periodic else "fail")
             self._drop(tid, task)
             return Completion(tid, run, outcome, task.state, None, 0, True, None, False, periodic)
-        limit = extra.until_ns
+        limit = extra.limit
         if (
             next_due is None
-            or (extra.max_runs is not None and run >= extra.max_runs)
+            or (schedule.max_runs is not None and run >= schedule.max_runs)
             or (limit is not None and (next_slot if next_slot is not None else next_due) > limit)
-        ):  # fmt: skip
+        ):
             task.state = transition(task.state, "finish")  # a limit reached: DONE
             self._drop(tid, task)
             return Completion(tid, run, outcome, DONE, None, missed, True, None, False, True)
@@ -843,72 +820,15 @@ class SchedulerCore:
         if extra.pause_asked:
             extra.pause_asked = False
             task.state = transition(task.state, "pause")
-            return Completion(tid, task.runs, outcome, PAUSED, None, missed, False, None, retrying,
-                              task.kind is not ONCE)  # fmt: skip
+            return Completion(
+                tid, task.runs, outcome, PAUSED, None, missed, False, None, retrying, task.kind is not ONCE
+            )
         task.state = transition(task.state, "requeue")
         self._push(tid, task)
-        wall = extra.slot if extra.trigger is not None and not retrying else None
-        return Completion(tid, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying,
-                          task.kind is not ONCE)  # fmt: skip
-
-    def _next_calendar(self, task: _Task, extra: TaskExtra, outcome: str, now: int) -> tuple[int | None, int]:
-        """The slot after ``extra.slot`` by the misfire policy, and how many were missed."""
-        trigger = extra.trigger
-        assert trigger is not None
-        following = trigger.next_ns(extra.slot)
-        now_wall = now + self.wall_offset
-        if following is None or following >= now_wall:
-            return following, 0
-        mode = _misfire_mode(task, outcome)
-        if mode is Misfire.CATCH_UP:
-            return following, 0
-        # Slots up to now: count them (up to a cap) and keep the last one.
-        count, last = 0, following
-        for slot in trigger.iter_ns(extra.slot):
-            if slot > now_wall:
-                break
-            count += 1
-            last = slot
-            if count >= MISSED_CAP:
-                last = self._last_slot_by_window(trigger, now_wall) or last
-                break
-        if mode is Misfire.SKIP:
-            return trigger.next_ns(now_wall - 1), count
-        return last, count - 1  # COALESCE: the last slot up to now runs once, late
-
-    @staticmethod
-    def _last_slot_by_window(trigger: CronTrigger, now_wall: int) -> int | None:
-        """The last slot at or before ``now_wall``, found by looking back over
-        growing windows (the forward walk from an old slot would be too long)."""
-        for window_s in (60, 3600, 86_400, 32 * 86_400, 367 * 86_400, 10 * 367 * 86_400):
-            first = trigger.next_ns(now_wall - window_s * 1_000_000_000)
-            if first is not None and first <= now_wall:
-                last = first
-                for slot in trigger.iter_ns(first):
-                    if slot > now_wall:
-                        break
-                    last = slot
-                return last
-        return None
-
-    @staticmethod
-    def _next_slot(task: _Task, outcome: str, now: int, scheduled: int | None = None) -> tuple[int, int]:
-        """Fixed rate: the next grid point after the run scheduled at
-        ``scheduled`` (default ``task.due``)."""
-        if scheduled is None:
-            scheduled = task.due
-        period = task.rule.period
-        following = scheduled + period
-        if following >= now:
-            return following, 0
-        mode = _misfire_mode(task, outcome)
-        if mode is Misfire.CATCH_UP:
-            return following, 0
-        if mode is Misfire.SKIP:
-            k = -(-(now - scheduled) // period)  # first grid point >= now
-        else:  # COALESCE: the last grid point <= now runs once, late
-            k = (now - scheduled) // period
-        return scheduled + k * period, k - 1
+        wall = extra.slot if task.kind is CALENDAR and not retrying else None
+        return Completion(
+            tid, task.runs, outcome, PENDING, task.due, missed, False, wall, retrying, task.kind is not ONCE
+        )
 
     def _compact(self) -> None:
         # _live and _is_buried, inlined: this runs over every entry and task
@@ -935,13 +855,3 @@ def _is_buried(task: _Task) -> bool:
     (see cancel). A task cancelled while RUNNING is CANCELLED too, but its
     run is still in flight (``active``) and it is dropped when that ends."""
     return task.state is CANCELLED and not task.active
-
-
-def _misfire_mode(task: _Task, outcome: str) -> Misfire:
-    """The task's misfire policy for the run that just ended: a run that
-    crashed or timed out is not caught up back to back (a task that crashes
-    every run would otherwise loop on its backlog), so catch_up acts as skip."""
-    misfire = task.rule.misfire
-    if misfire is Misfire.CATCH_UP and outcome in ("crashed", "timeout"):
-        return Misfire.SKIP
-    return misfire

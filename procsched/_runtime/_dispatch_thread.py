@@ -4,8 +4,11 @@ and Ray runners.
     caller ── command ──▶ inbox ──▶ dispatcher thread: Engine.tick / add / cancel ...
                           ▲    │        │ carrier.send_run / kill / ...
       carrier reports ────┘    │        ▼
-       ("done", "exited", ...) │    the carrier's workers (threads, Ray tasks)
+      (Finished, Exited, ...)  │    the carrier's workers (threads, Ray tasks)
                                └──▶ event batches ──▶ the facade's listener thread
+
+Commands and events are the records of ``_messages.py``, as with the
+processes runner, through queues instead of pipes (nothing is pickled).
 
 The thread owns the Engine; every input reaches it through one blocking
 queue (``inbox``), waited on with the engine's next deadline as timeout, so
@@ -22,9 +25,10 @@ import time
 from typing import Any
 
 from .._core import Policy
-from ._engine import EV_CLOSED, EV_REPLY, WALL_CHECK_S, Carrier, Engine
-
-NS = 1_000_000_000
+from .._core._units import NS
+from . import _messages as m
+from ._carrier import Carrier
+from ._engine import WALL_CHECK_S, Engine
 
 
 class DispatcherThread:
@@ -81,12 +85,11 @@ class DispatcherThread:
                 engine.set_wall_offset(time.time_ns() - now, now)
                 wake = engine.tick(clock())
                 if engine.events:
-                    self.events.put(engine.events)
-                    engine.events = []
+                    self.events.put(engine.take_events())
                 if engine.closed:
                     break
                 timeout = None if wake is None else max(0, wake - clock()) / NS
-                if engine.core.calendars and (timeout is None or timeout > WALL_CHECK_S):
+                if engine.watches_wall and (timeout is None or timeout > WALL_CHECK_S):
                     timeout = WALL_CHECK_S  # watch the wall clock (see _dispatcher.WALL_CHECK_S)
                 try:
                     message = inbox.get(timeout=timeout)
@@ -101,39 +104,45 @@ class DispatcherThread:
             self._closed()
             if engine.events:
                 self.events.put(engine.events)
-            self.events.put([(EV_CLOSED,)])
+            self.events.put([m.Closed.wire()])
         except BaseException:
             logger = logging.getLogger("procsched")
             logger.exception("the dispatcher thread failed")
             try:
                 self._failed()
-            except Exception:  # noqa: BLE001 - the listener must hear of the failure regardless
+            except Exception:
                 logger.exception("cleaning up after the dispatcher thread failed")
             self.events.put(None)  # type: ignore[arg-type]  # the listener fails every handle
             raise
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         engine, tag, now = self.engine, message[0], time.monotonic_ns()
-        if tag == "done":
-            engine.finished(*message[1:])
-        elif tag == "exited":
-            engine.worker_exited(message[1], message[2], now, *message[3:])
-        elif tag == "add":
-            if len(message) == 12:
+        if tag == m.FINISHED:
+            finished = m.view(m.Finished, message)
+            engine.finished(finished.worker, m.view(m.Done, finished.done))
+        elif tag == m.EXITED:
+            exited = m.view(m.Exited, message)
+            engine.worker_exited(exited.worker, exited.exitcode, now, exited.detail)
+        elif tag == m.ADD:
+            add = m.view(m.Add, message)
+            if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
-            engine.add(*message[1:])
-        elif tag == "pause":
-            engine.events.append((EV_REPLY, message[1], engine.pause(message[2])))
-        elif tag == "resume":
-            engine.events.append((EV_REPLY, message[1], engine.resume(message[2], now)))
-        elif tag == "wall_step":
+            engine.add(add, add.task_id, add.payload)  # type: ignore[arg-type]  # numbered by the facade
+        elif tag == m.PAUSE:
+            pause = m.view(m.Pause, message)
+            engine.emit(m.Answer.wire(pause.request, engine.pause(pause.task_id)))
+        elif tag == m.RESUME:
+            resume = m.view(m.Resume, message)
+            engine.emit(m.Answer.wire(resume.request, engine.resume(resume.task_id, now)))
+        elif tag == m.WALL_STEP:
             pass  # an in-process runner reads the real wall clock
-        elif tag == "cancel":
-            engine.events.append(("reply", message[1], engine.cancel(message[2], message[3], now)))
-        elif tag == "stats":
-            engine.events.append(("reply", message[1], engine.stats(now)))
-        elif tag == "shutdown":
-            engine.shutdown(message[1], now)
+        elif tag == m.CANCEL:
+            cancel = m.view(m.Cancel, message)
+            engine.emit(m.Answer.wire(cancel.request, engine.cancel(cancel.task_id, cancel.interrupt, now)))
+        elif tag == m.STATS:
+            engine.emit(m.Answer.wire(m.view(m.Stats, message).request, engine.stats(now)))
+        elif tag == m.SHUTDOWN:
+            engine.shutdown(m.view(m.Shutdown, message).cancel_futures, now)
 
     def _closed(self) -> None:
         """The engine closed: every worker is gone. Release what the carrier holds."""

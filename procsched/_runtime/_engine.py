@@ -1,85 +1,61 @@
 """The dispatch engine: the core plus the pool's bookkeeping, for any carrier.
 
-    commands ──▶ Engine.add / cancel / shutdown ─┐
-    results  ──▶ Engine.finished ───────────────┤──▶ SchedulerCore (decisions)
-    deaths   ──▶ Engine.worker_exited ───────────┘
-                 Engine.tick(now) ──▶ carrier.send_run / kill / spawn
-                                 ──▶ Engine.events (to the user process)
+    commands (Add, Cancel, ...) ──▶ Engine.add / cancel / shutdown ─┐
+    reports (Done, Started, ...) ──▶ Engine.finished / started ─────┤──▶ SchedulerCore (decisions)
+    deaths                       ──▶ Engine.worker_exited ──────────┘
+                                     Engine.tick(now) ──▶ Carrier: spawn / send_run / kill / revoke
+                                                      ──▶ Durable: hold / withdraw / unstarted (a store)
+                                                      ──▶ Engine.events: RunStarted, RunEnded, ... (the user's)
 
 The engine owns the core and every piece of pool state (which worker runs
 which run, deadlines, restarts, counters). It neither blocks nor reads a
-clock: a *carrier* (processes: ``_dispatcher.py``; threads: ``_threads.py``)
-waits for input, feeds it here with the time, carries out what the engine
-asks through the small ``Carrier`` interface, and ships ``events`` to the
-user process. So the process and thread runners share the decisions, not
-just the core.
+clock: a *carrier* (processes: ``_process_carrier.py`` on the loop of
+``_dispatcher.py``; threads: ``_threads.py``; Ray: ``_ray.py``) waits for
+input, feeds it here with the time, carries out what the engine asks
+through the ``Carrier`` interface (``_carrier.py``), and ships ``events``
+(the records of ``_messages.py``) to the user process. So the process and
+thread runners share the decisions, not just the core. A durable store
+comes in through the constructor as ``Durable`` hooks (``NO_STORE``: none),
+and asks the engine what it needs through its methods (never its core).
 
 Every run is known by (task id, run number). A result or a death is matched
 against the run its worker holds, so a late report can never land on a later
 run, and a run that ends is reported exactly once.
 
-Prefetch (a carrier with ``prefetch > 0``): when more runs are due than
-workers are idle, a busy worker is given up to ``prefetch`` runs ahead
-(``Slot.queue``), which it starts in order as soon as its current run ends,
-with no round trip through here. What keeps that exact is the carrier's
-atomic hand-off: ``revoke(worker, run)`` takes back the *last* run given to
-a worker and answers True only if the worker will never start it (for
-processes, a ticket byte that either the worker or the dispatcher reads
-first). So:
-
-- a cancel of a queued run revokes it (and the runs queued behind it, which
-  go back to ``staged``): True means it never starts; if the worker got to
-  it first it was running, and the cancel is decided as for a running run;
-- a crash costs only the run the worker had started; the runs queued behind
-  it are revoked from the dead worker and go back to ``staged`` untouched;
-- a timeout counts from the run's real start (the head of the queue gets its
-  deadline when it becomes the head, refined by the carrier's ``started``);
-- priority order: prefetch only runs while no live task has a priority
-  other than 0 (``prio``), so a run that becomes due later can never rank
-  ahead of a queued one (equal priority: it is due later, so it ranks behind
-  it). The first task with another priority revokes every queued run back to
-  ``staged``, and ``_claim`` merges ``staged`` with the core by rank, so no
-  run passes another it should not. (Revoking on each injection instead
-  would need a peek at the core's best due run, which the core does not
-  offer; and the decision is simple to test.)
-- ``max_worker_memory`` turns prefetch off; ``max_tasks_per_worker`` bounds
-  the queue so a worker's last run is never followed by one it will not run.
-
-With a durable store (``hold``, ``_durable.Journal``) keyed runs are held
-until the transaction recording their start has committed, queued ones
-too: a worker's runs are sent in the order given, so one held run holds
-the runs given after it. A held run was never sent, so taking it back
-(``withdraw``) always succeeds and the worker has nothing to pass over; a
-claimed run taken back that then ends unstarted (cancelled) is reported to
-the store (``unstarted``), which records it so.
-
-Early hand-off (a carrier with ``early_ns > 0``, which must also revoke):
-an idle worker is given the next run up to ``early_ns`` before it is due;
-the worker waits for the due time itself and then takes the run's ticket,
-so the run starts on time without the dispatcher's wake-up and a pipe in
-between. Until then it is revocable like a queued run: a cancel takes it
-back (True: it never starts), and so does any other run becoming due
-meanwhile (it would otherwise wait behind a run due later). The worker
-passes over a taken-back run when its wait ends, so a run due meanwhile
-that finds no other idle worker starts up to ``early_ns`` late (3 ms by
-default), never after the run taken back.
+Runs given ahead of need - prefetch queues behind a busy worker's run,
+early hand-off to an idle worker, a durable store holding keyed runs until
+their start is recorded - and taking them back are in ``_handoff.py``,
+whose ``Handoff`` this class extends; the pool's slots are there too.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
-from typing import Any, Protocol
+from typing import Any
 
-from .._core import KIND_OF, MISFIRE_OF, CancelResult, Kind, Policy, Run, SchedulerCore, TaskState
-from .._core._calendar import CronTrigger
-from .._core._scheduler import RetryPolicy, TaskExtra
+from .. import _tz
+from .._core import ONCE, CancelResult, Kind, Policy, RetryPolicy, Run, Schedule, SchedulerCore, TaskState
 from .._core._state import OUTCOMES
+from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
+from ._carrier import Carrier
+from ._handoff import Handoff, Slot
+from ._messages import (
+    BLOB_EXC,
+    BLOB_NONE,
+    Add,
+    Done,
+    Log,
+    Message,
+    RunEnded,
+    TaskCancelled,
+    TaskChanged,
+    WorkerChanged,
+)
+from ._store_hooks import NO_STORE, Durable
 
-NS = 1_000_000_000
 #: After this many crashes in a row on one slot, its respawns back off.
 BACKOFF_AFTER = 2
 BACKOFF_FIRST_NS = 50_000_000
@@ -98,84 +74,15 @@ LOAD_GRACE_NS = 30 * NS
 #: often to compare the wall clock with the monotonic one (a step, a
 #: suspend): a bounded wait, not a poll. Every other wake-up compares them too.
 WALL_CHECK_S = 2.0
-
-# Event tags (engine -> user process). Each event is a tuple starting with its tag.
-EV_STARTED = "started"  # (tag, task_id, run, worker)
-EV_RUN = "run"  # (tag, task_id, run, scheduled, started, finished, worker, outcome,
-#                 state, next_due, missed, ended, blob_kind, blob, output, attempt, scheduled_wall,
-#                 next_wall, retrying)
-EV_CANCELLED = "cancelled"  # (tag, task_id)
-EV_ADDED = "added"  # (tag, task_id, name, due, key, next_wall)  a task added from inside a task
-EV_STATE = "state"  # (tag, task_id, state, next_due, next_wall)  paused / resumed
-EV_REPLY = "reply"  # (tag, request_id, value)
-EV_WORKER = "worker"  # (tag, what, slot, worker_id, detail)
-EV_LOG = "log"  # (tag, levelno, message)
-EV_CLOSED = "closed"  # (tag,)
-
-# blob kinds in EV_RUN
-BLOB_NONE = 0  # no value (periodic run, cancelled run)
-BLOB_VALUE = 1  # the return value (pickled bytes, or the object itself in-process)
-BLOB_ERROR = 2  # (exception, traceback text) (pickled bytes, or the tuple in-process)
-BLOB_EXC = 3  # an exception object made by the engine (crash, timeout)
+#: Distinct schedules kept decoded (``Engine._schedule``): a cron expression
+#: is parsed once per process, not once per task.
+SCHEDULES_KEPT = 1024
 
 INFO, WARNING = 20, 30
+PAUSED, PENDING = TaskState.PAUSED.value, TaskState.PENDING.value
 
 
-class Carrier(Protocol):
-    """What the engine asks of a runtime."""
-
-    def spawn(self, slot: int) -> Any:
-        """Start a worker for ``slot``; return its worker object (with ``.ident``)."""
-
-    def send_run(self, worker: Any, run: Run) -> None:
-        """Give ``run`` to ``worker`` (idle, or with ``prefetch``: to run after its current runs)."""
-
-    def kill(self, worker: Any, hard: bool) -> None:
-        """Stop ``worker`` and everything it started (hard: no grace)."""
-
-    def retire(self, worker: Any) -> None:
-        """Ask an idle ``worker`` to exit cleanly."""
-
-    def rss(self, worker: Any) -> int | None:
-        """The worker's resident memory in bytes, if it can be known."""
-
-    def health(self, worker: Any) -> str:
-        """``"ok"``, ``"stopped"`` or ``"dead"``."""
-
-    # Optional: ``reports_start = True`` (the carrier calls Engine.started for
-    # runs with a timeout), ``output(worker) -> str | None`` (the captured
-    # output of the worker's last run), and ``prefetch: int`` (how many runs
-    # a busy worker may hold queued; 0 by default) with
-    # ``revoke(worker, run) -> bool`` (take back the last run given to the
-    # worker and not revoked yet: True if it will never start, False if the
-    # worker has started it; also after the worker died) and
-    # ``Engine.skipped`` (the worker passed over a revoked run).
-
-
-class Slot:
-    """One place in the pool, filled by successive workers."""
-
-    __slots__ = ("index", "worker", "run", "deadline", "loading", "runs", "restarts", "streak", "respawn_at", "note",
-                 "queue", "unskipped")  # fmt: skip
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.worker: Any = None  # None while waiting to respawn
-        self.run: tuple[Run, int] | None = None  # (run, dispatched at)
-        self.deadline: int | None = None  # the run's timeout deadline
-        self.loading = False  # the deadline is the load grace's: the run has not started yet
-        self.runs = 0  # runs by the current worker
-        self.restarts = 0
-        self.streak = 0  # crashes in a row
-        self.respawn_at: int | None = None
-        self.note = ""  # "stopped", "backoff", ... for stats
-        self.queue: collections.deque[Run] = collections.deque()  # prefetched: runs given after ``run``
-        # Revoked runs the worker has not passed over yet: until it has, it
-        # gets nothing new (a new run's ticket could be taken for a revoked one).
-        self.unskipped = 0
-
-
-class Engine:
+class Engine(Handoff):
     """See the module docstring. Driven by one thread; never blocks."""
 
     def __init__(
@@ -189,12 +96,13 @@ class Engine:
         kill_grace_ns: int = KILL_GRACE_NS,
         default_timeout_ns: int | None = None,
         load_grace_ns: int = LOAD_GRACE_NS,
+        durable: Durable = NO_STORE,
     ) -> None:
         self.carrier = carrier
+        self.durable = durable  # a store's hooks (NO_STORE: none)
         self.default_timeout_ns = default_timeout_ns  # for tasks added without one (from inside tasks)
         # Carriers that report the real start of a run get the load grace.
-        self.load_grace_ns = load_grace_ns if getattr(carrier, "reports_start", False) else None
-        self._output = getattr(carrier, "output", None)
+        self.load_grace_ns = load_grace_ns if carrier.reports_start else None
         self.core = SchedulerCore(policy)
         self.slots = [Slot(i) for i in range(workers)]
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -203,7 +111,10 @@ class Engine:
         self.dying: dict[Any, int] = {}  # worker -> time to kill it hard
         self.counts = dict.fromkeys(OUTCOMES, 0)
         self.spawned = 0
-        self.events: list[tuple[Any, ...]] = []
+        #: The outbox: events for the user process, in order (``_messages.py``);
+        #: the carrier's loop takes them each turn (``take_events``) - through
+        #: the durable journal, which holds back what waits for a commit.
+        self.events: list[Message] = []
         self.closing = False  # shutdown asked: run out the one-shots, then stop
         self.closed = False  # every worker stopped: the carrier may exit
         self._health_at: int | None = None
@@ -213,18 +124,10 @@ class Engine:
         self.held: dict[int, int] = {}  # task id -> when its next run may start
         self.parked: list[Run] = []  # runs claimed while their task was held (or yielding: see _claim)
         self.behind: set[int] = set()  # periodic tasks whose next run was due before their last one ended
-        # The durable store's hook (``_durable.Journal.hold``): True keeps the
-        # run back; the carrier sends it once the turn's transaction recording
-        # its start has committed.
-        self.hold: Any = None
-        # ... ``withdraw(worker, run, peek=False)``: take back the last run given
-        # to the worker if it is still held (True; ``peek``: only say whether
-        # ``run`` is held, wherever it is); ``unstarted(run, now)``: a claimed
-        # run that never started ends cancelled (see the module docstring).
-        self.withdraw: Any = None
-        self.unstarted: Any = None
         # Prefetch (see the module docstring).
-        self.prefetch = int(getattr(carrier, "prefetch", 0))
+        self.prefetch = carrier.prefetch
+        if self.prefetch and durable.prefetch is not None:
+            self.prefetch = durable.prefetch
         self.policy = Policy(policy)
         self.ranked = self.policy is not Policy.FIFO
         self.prio: dict[int, int] = {}  # live tasks whose priority is not 0 (priority policies only)
@@ -235,7 +138,73 @@ class Engine:
         self.announced: set[tuple[int, int, int]] = set()
         self._staged_n = itertools.count()
         self.interrupting: set[tuple[int, int]] = set()  # queued runs cancelled with interrupt after they started
-        self.early_ns = int(getattr(carrier, "early_ns", 0)) if self.prefetch else 0
+        self.early_ns = carrier.early_ns if self.prefetch else 0
+        self._schedules: dict[object, Schedule] = {}  # see _schedule
+
+    # -- questions (what the durable layer and the carriers ask) ------------------
+
+    def state(self, task_id: int) -> TaskState | None:
+        """A task's state; None once it has ended (or was never added)."""
+        return self.core.state(task_id)
+
+    def due(self, task_id: int) -> int | None:
+        """A PENDING task's due time (monotonic ns), or None."""
+        return self.core.due(task_id)
+
+    def next_wall(self, task_id: int) -> int | None:
+        """A PENDING task's next run on the wall clock (ns since the epoch), or None."""
+        return self.core.next_wall(task_id)
+
+    def schedule_of(self, task_id: int) -> Schedule | None:
+        return self.core.schedule(task_id)
+
+    def next_claim(self, task_id: int) -> tuple[int, int] | None:
+        """(run, attempt) of the task's next claim, or None if it has none queued."""
+        return self.core.next_claim(task_id)
+
+    @property
+    def pending(self) -> int:
+        """Tasks not yet finished or cancelled."""
+        return len(self.core)
+
+    @property
+    def watches_wall(self) -> bool:
+        """A calendar task is pending: the carrier's loop must compare the
+        wall clock with the monotonic one at least every WALL_CHECK_S."""
+        return bool(self.core.calendars)
+
+    def emit(self, event: Message) -> None:
+        """An event from elsewhere in the dispatcher (the durable layer), in
+        order with the engine's own."""
+        self.events.append(event)
+
+    def take_events(self) -> list[Message]:
+        """The events since the last take, in order (the outbox is emptied)."""
+        events, self.events = self.events, []
+        return events
+
+    # -- what a durable store changes (see _durable/_journal.py, _durable/_peers.py) ------
+
+    def continue_runs(self, task_id: int, runs: int, attempt: int = 1, retry_due: int = 0, base: int = 0) -> None:
+        """A task restored from the store goes on from there (see ``SchedulerCore.continue_runs``)."""
+        self.core.continue_runs(task_id, runs, attempt, retry_due, base)
+
+    def realign(self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None) -> bool:
+        """Bring a PENDING task to the store's next claim (see
+        ``SchedulerCore.realign``); its handle hears its new next run."""
+        if not self.core.realign(task_id, runs, attempt, due, slot_wall):
+            return False
+        self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
+        return True
+
+    def stand_by(self, task_id: int) -> bool:
+        """Hold a PENDING task back quietly (its handle is not told): another
+        scheduler on the store runs it. True if it is held now."""
+        return self.core.pause(task_id)
+
+    def wake(self, task_id: int, now: int) -> bool:
+        """End ``stand_by`` quietly; True if it was held."""
+        return self.core.resume(task_id, now)
 
     # -- inputs ------------------------------------------------------------
 
@@ -243,82 +212,106 @@ class Engine:
         for slot in self.slots:
             self._spawn(slot, now)
 
-    def add(
-        self, task_id: int, due: int, priority: int, kind: str, period: int, misfire: str,
-        stop_on_error: bool, timeout: int | None, name: str | None, payload: Any, extra: Any = None,
-    ) -> None:  # fmt: skip
-        """Add a task; ``extra`` is ``wire_extra``'s tuple (calendar, retry, limits) or None."""
-        if timeout is None:
-            timeout = self.default_timeout_ns
+    def add(self, add: Add, task_id: int, payload: Any, now: int | None = None) -> str | None:
+        """Add the task ``add`` describes as ``task_id``, with ``payload``
+        (``add.payload``, or the carrier's copy of it); ``now``: when it was
+        received, for an add without a due time (a Ray run's). Returns None,
+        or why it cannot be scheduled here (a zone or an expression this
+        process reads differently: logged, and its cancellation said)."""
+        delay = add.delay_ns
+        due = add.due_ns
+        if due is None:
+            assert now is not None, "an add without a due time counts from its receipt"
+            due = now + delay
+        timeout = self.default_timeout_ns if add.timeout_ns is None else add.timeout_ns
+        priority = add.priority
         if priority and self.ranked and self.prefetch:
             if not self.prio:  # from now on a later run may rank ahead of a queued one
                 self._take_back_all(None)
             self.prio[task_id] = priority
-        if extra is None:
-            self.core.add(  # (dict lookups: an Enum call costs a microsecond per task)
-                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id
-            )
-            return
-        cron, after_wall, until, max_runs, retry, retry_on, now = extra
         try:
-            trigger = None
-            if cron is not None:
-                from .._tz import from_wire
-
-                trigger = CronTrigger(cron[0], from_wire(cron[1]))
-            policy = None if retry is None else RetryPolicy(*retry[:5], frozenset(retry[5]))  # type: ignore[call-arg]
+            if add.schedule is None and add.retry is None and add.retry_on is None:  # a plain one-shot: the usual case
+                self.core.add(due, priority, ONCE, timeout, payload, add.name, task_id)
+                return None
+            retry = None if add.retry is None else RetryPolicy.from_wire(add.retry)
             self.core.add(
-                due, priority, KIND_OF[kind], period, MISFIRE_OF[misfire], stop_on_error, timeout, payload, name, task_id,
-                TaskExtra(trigger, after_wall, until, max_runs, policy, retry_on), now,
-            )  # fmt: skip
+                due,
+                priority,
+                self._schedule(add.schedule),
+                timeout,
+                payload,
+                add.name,
+                task_id,
+                retry=retry,
+                retry_on=add.retry_on,
+                start_wall_ns=add.start_wall_ns,
+                first_slot_ns=add.first_slot_wall_ns,
+                now=due - delay,
+            )
         except Exception as exc:  # noqa: BLE001 - validated at the call; a zone this process reads differently
-            self._log(WARNING, f"task {task_id} ({name}) cannot be scheduled here: {type(exc).__name__}: {exc}")
-            self.events.append((EV_CANCELLED, task_id))
+            why = f"{type(exc).__name__}: {exc}"
+            self.log(WARNING, f"task {task_id} ({add.name}) cannot be scheduled here: {why}")
+            self.prio.pop(task_id, None)
+            self.events.append(TaskCancelled.wire(task_id))
+            return why
+        return None
+
+    def _schedule(self, wire: object) -> Schedule:
+        """A schedule from its wire form, decoded once per distinct form."""
+        schedule = self._schedules.get(wire)
+        if schedule is None:
+            if len(self._schedules) >= SCHEDULES_KEPT:
+                self._schedules.clear()
+            schedule = self._schedules[wire] = Schedule.from_wire(wire, _tz.zone)  # type: ignore[arg-type]
+        return schedule
 
     def set_wall_offset(self, offset: int, now: int) -> None:
         """The carrier's wall clock minus its monotonic clock, at ``now``;
         calendar tasks follow a step (see SchedulerCore.set_wall_offset)."""
         before = self.core.wall_offset
         if self.core.set_wall_offset(offset, now) and self.core.calendars:
-            self._log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
+            self.log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
 
     def pause(self, task_id: int) -> bool:
         accepted = self.core.pause(task_id)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
-            self.events.append((EV_STATE, task_id, TaskState.PAUSED.value, None, None))
+            self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
 
     def resume(self, task_id: int, now: int) -> bool:
         accepted = self.core.resume(task_id, now)
         if accepted and self.core.state(task_id) is TaskState.PENDING:
-            self.events.append((EV_STATE, task_id, TaskState.PENDING.value, self.core.due(task_id),
-                                self.core.next_wall(task_id)))  # fmt: skip
+            self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
 
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         if self.early_ns:
             for slot in self.slots:
-                if slot.run is not None and slot.run[0].task_id == task_id and self._is_early(slot, now):
+                if slot.run is not None and slot.run.task_id == task_id and self._is_early(slot, now):
                     self._take_back(slot, head=True)  # given before its due time: still revocable
-        if self.withdraw is not None:
+        if self.durable.active:
             for slot in self.slots:
-                if slot.run is not None and slot.run[0].task_id == task_id and self.withdraw(slot.worker, slot.run[0], True):
+                if (
+                    slot.run is not None
+                    and slot.run.task_id == task_id
+                    and self.durable.withdraw(slot.worker, slot.run, True)
+                ):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
             taken = self._take_back_task(task_id)
             if taken is not None:  # its run was given ahead and never started: as if it were pending
                 self._silent_cancel(taken, now)
-                self.events.append((EV_CANCELLED, task_id))
+                self.events.append(TaskCancelled.wire(task_id))
                 return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
-            self.events.append((EV_CANCELLED, task_id))
+            self.events.append(TaskCancelled.wire(task_id))
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
-            slot = next((s for s in self.slots if s.run is not None and s.run[0].task_id == task_id), None)
-            if slot is not None:  # else its run is parked (tick() ends it) or queued and started:
-                self._abort_run(slot, "cancelled", now)
+            running = next((s for s in self.slots if s.run is not None and s.run.task_id == task_id), None)
+            if running is not None:  # else its run is parked (tick() ends it) or queued and started:
+                self._abort_run(running, "cancelled", now)
             else:
                 for s in self.slots:
                     for run in s.queue:
@@ -338,30 +331,29 @@ class Engine:
         """The worker is about to run the run's code (it is up, the function
         and arguments are loaded): its timeout counts from ``at``."""
         slot = self._slot_of(worker)
-        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+        if slot is None or slot.run is None or slot.run.task_id != task_id or slot.run.run != run_no:
             return  # stale
-        run = slot.run[0]
-        slot.run = (run, at)
+        slot.given_at = at
         slot.loading = False
-        if run.timeout_ns is not None:
-            slot.deadline = at + run.timeout_ns
+        if slot.run.timeout_ns is not None:
+            slot.deadline = at + slot.run.timeout_ns
 
-    def finished(
-        self, worker: Any, task_id: int, run_no: int, outcome: str,
-        started: int, finished: int, blob_kind: int, blob: Any, matched: bool = False,
-    ) -> None:  # fmt: skip
-        """A worker reports the end of a run; ``matched``: its error is one
-        of the exception classes its ``Retry.on`` names (the worker checked)."""
+    def finished(self, worker: Any, done: Done) -> None:
+        """``worker`` reports the end of a run (see ``Done``). A worker no
+        longer fit to run tasks (``done.unfit``) is replaced."""
         slot = self._slot_of(worker)
-        if slot is None or slot.run is None or slot.run[0].task_id != task_id or slot.run[0].run != run_no:
+        if slot is None or slot.run is None or slot.run.task_id != done.task_id or slot.run.run != done.run:
             return  # stale: that run was already ended (timed out, interrupted)
-        run = slot.run[0]
+        finished = done.finished_ns
+        run = slot.run
         slot.run = slot.deadline = None
         slot.loading = False
         slot.runs += 1
         slot.streak = 0
-        output = None if self._output is None else self._output(worker)
-        self._record(run, outcome, started, finished, worker.ident, blob_kind, blob, output, matched)
+        output = self.carrier.output(worker)
+        self._record(
+            run, done.outcome, done.started_ns, finished, worker.ident, done.blob_kind, done.blob, output, done.matched
+        )
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")  # (its queue is empty: see _fill)
         elif self.max_worker_memory is not None:
@@ -369,11 +361,13 @@ class Engine:
             if rss is not None and rss > self.max_worker_memory:
                 self._replace(slot, finished, f"recycled: RSS {rss >> 20} MiB over max_worker_memory")
         elif slot.queue:  # the worker goes on with its next queued run by itself
-            self._assign(slot, slot.queue.popleft(), finished)
-            head = slot.run[0]  # type: ignore[index]
+            head = slot.queue.popleft()
+            self._assign(slot, head, finished)
             if (head.task_id, head.run) in self.interrupting:
                 self.interrupting.discard((head.task_id, head.run))
                 self._abort_run(slot, "cancelled", finished)
+        if done.unfit is not None:  # whatever the task did to its process must not reach the next run
+            self.replace_worker(worker, finished, done.unfit)
 
     def skip(self, worker: Any, run: Run, now: int) -> None:
         """A held run (``hold``) that the durable store gave to another
@@ -383,7 +377,7 @@ class Engine:
         run given ahead (queued, or taken back: ``staged``; ``worker`` None)
         leaves its place."""
         slot = None if worker is None else self._slot_of(worker)
-        if slot is not None and slot.run is not None and slot.run[0] is run:
+        if slot is not None and slot.run is not None and slot.run is run:
             slot.run = slot.deadline = None
             slot.loading = False
             if slot.queue:  # held behind it, never sent either: the next one is the worker's next run
@@ -400,12 +394,12 @@ class Engine:
         if done is None or (done.state is TaskState.CANCELLED and not done.ended):
             return  # cancelled during the claim: its cancellation was said already
         if done.ended:
-            self.events.append((EV_CANCELLED, run.task_id))  # it ended here: another scheduler ran its last run
+            self.events.append(TaskCancelled.wire(run.task_id))  # it ended here: another scheduler ran its last run
         elif done.state is TaskState.PAUSED:
-            self.events.append((EV_STATE, run.task_id, TaskState.PAUSED.value, None, None))
+            self.events.append(TaskChanged.wire(run.task_id, PAUSED, None, None))
         else:
-            wall = done.next_wall_ns if done.next_wall_ns is not None else done.next_due_ns + self.core.wall_offset
-            self.events.append((EV_STATE, run.task_id, TaskState.PENDING.value, done.next_due_ns, wall))
+            wall = done.next_wall_ns if done.next_wall_ns is not None else done.next_due_ns + self.core.wall_offset  # type: ignore[operator]
+            self.events.append(TaskChanged.wire(run.task_id, PENDING, done.next_due_ns, wall))
 
     def replace_worker(self, worker: Any, now: int, why: str) -> None:
         """An idle worker asked to go (e.g. after a MemoryError: whatever the
@@ -420,7 +414,7 @@ class Engine:
         carrier knows better than an exit code (e.g. Ray's error)."""
         if worker in self.dying:
             del self.dying[worker]
-            self.events.append((EV_WORKER, "exited", None, worker.ident, exitcode))
+            self.events.append(WorkerChanged.wire("exited", None, worker.ident, exitcode))
             return
         slot = self._slot_of(worker)
         if slot is None:
@@ -428,41 +422,41 @@ class Engine:
         signame = signal_name(exitcode)
         how = detail or (f"signal {signame}" if signame else f"exit code {exitcode}")
         self.carrier.kill(worker, hard=True)  # whatever it left behind
-        self.events.append((EV_WORKER, "crashed", slot.index, worker.ident, exitcode))
+        self.events.append(WorkerChanged.wire("crashed", slot.index, worker.ident, exitcode))
         # Runs given ahead that it never started go back, untouched; its
         # current run (the head, as without prefetch: given = running) and a
         # queued run it had started (its result lost) crashed with it.
-        head = slot.run is not None and self.withdraw is not None and self.withdraw(worker, slot.run[0], True)
+        head = slot.run is not None and self.durable.withdraw(worker, slot.run, True)
         started = self._take_back(slot, head=head)  # a held head was never sent: it goes back too
         slot.queue.clear()
-        for extra_run in started[1:]:
-            self._record(extra_run, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
-                f"worker {worker.ident} died ({how}) while running task {extra_run.task_id} run {extra_run.run}",
-                task_id=extra_run.task_id, run=extra_run.run, exitcode=exitcode, signal=signame))  # fmt: skip
+        self._crash_started(started[1:], worker, f"died ({how})", now, exitcode, signame)
         slot.worker = None
         slot.restarts += 1
         if slot.run is not None:
-            run, dispatched = slot.run
+            run, dispatched = slot.run, slot.given_at
             slot.run = slot.deadline = None
             slot.loading = False
             slot.streak += 1
             err = WorkerCrashedError(
                 f"worker {worker.ident} died ({how}) while running task {run.task_id} run {run.run}",
-                task_id=run.task_id, run=run.run, pid=worker.ident if isinstance(worker.ident, int) else None,
-                exitcode=exitcode, signal=signame,
-            )  # fmt: skip
-            self._log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
-            output = None if self._output is None else self._output(worker)
+                task_id=run.task_id,
+                run=run.run,
+                pid=worker.ident if isinstance(worker.ident, int) else None,
+                exitcode=exitcode,
+                signal=signame,
+            )
+            self.log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
+            output = self.carrier.output(worker)
             self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err, output)
         else:
-            self._log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
+            self.log(WARNING, f"idle worker {worker.ident} died ({how}); replacing it")
         if self.closing and not len(self.core):
             return
         if slot.streak >= BACKOFF_AFTER:
             delay = min(BACKOFF_FIRST_NS << (slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
             slot.respawn_at = now + delay
             slot.note = "backoff"
-            self._log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
+            self.log(WARNING, f"slot {slot.index}: {slot.streak} crashes in a row; respawn in {delay / 1e6:.0f} ms")
         else:
             # Respawned by the next tick, not here: the carrier can hand the
             # crash to the user first (starting a process takes milliseconds).
@@ -479,10 +473,10 @@ class Engine:
             if cancel_futures or self.core.kind(run.task_id) is not Kind.ONCE:
                 self._take_back_task(run.task_id)
                 self._silent_cancel(run, now)
-                self.events.append((EV_CANCELLED, run.task_id))
+                self.events.append(TaskCancelled.wire(run.task_id))
         for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
             if decision.accepted:
-                self.events.append((EV_CANCELLED, task_id))
+                self.events.append(TaskCancelled.wire(task_id))
             if decision is CancelResult.CANCELLED:
                 self._forget_crash_loop(task_id)
 
@@ -503,17 +497,19 @@ class Engine:
         for slot in self.slots:
             w = slot.worker
             state = slot.note or ("idle" if slot.run is None else "busy") if w is not None else (slot.note or "down")
-            workers.append({
-                "slot": slot.index,
-                "pid": None if w is None else w.ident,
-                "state": state,
-                "rss": None if w is None else self.carrier.rss(w),
-                "runs": slot.runs,
-                "restarts": slot.restarts,
-                "crash_streak": slot.streak,
-                "task": None if slot.run is None else slot.run[0].task_id,
-                "queued": len(slot.queue),  # runs given ahead (prefetch), not started
-            })  # fmt: skip
+            workers.append(
+                {
+                    "slot": slot.index,
+                    "pid": None if w is None else w.ident,
+                    "state": state,
+                    "rss": None if w is None else self.carrier.rss(w),
+                    "runs": slot.runs,
+                    "restarts": slot.restarts,
+                    "crash_streak": slot.streak,
+                    "task": None if slot.run is None else slot.run.task_id,
+                    "queued": len(slot.queue),  # runs given ahead (prefetch), not started
+                }
+            )
         return {
             "pending": len(self.core),
             "running": sum(s.run is not None for s in self.slots),
@@ -533,7 +529,9 @@ class Engine:
         wake: int | None = None
         for worker, kill_at in list(self.dying.items()):
             if kill_at is not None and kill_at <= now:
-                self._log(WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL")
+                self.log(
+                    WARNING, f"worker {worker.ident} ignored SIGTERM for {self.kill_grace_ns / 1e6:.0f} ms: SIGKILL"
+                )
                 self.carrier.kill(worker, hard=True)
                 self.dying[worker] = None  # type: ignore[assignment]  # now only waiting for its exit
             elif kill_at is not None:
@@ -549,8 +547,7 @@ class Engine:
                 self._take_back_task(gone.task_id)  # (cancelled by a path that did not know it was staged)
                 self.core.complete(gone.task_id, gone.run, "cancelled", now)
                 self._forget_crash_loop(gone.task_id)
-                if self.unstarted is not None:
-                    self.unstarted(gone, now)
+                self.durable.unstarted(gone, now, self.events)
         if self.early_ns and any(self._is_early(s, now) for s in self.slots):
             due = self.core.next_deadline()
             if self.staged or self.parked or (due is not None and due <= now):
@@ -582,7 +579,7 @@ class Engine:
             self._assign(slot, run, now)
             busy = True
             wake = _earliest(wake, slot.deadline)
-            if self.hold is None or not self.hold(slot.worker, run):
+            if not self.durable.hold(slot.worker, run):
                 self.carrier.send_run(slot.worker, run)
         if self.prefetch and busy:
             self._fill(now)
@@ -616,164 +613,6 @@ class Engine:
             wake = _earliest(wake, self.held.get(parked.task_id))
         return wake
 
-    def _fill(self, now: int) -> None:
-        """Prefetch: give busy workers runs ahead, one level of queue at a
-        time across the pool, while runs are due (see the module docstring)."""
-        if self.prio or self.max_worker_memory is not None or self.closing:
-            return
-        limit = self.max_tasks_per_worker
-        for depth in range(self.prefetch):
-            for slot in self.slots:
-                if slot.run is None or slot.unskipped or len(slot.queue) != depth or slot.note:
-                    continue
-                if limit is not None and slot.runs + 2 + depth > limit:
-                    continue  # its last run must not be followed by one it will not run
-                run = self._claim(now)
-                if run is None:
-                    return
-                slot.queue.append(run)
-                if self.hold is None or not self.hold(slot.worker, run):
-                    self.carrier.send_run(slot.worker, run)
-
-    def _steal(self, now: int) -> Run | None:
-        """An idle worker while runs wait queued behind busy ones (a long
-        run, a hang): take them back, so no run waits while a worker idles."""
-        victim = max(self.slots, key=lambda s: len(s.queue))
-        if not victim.queue or not self._revoke_tail(victim, len(victim.queue)):
-            return None
-        return self._claim(now)
-
-    def _early_ok(self) -> bool:
-        return bool(self.early_ns) and not (
-            self.prio or self.parked or self.staged or self.held or self.closing or self.hold is not None)
-
-    def _is_early(self, slot: Slot, now: int) -> bool:
-        """The slot's run was given before its due time, which has not come."""
-        return slot.run is not None and slot.run[1] < slot.run[0].scheduled_ns and now < slot.run[0].scheduled_ns
-
-    def _give_early(self, due: int, now: int) -> bool:
-        """Give idle workers the runs due by ``due`` (within ``early_ns``)."""
-        given = False
-        for slot in self.slots:
-            if slot.worker is None or slot.run is not None or slot.unskipped or slot.note:
-                continue
-            run = self.core.claim(due)
-            if run is None:
-                break
-            self._assign(slot, run, now)
-            self.carrier.send_run(slot.worker, run)
-            given = True
-            nxt = self.core.next_deadline()
-            if nxt is None or nxt - self.early_ns > now:
-                break
-            due = nxt
-        return given
-
-    def _assign(self, slot: Slot, run: Run, now: int) -> None:
-        """``run`` is the slot's run from now (sent now, or queued and next)."""
-        slot.run = (run, now)
-        slot.deadline = None
-        slot.loading = False
-        if run.timeout_ns is not None:
-            slot.loading = self.load_grace_ns is not None
-            slot.deadline = now + run.timeout_ns + (self.load_grace_ns or 0)
-        if self.announced and (run.task_id, run.run, run.attempt) in self.announced:
-            self.announced.discard((run.task_id, run.run, run.attempt))
-            return  # given early, taken back, given again: the user heard of it the first time
-        self.events.append((EV_STARTED, run.task_id, run.run, slot.worker.ident))
-
-    def _revoke_tail(self, slot: Slot, count: int) -> int:
-        """Take back up to ``count`` of the slot's queued runs, last first,
-        into ``staged``; stop at the first one its worker has started."""
-        done = 0
-        while done < count and slot.queue:
-            if not self._revoke(slot, slot.queue[-1]):
-                break
-            self._stage(slot.queue.pop())
-            done += 1
-        return done
-
-    def _revoke(self, slot: Slot, run: Run) -> bool:
-        """Take back ``run``, the last run given to the slot's worker: held
-        (never sent) or, through the carrier, not started (the worker then
-        passes over it: ``unskipped``)."""
-        if self.withdraw is not None and self.withdraw(slot.worker, run):
-            return True
-        if self.carrier.revoke(slot.worker, run):
-            slot.unskipped += 1
-            return True
-        return False
-
-    def _take_back(self, slot: Slot, head: bool) -> list[Run]:
-        """Take back all the slot's queued runs (and its current run, with
-        ``head``) that its worker has not started; return the ones it has,
-        current run first (they stay where they are)."""
-        if slot.run is None:
-            return []
-        self._revoke_tail(slot, len(slot.queue))
-        if head and not slot.queue and self.prefetch and self._revoke(slot, slot.run[0]):
-            self._unannounce(slot.run[0])
-            self._stage(slot.run[0])
-            slot.run = slot.deadline = None
-            slot.loading = False
-            return []
-        return [slot.run[0], *slot.queue]
-
-    def _take_back_all(self, _reason: Any) -> None:
-        for slot in self.slots:
-            if slot.queue:
-                self._revoke_tail(slot, len(slot.queue))
-
-    def _take_back_task(self, task_id: int) -> Run | None:
-        """The task's run if it was given ahead and is now taken back (never
-        started), removed from ``staged``; else None."""
-        for slot in self.slots:
-            for i, run in enumerate(slot.queue):
-                if run.task_id == task_id:
-                    self._revoke_tail(slot, len(slot.queue) - i)
-                    break
-        for i, (_, _, run) in enumerate(self.staged):
-            if run.task_id == task_id:
-                return self._unstage(i)
-        return None
-
-    def _unstage(self, i: int) -> Run:
-        """Remove and return ``staged[i]`` (no longer to be given again)."""
-        run = self.staged[i][2]
-        self.staged[i] = self.staged[-1]
-        self.staged.pop()
-        heapq.heapify(self.staged)
-        self.announced.discard((run.task_id, run.run, run.attempt))
-        return run
-
-    def _unannounce(self, run: Run) -> None:
-        """``run`` (the slot's current run, so announced by ``_assign``) is
-        taken back: take its run_started back if the user has not heard it,
-        else remember that it was heard."""
-        if not self._drop_started(run):
-            self.announced.add((run.task_id, run.run, run.attempt))
-
-    def _drop_started(self, run: Run) -> bool:
-        """Take ``run``'s run_started out of the turn's events; False if it
-        is not there (flushed to the user already)."""
-        for i in range(len(self.events) - 1, -1, -1):
-            ev = self.events[i]
-            if ev[0] == EV_STARTED and ev[1] == run.task_id and ev[2] == run.run:
-                del self.events[i]
-                return True
-        return False
-
-    def _stage(self, run: Run) -> None:
-        heapq.heappush(self.staged, (self._rank(run), next(self._staged_n), run))
-
-    def _rank(self, run: Run) -> tuple[int, ...]:
-        """Where ``run`` stands among due runs under the policy (lower first)."""
-        if self.policy is Policy.PRIORITY:
-            return (-self.prio.get(run.task_id, 0), run.scheduled_ns)
-        if self.policy is Policy.DUE:
-            return (run.scheduled_ns, -self.prio.get(run.task_id, 0))
-        return (run.scheduled_ns,)
-
     def _silent_cancel(self, run: Run, now: int) -> None:
         """Cancel the task of a claimed run that never started: the task's
         cancellation is reported, not the run (as for a parked run)."""
@@ -781,8 +620,7 @@ class Engine:
         self.core.complete(run.task_id, run.run, "cancelled", now)
         self._forget_crash_loop(run.task_id)
         self.prio.pop(run.task_id, None)
-        if self.unstarted is not None:
-            self.unstarted(run, now)
+        self.durable.unstarted(run, now, self.events)
 
     def _claim(self, now: int) -> Run | None:
         """The next run to start: a parked run whose hold is over, else the
@@ -833,15 +671,18 @@ class Engine:
         tid = run.task_id
         if ended or outcome != "crashed":
             if self._forget_crash_loop(tid) >= BACKOFF_AFTER and not ended:
-                self._log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
+                self.log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
             return
         n = self.task_crashes[tid] = self.task_crashes.get(tid, 0) + 1
         if n >= BACKOFF_AFTER:
             delay = min(BACKOFF_FIRST_NS << (n - BACKOFF_AFTER), BACKOFF_MAX_NS)
             self.held[tid] = now + delay
             if n == BACKOFF_AFTER:
-                self._log(WARNING, f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
-                                   f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)")  # fmt: skip
+                self.log(
+                    WARNING,
+                    f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
+                    f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)",
+                )
 
     def _forget_crash_loop(self, task_id: int) -> int:
         """End a task's hold; return how many runs in a row it had crashed."""
@@ -867,16 +708,19 @@ class Engine:
             delay = min(BACKOFF_FIRST_NS << max(0, slot.streak - BACKOFF_AFTER), BACKOFF_MAX_NS)
             slot.respawn_at = now + delay
             slot.note = "backoff"
-            self._log(WARNING, f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
-                               f"retrying in {delay / 1e6:.0f} ms")  # fmt: skip
+            self.log(
+                WARNING,
+                f"slot {slot.index}: could not start a worker ({type(exc).__name__}: {exc}); "
+                f"retrying in {delay / 1e6:.0f} ms",
+            )
             return
         self.spawned += 1
-        self.events.append((EV_WORKER, "started", slot.index, slot.worker.ident, None))
+        self.events.append(WorkerChanged.wire("started", slot.index, slot.worker.ident, None))
 
     def _replace(self, slot: Slot, now: int, why: str) -> None:
         """Retire the slot's idle worker cleanly and start a fresh one."""
         worker = slot.worker
-        self._log(INFO, f"worker {worker.ident} {why}")
+        self.log(INFO, f"worker {worker.ident} {why}")
         self.carrier.retire(worker)
         self.dying[worker] = now + self.kill_grace_ns
         slot.restarts += 1
@@ -887,13 +731,12 @@ class Engine:
         tree and give the slot a fresh worker."""
         started = self._take_back(slot, head=False)
         slot.queue.clear()
-        run, dispatched = slot.run  # type: ignore[misc]
+        run, dispatched = slot.run, slot.given_at
+        assert run is not None
         worker = slot.worker
         loading = slot.loading
-        for other in started[1:]:  # it had finished the run that timed out, its result unread: killed too
-            self._record(other, "crashed", now, now, worker.ident, BLOB_EXC, WorkerCrashedError(
-                f"worker {worker.ident} was killed ({outcome} of task {run.task_id}) while running task "
-                f"{other.task_id} run {other.run}", task_id=other.task_id, run=other.run))  # fmt: skip
+        # it had finished the run that timed out, its result unread: killed too
+        self._crash_started(started[1:], worker, f"was killed ({outcome} of task {run.task_id})", now)
         slot.run = slot.deadline = None
         slot.loading = False
         self.carrier.kill(worker, hard=False)
@@ -901,30 +744,58 @@ class Engine:
         slot.restarts += 1
         if outcome == "timeout" and loading:
             secs = (run.timeout_ns + self.load_grace_ns) / NS  # type: ignore[operator]
-            self._log(WARNING, f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
-                               f"starting, or importing the task); its worker {worker.ident} is replaced")  # fmt: skip
+            self.log(
+                WARNING,
+                f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
+                f"starting, or importing the task); its worker {worker.ident} is replaced",
+            )
             err: BaseException | None = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} did not start within {secs:g}s of being handed to worker "
                 f"{worker.ident} (loading the function or its arguments); worker killed"
             )
         elif outcome == "timeout":
             secs = run.timeout_ns / NS  # type: ignore[operator]
-            self._log(WARNING, f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced")
+            self.log(
+                WARNING,
+                f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced",
+            )
             err = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
             )
         else:
-            self._log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
+            self.log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
             err = None
-        output = None if self._output is None else self._output(worker)
+        output = self.carrier.output(worker)
         self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err, output)
         self._spawn(slot, now)
 
+    def _crash_started(
+        self, runs: list[Run], worker: Any, how: str, now: int, exitcode: int | None = None, signame: str | None = None
+    ) -> None:
+        """Runs queued behind the current one that the worker had started
+        when it died or was killed: they crashed with it."""
+        for run in runs:
+            error = WorkerCrashedError(
+                f"worker {worker.ident} {how} while running task {run.task_id} run {run.run}",
+                task_id=run.task_id,
+                run=run.run,
+                exitcode=exitcode,
+                signal=signame,
+            )
+            self._record(run, "crashed", now, now, worker.ident, BLOB_EXC, error)
+
     def _record(
-        self, run: Run, outcome: str, started: int, finished: int, worker_id: Any, blob_kind: int, blob: Any,
+        self,
+        run: Run,
+        outcome: str,
+        started: int,
+        finished: int,
+        worker_id: Any,
+        blob_kind: int,
+        blob: Any,
         output: str | None = None,
         matched: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.counts[outcome] += 1
         done = self.core.complete(run.task_id, run.run, outcome, finished, matched)  # type: ignore[arg-type]
         if done is None:
@@ -937,7 +808,7 @@ class Engine:
         elif self.behind:
             self.behind.discard(run.task_id)
         if done.missed:
-            self._log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
+            self.log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if outcome == "ok" and (not done.ended or done.periodic):
             # A periodic run's value goes nowhere (a periodic task that reaches
             # its limit ends with None); its error is kept for the listeners'
@@ -947,12 +818,28 @@ class Engine:
         next_wall = done.next_wall_ns
         if next_wall is None and done.next_due_ns is not None:
             next_wall = done.next_due_ns + offset
-        self.events.append((
-            EV_RUN, run.task_id, run.run, run.scheduled_ns, started, finished, worker_id, outcome,
-            done.state.value, done.next_due_ns, done.missed, done.ended, blob_kind, blob, output,
-            run.attempt, run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset, next_wall,
-            done.retrying,
-        ))  # fmt: skip
+        self.events.append(
+            RunEnded.wire(
+                run.task_id,
+                run.run,
+                run.scheduled_ns,
+                started,
+                finished,
+                worker_id,
+                outcome,
+                done.state.value,
+                done.next_due_ns,
+                done.missed,
+                done.ended,
+                blob_kind,
+                blob,
+                output,
+                run.attempt,
+                run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset,
+                next_wall,
+                done.retrying,
+            )
+        )
 
     def _stop_all(self, now: int) -> None:
         for slot in self.slots:
@@ -967,7 +854,7 @@ class Engine:
             if slot.worker is not None and slot.run is not None:
                 health = self.carrier.health(slot.worker)
                 if health == "stopped" and slot.note != "stopped":
-                    self._log(WARNING, f"worker {slot.worker.ident} is stopped (SIGSTOP?) mid-run")
+                    self.log(WARNING, f"worker {slot.worker.ident} is stopped (SIGSTOP?) mid-run")
                 slot.note = "stopped" if health == "stopped" else ""
 
     def _slot_of(self, worker: Any) -> Slot | None:
@@ -976,8 +863,9 @@ class Engine:
                 return slot
         return None
 
-    def _log(self, level: int, message: str) -> None:
-        self.events.append((EV_LOG, level, message))
+    def log(self, level: int, message: str) -> None:
+        """A line for the user process's "procsched" logger, in event order."""
+        self.events.append(Log.wire(level, message))
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:

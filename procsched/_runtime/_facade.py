@@ -1,15 +1,16 @@
 """Scheduler: the user-process facade over the processes, threads or Ray runtime.
 
-    caller threads ── schedule() / cancel() / stats() ──▶ backend.send(command)
+    caller threads ── schedule() / cancel() / stats() ──▶ backend.send(command)   (_messages.py)
                                                            │  processes: pipe to the dispatcher process
                                                            │  threads, ray: queue to the dispatcher thread
-    listener thread ◀── event batches ── backend.next_batch()
+    listener thread ◀── event batches ── backend.next_batch()   (_listener.py)
        └─▶ resolves TaskHandles, answers requests, logs, calls listeners
+    Scheduler(store=...) ── recovery (_durable/_recovery.py) ──▶ Adopt commands
 
 The facade owns the handles; only the listener thread writes them. Task ids
 are numbered here, so ``schedule()`` never waits for the dispatcher; calls
 that need an answer (``cancel``, ``stats``) send a request and wait for its
-reply, which comes on the same ordered event stream as everything else, so
+answer, which comes on the same ordered event stream as everything else, so
 a cancel's effect on the handle is visible by the time ``cancel()`` returns.
 """
 
@@ -26,27 +27,24 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
 from .._api import LiveTasks, SchedulingAPI
 from .._clock import MonotonicClock
 from .._core import TaskState
+from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
-from .._events import (
-    RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED, Listeners, run_ended, run_started,
-    signal_name,
-)  # fmt: skip
-from .._handle import RunInfo, TaskHandle, wall_datetime
-from ._engine import (
-    BLOB_ERROR, BLOB_EXC, EV_ADDED, EV_CANCELLED, EV_CLOSED, EV_LOG, EV_REPLY, EV_RUN, EV_STARTED, EV_STATE, EV_WORKER,
-)  # fmt: skip
-from ._peers import EV_ADOPT
-from ._wire import unpack
+from .._events import Listeners
+from .._handle import RunInfo, TaskHandle
+from . import _messages as m
+from ._listener import EventApplier, listen
+from ._wire import carried_classes
 
-NS = 1_000_000_000
-_STATES = {state.value: state for state in TaskState}  # (a dict lookup: an Enum call costs more, per run)
+if TYPE_CHECKING:
+    from ._durable._recovery import Plan
+
 logger = logging.getLogger("procsched")
 #: How long a request (cancel, stats) waits for its answer before the
 #: dispatcher is taken as wedged (a SchedulerBrokenError, never a bare TimeoutError).
@@ -130,14 +128,16 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         config = {
             "workers": workers,
             "policy": v.policy(policy).value,
-            "max_tasks_per_worker": None if max_tasks_per_worker is None
+            "max_tasks_per_worker": None
+            if max_tasks_per_worker is None
             else _positive_int("max_tasks_per_worker", max_tasks_per_worker),
-            "max_worker_memory": None if max_worker_memory is None
+            "max_worker_memory": None
+            if max_worker_memory is None
             else _positive_int("max_worker_memory", max_worker_memory),
             "start_method": _start_method(mp_context),
             "sys_path": list(sys.path),
             "capture_output": v.flag("capture_output", capture_output),
-        }  # fmt: skip
+        }
         self._default_timeout = v.optional_timeout_ns(timeout)
         config["default_timeout"] = self._default_timeout  # for tasks scheduled from inside tasks
         if clock is not None and not isinstance(clock, MonotonicClock):
@@ -146,7 +146,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 "use InlineScheduler(clock=ManualClock()) for virtual time"
             )
         self._store: Any = None
-        self._adopted: dict[str, str] = {}  # stored key -> its definition's hash, until scheduled again
+        self._adopted: dict[str, str] = {}  # stored key -> its definition's hash (stored_hash), until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
         self._adopt_lock = threading.Lock()  # adoptions (start-up, then other schedulers' tasks) one at a time
         self._shapes_sent = 0  # adoption shapes the dispatcher has (see _adopt)
@@ -166,6 +166,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             config["lease_ns"] = lease_ns
         self.runner = runner
         self._ray_runner = runner == "ray"
+        self._zones_travel = runner != "threads"
         self.workers = workers
         self._handles: dict[int, TaskHandle] = {}
         self._keys: dict[str, TaskHandle] = {}
@@ -178,10 +179,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._broken: str | None = None
         self._pid = os.getpid()  # a forked child must not use this Scheduler (see _after_fork)
         self._listeners = Listeners()
+        self._backend: Any
         if runner == "processes":
             from ._process_backend import ProcessBackend
 
-            self._backend: Any = ProcessBackend(config)
+            self._backend = ProcessBackend(config)
         elif runner == "ray":
             from ._ray import RayBackend
 
@@ -195,10 +197,15 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         # Waits for the stream's end wait on this event, never on
         # Thread.join: on Python 3.11 a Ctrl-C landing in join() marks the
         # thread stopped while it still runs (its tstate lock is released).
+        self._events = EventApplier(
+            self, self._handles, self._keys, self._requests, self._listeners, self._backend, self._adopt_stored
+        )
         self._listener_done = threading.Event()
         self._listener = threading.Thread(
-            target=_listen, args=(weakref.ref(self), self._backend, self._listener_done),
-            name="procsched-listener", daemon=True,
+            target=listen,
+            args=(weakref.ref(self), self._backend, self._listener_done),
+            name="procsched-listener",
+            daemon=True,
         )
         weakref.finalize(self, _dropped, self._backend).atexit = False  # at exit, _at_exit decides
         self._listener.start()
@@ -208,149 +215,98 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             # workers): it waits for the stored tasks in its command pipe.
             try:
                 with _gc_paused():
-                    self._adopt(*self._recover())
+                    self._adopt(self._recover())
             except BaseException:
                 self._abort(quiet=True)
                 self._store.close()
                 raise
         for key, why in self._unloadable.items():
-            self._backend.send(("unloadable", key, why))
+            self._backend.send(m.Unloadable.wire(key, why))
 
-    def _recover(self) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+    def _recover(self) -> Plan:
         """Start-up on a store (before the dispatcher owns it): take over dead
-        schedulers (their runs in flight -> crashed), and for each stored
-        task what to adopt it with (``_rows``); one-shots that ended are
-        dropped."""
-        from . import _durable
+        schedulers (their runs in flight -> crashed), and plan the adoption
+        of every stored task; one-shots that ended are dropped."""
+        from ._durable import _recovery
 
-        tasks, crashed, slots = _durable.recover(self._store)
-        shapes, rows, ended = self._rows(tasks, crashed, slots)
-        if ended:
+        tasks, crashed, slots = _recovery.recover(self._store)
+        plan = _recovery.plan(tasks, crashed, slots, time.time_ns())
+        if plan.ended:
             batch = self._store.batch()
-            for key in ended:
+            for key in plan.ended:
                 batch.delete(key)
             batch.commit()
-        return shapes, rows
+        return plan
 
-    def _rows(self, tasks: list[Any], crashed: dict[str, Any], slots: dict[str, int]
-              ) -> tuple[list[tuple[Any, ...]], list[list[Any]], list[str]]:  # fmt: skip
-        """What to adopt stored tasks with: (shapes, rows, keys of one-shots
-        that ended). Tasks that cannot load are logged and kept
-        (``stats()["unloadable"]``).
-
-        A *shape* is what tasks of one function, arguments, schedule and
-        options share - the import, the unpickled and re-pickled call, the
-        spec and the dispatcher's add message are made once per shape, not
-        once per task (100,000 stored tasks are typically of a few shapes;
-        ``load()`` shares equal schedule and options dicts, so a shape is
-        found by identity). A row is one task: [key, shape, runs, attempt,
-        due, slot, paused, write]."""
-        import pickle
-
-        from .._store import resolve_ref
-        from . import _durable
-        from ._wire import pack_call
-
-        wall = time.time_ns()
-        now = time.monotonic_ns()
-        shapes: list[tuple[Any, ...]] = []
-        by_shape: dict[tuple[Any, ...], Any] = {}  # -> index into shapes, or why it cannot load
-        fns: dict[str, Any] = {}
-        rows = []
-        ended = []
-        for task in tasks:
-            d = task.definition
-            if task.holder is not None and d.schedule["kind"] == "once":
-                continue  # its only run is another live scheduler's
-            shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))
-            index = by_shape.get(shape)
-            if index is None:
-                try:
-                    fn = fns.get(d.fn_ref)
-                    if fn is None:
-                        fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
-                    args, kwargs = pickle.loads(d.args)
-                    spec = _durable.spec_of(d, wall)
-                    payload = pack_call(fn, tuple(args), dict(kwargs))  # the processes runner's (the only one with a store)
-                    timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
-                    extra = v.wire_extra(spec, now, True)
-                    rate = d.schedule["period_ns"] if d.schedule["kind"] == "fixed_rate" else 0
-                    index = len(shapes)
-                    shapes.append((spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
-                                   spec.stop_on_error, timeout, spec.name, payload, extra, rate))  # fmt: skip
-                except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
-                    index = f"{type(exc).__name__}: {exc}"
-                by_shape[shape] = index
-            if type(index) is str:
-                logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, index)
-                self._unloadable[d.key] = index
-                continue
-            resume = _durable.resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
-            if resume is None:
-                logger.warning("stored one-shot task %r: its run was in flight when its scheduler died "
-                               "(recorded crashed); it ends", d.key)  # fmt: skip
-                ended.append(d.key)
-                continue
-            runs, attempt, due, slot, paused = resume
-            st = task.state
-            write = task.unloadable is not None or (runs, due, attempt, paused) != (
-                st.run_count, st.next_due_ns, st.next_attempt, st.paused)  # adopted unchanged: nothing to write
-            rows.append([d.key, index, runs, attempt, due, slot, paused, write])
-            self._adopted[d.key] = d.def_hash
-        return shapes, rows, ended
-
-    def _adopt(self, shapes: list[tuple[Any, ...]], rows: list[list[Any]]) -> None:
-        """Give each stored task a handle and hand them all to the dispatcher
-        in ``("adopt", new shapes, rows)`` commands of ADOPT_CHUNK rows, each
-        row with its task id appended (see ``Journal.adopt``). A handle is
-        registered before its command goes, since its events may come at
-        once. A paused task's handle learns it from the dispatcher. The
-        dispatcher keeps every shape it was sent: a row's shape index counts
-        from the first shape of the first adoption."""
+    def _adopt(self, plan: Plan) -> None:
+        """Give each stored task of ``plan`` a handle and hand them all to the
+        dispatcher in ``Adopt`` commands of ADOPT_CHUNK rows (see
+        ``Journal.adopt``). A handle is registered before its command goes,
+        since its events may come at once. A paused task's handle learns it
+        from the dispatcher. The dispatcher keeps every shape it was sent: a
+        row's shape counts from the first shape of the first adoption."""
+        self._unloadable.update(plan.unloadable)
+        self._adopted.update(plan.adopted)
         offset = time.time_ns() - time.monotonic_ns()
         handles, keys, ids = self._handles, self._keys, self._ids
-        names = [shape[6] for shape in shapes]
         with self._adopt_lock:
             base = sent_shapes = self._shapes_sent
+            rows = plan.rows
             for lo in range(0, len(rows), ADOPT_CHUNK):
-                chunk = rows[lo : lo + ADOPT_CHUNK]
-                for row in chunk:
-                    key = row[0]
+                chunk = []
+                for row in rows[lo : lo + ADOPT_CHUNK]:
                     task_id = next(ids)
-                    due = row[4]
-                    handle = TaskHandle(self, task_id, names[row[1]], (due - offset) / NS, key, due)
+                    handle = TaskHandle(
+                        self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
+                    )
                     handles[task_id] = handle
-                    keys[key] = handle
-                    row[1] += base
-                    row.append(task_id)
-                self._backend.send(("adopt", shapes[sent_shapes - base :], chunk))
-                sent_shapes = base + len(shapes)
-            self._shapes_sent = base + len(shapes)
+                    keys[row.key] = handle
+                    chunk.append(
+                        m.AdoptRow.wire(
+                            row.key,
+                            row.shape + base,
+                            row.runs,
+                            row.attempt,
+                            row.due_wall_ns,
+                            row.slot_wall_ns,
+                            row.paused,
+                            row.write,
+                            task_id,
+                        )
+                    )
+                self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
+                sent_shapes = base + len(plan.shapes)
+            self._shapes_sent = base + len(plan.shapes)
 
     def _adopt_stored(self, key: str) -> None:
         """Another scheduler on the store added the keyed task ``key``: run it
         here too (its runs are claimed like ours; issue 11). Listener thread.
         Its stored state is the other scheduler's: adopting writes nothing."""
         holder = self._keys.get(key)
-        if self._closed or key in self._adopted or key in self._unloadable or (holder is not None and not holder.done()):
+        if (
+            self._closed
+            or key in self._adopted
+            or key in self._unloadable
+            or (holder is not None and not holder.done())
+        ):
             return
+        from ._durable import _recovery
+
         try:
             with self._store_lock:
                 task = self._store.get(key)
             if task is None or task.unloadable is not None:
                 return
-            unloadable = dict(self._unloadable)
-            shapes, rows, _ended = self._rows([task], {}, {})
-            if key in self._unloadable and key not in unloadable:  # it did not load here: logged, not run
-                del self._unloadable[key]
+            plan = _recovery.plan([task], {}, {}, time.time_ns())
+            if plan.unloadable:  # it did not load here: logged, not run
                 return
-            for row in rows:
-                row[7] = False
-            if rows and not self._closed:
-                self._adopt(shapes, rows)
+            plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])
+            if plan.rows and not self._closed:
+                self._adopt(plan)
         except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
-            logger.warning("stored task %r added by another scheduler cannot be run here (%s: %s)",
-                           key, type(exc).__name__, exc)  # fmt: skip
+            logger.warning(
+                "stored task %r added by another scheduler cannot be run here (%s: %s)", key, type(exc).__name__, exc
+            )
 
     def history(self, key: str, n: int = 100) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
@@ -358,21 +314,27 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         seconds since the epoch; ``worker`` is the pid of the scheduler (user) process that ran it; an
         ``outcome`` of None is a run in flight (or one whose scheduler died
         and has not been restarted yet)."""
-        from .. import _validate as v
-
         if self._store is None:
             raise SchedulerError("history() needs a store: Scheduler(store=...)")
-        key = v.key(key)
+        checked = v.key(key)
         with self._store_lock:
-            records = self._store.history(key, n)
-        handle = self._keys.get(key)
+            records = self._store.history(checked, n)
+        handle = None if checked is None else self._keys.get(checked)
         task_id = handle.id if handle is not None else 0
         return [
-            RunInfo(task_id, r.run, r.scheduled_ns / NS, (r.started_ns or r.scheduled_ns) / NS,
-                    None if r.finished_ns is None else r.finished_ns / NS, r.pid or 0, r.outcome,  # type: ignore[arg-type]
-                    r.attempt, wall_datetime(r.scheduled_ns))
+            RunInfo(
+                task_id,
+                r.run,
+                r.scheduled_ns / NS,
+                (r.started_ns or r.scheduled_ns) / NS,
+                None if r.finished_ns is None else r.finished_ns / NS,
+                r.pid or 0,
+                r.outcome,
+                r.attempt,
+                wall_datetime(r.scheduled_ns),
+            )
             for r in records
-        ]  # fmt: skip
+        ]
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
@@ -431,12 +393,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if self._closed:
             raise SchedulerClosedError("this Scheduler was shut down; it accepts no new tasks")
 
-    def _add(self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-             ) -> TaskHandle:  # fmt: skip
+    def _add(
+        self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskHandle:
         payload = self._backend.pack(fn, args, kwargs)
-        stored: tuple[Any, ...] | None = None
+        define: m.Message | None = None
         if self._store is not None and spec.key is not None:
-            from ._durable import definition
+            from ._durable._recovery import definition
 
             d = definition(spec, fn, payload[1], time.time_ns())  # TypeError: not importable
             known = self._adopted.pop(spec.key, None)
@@ -444,37 +407,35 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if known is not None and holder is not None and not holder.done():
                 if known == d.def_hash:
                     return holder  # the same definition: the stored task goes on
-                logger.warning("keyed task %r: its definition changed; the new one replaces the stored one",
-                               spec.key)  # fmt: skip
+                logger.warning("keyed task %r: its definition changed; the new one replaces the stored one", spec.key)
                 spec = spec._replace(replace_existing=True)
-            stored = ("durable", 0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash)
+            define = m.Define.wire(0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
             payload = self._backend.with_options(payload, spec.ray_options)
-        timeout = spec.timeout_ns if spec.timeout_ns is not None else self._default_timeout
-        now = time.monotonic_ns()
-        extra = v.wire_extra(spec, now, self._backend.pickled)
+        retry_on = carried_classes(spec.retry, self._backend.pickled)
         if spec.key is not None:
             self._claim_key(self._keys, spec)
+        schedule = spec.schedule
         with self._lock:
             self._check_open()
             task_id = next(self._ids)
-            due = now + spec.delay_ns
-            next_wall = time.time_ns() + spec.delay_ns
-            if spec.trigger is not None:  # due at its first slot (the dispatcher computes the same)
-                next_wall = spec.trigger.next_ns(spec.after_wall_ns)
-                due = next_wall - (time.time_ns() - time.monotonic_ns())  # type: ignore[operator]
+            now = time.monotonic_ns()
+            wall = time.time_ns()  # (read right after ``now``: one pair, one offset)
+            first = None
+            if schedule.trigger is None:
+                due, next_wall = now + spec.delay_ns, wall + spec.delay_ns
+            else:  # due at its first slot (the dispatcher is told it)
+                first = schedule.first(spec.start_wall_ns)
+                assert first is not None  # (validated: it fires after the call)
+                due, next_wall = first - (wall - now), first
             handle = TaskHandle(self, task_id, spec.name, due / NS, spec.key, next_wall)
             self._handles[task_id] = handle  # before the command: its events may come at once
             if spec.key is not None:
                 self._keys[spec.key] = handle
-            message: tuple[Any, ...] = (
-                "add", task_id, due, spec.priority, spec.kind._value_, spec.period_ns, spec.misfire._value_,
-                spec.stop_on_error, timeout, spec.name, payload,
-            )  # fmt: skip
             send = self._backend.send
-            if stored is not None:  # the definition first: the dispatcher adopts the add with it
-                send((stored[0], task_id, *stored[2:]))
-            send(message if extra is None else (*message, extra))
+            if define is not None:  # the definition first: the dispatcher adopts the add with it
+                send(m.view(m.Define, define)._replace(task_id=task_id))
+            send(m.Add.of_spec(spec, task_id, due, first, payload, retry_on))
         return handle
 
     def pause(self, task_id: int) -> bool:
@@ -482,14 +443,14 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         task_id = v.task_id(task_id)
         if task_id not in self._handles:
             return False
-        return bool(self._request("pause", task_id))
+        return bool(self._request(m.Pause, task_id))
 
     def resume(self, task_id: int) -> bool:
         """Resume a paused task at its next slot from now (see ``TaskHandle.resume``)."""
         task_id = v.task_id(task_id)
         if task_id not in self._handles:
             return False
-        return bool(self._request("resume", task_id))
+        return bool(self._request(m.Resume, task_id))
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         v.flag("interrupt", interrupt)
@@ -498,7 +459,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if task_id not in self._handles:
             return False  # finished, cancelled, or never ours: nothing to ask
         try:
-            return bool(self._request("cancel", task_id, interrupt))
+            return bool(self._request(m.Cancel, task_id, interrupt))
         except SchedulerError:
             return False  # the dispatcher is gone: the handle has been failed
 
@@ -516,7 +477,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
     def stats(self) -> dict[str, Any]:
         """pending, running, counts per run outcome, and per worker its pid,
         state, RSS, runs and restarts."""
-        stats = dict(self._request("stats"))
+        stats = dict(self._request(m.Stats))
         if self._store is not None:
             stats["unloadable"] = dict(self._unloadable)  # stored tasks whose function or arguments failed to load
         return stats
@@ -533,7 +494,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             self._closed = True
             if not self._broken and not self._stream_closed:
                 try:
-                    self._backend.send(("shutdown", bool(cancel_futures)))
+                    self._backend.send(m.Shutdown.wire(bool(cancel_futures)))
                 except OSError:
                     pass  # already gone: the listener fails the handles
         if wait and self._join(None):
@@ -549,7 +510,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if pending and not quiet:
             logger.warning(
                 "a Scheduler was not shut down before exit; stopping its %d unfinished task(s). "
-                "Use `with Scheduler() as s:` or call shutdown().", pending
+                "Use `with Scheduler() as s:` or call shutdown().",
+                pending,
             )
         self._backend.abort()
         if self.runner != "threads":  # threads cannot be stopped: don't wait for them
@@ -579,11 +541,12 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
     def _step_wall(self, seconds: float) -> None:
         """Tests only: step the dispatcher's wall clock (as an NTP step would)."""
-        self._backend.send(("wall_step", round(seconds * NS)))
+        self._backend.send(m.WallStep.wire(round(seconds * NS)))
 
     # -- requests ----------------------------------------------------------------
 
-    def _request(self, *message: Any) -> Any:
+    def _request(self, record: Any, *fields: Any) -> Any:
+        """Send ``record`` (a request: its fields after ``request``) and wait for the answer."""
         if threading.current_thread() is self._listener:
             raise SchedulerError(
                 "cannot wait for the dispatcher inside a done-callback (it runs on the listener thread); "
@@ -600,7 +563,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             request = next(self._request_ids)
             self._requests[request] = future
             try:
-                self._backend.send((message[0], request, *message[1:]))
+                self._backend.send(record.wire(request, *fields))
             except OSError:
                 del self._requests[request]
                 if self._closed:  # shut down: it exited before the listener saw it close
@@ -609,29 +572,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         try:
             return future.result(REQUEST_TIMEOUT)
         except concurrent.futures.TimeoutError:
-            raise SchedulerBrokenError(f"the dispatcher did not answer a {message[0]} request in {REQUEST_TIMEOUT:g} s") from None
+            raise SchedulerBrokenError(
+                f"the dispatcher did not answer a {m.tag_of(record)} request in {REQUEST_TIMEOUT:g} s"
+            ) from None
 
     # -- the listener thread ----------------------------------------------------
-
-    def _apply_guarded(self, event: tuple[Any, ...]) -> None:
-        """Apply one event in isolation: whatever goes wrong with it (a result
-        that cannot be unpacked, an exception whose ``str()`` raises, a
-        listener raising SystemExit) costs that event's task alone, never the
-        listener thread and so never the other tasks."""
-        try:
-            self._apply(event)
-        except BaseException as exc:  # noqa: BLE001 - one event must not stop the stream
-            logger.error("could not handle a %s event: %s", event[0], _describe(exc), exc_info=_safe_exc(exc))
-            if event[0] == EV_RUN and TaskState(event[8]).terminal:
-                handle = self._handles.pop(event[1], None)
-                if handle is not None and not handle.done():
-                    handle._on_result(TaskState.FAILED, exc=SchedulerError(
-                        f"task {event[1]} ended, but its outcome could not be handled here: {_describe(exc)}"
-                    ))  # fmt: skip
-            elif event[0] == EV_REPLY:
-                future = self._requests.pop(event[1], None)
-                if future is not None and not future.done():
-                    future.set_exception(SchedulerError(f"the answer could not be handled: {_describe(exc)}"))
 
     def _stream_ended(self, closed: bool) -> None:
         """The event stream is over (closed by the dispatcher, or broken):
@@ -646,109 +591,6 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if not future.done():
                 future.set_exception(SchedulerClosedError("this Scheduler has shut down"))
 
-    def _apply(self, event: tuple[Any, ...]) -> None:
-        tag = event[0]
-        if tag == EV_RUN:
-            (_, task_id, run, scheduled, started, finished, worker, outcome,
-             state_value, next_due, missed, ended, blob_kind, blob, output, attempt, wall, next_wall) = event[:18]  # fmt: skip
-            state = _STATES[state_value]
-            handle = self._handles.get(task_id)
-            value: Any = None
-            exc: BaseException | None = None
-            if ended and handle is not None:
-                value, exc = unpack(blob_kind, blob, self._backend.pickled)
-                if exc is not None and outcome == "ok":
-                    # The value came back but cannot be unpickled here (a class
-                    # only the worker can import): the task failed, not "ok".
-                    outcome, state, blob_kind, blob = "error", TaskState.FAILED, BLOB_EXC, exc
-            info = RunInfo(task_id, run, scheduled / NS, started / NS, finished / NS, worker, outcome, attempt,
-                           wall_datetime(wall), output)  # fmt: skip
-            if handle is not None:
-                handle._on_run(info, state, None if next_due is None else next_due / NS, next_wall)
-                if state.terminal:
-                    del self._handles[task_id]
-                    if ended:
-                        if state is TaskState.DONE:
-                            handle._on_result(state, value)
-                        else:
-                            handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
-            if self._listeners:
-                self._notify_run_end(info, handle, state, next_due, missed, blob_kind, blob)
-        elif tag == EV_STARTED:
-            handle = self._handles.get(event[1])
-            if handle is not None:
-                handle._on_started()
-            if self._listeners:
-                self._notify(RUN_STARTED, **run_started(
-                    event[1], None if handle is None else handle.name, event[2], event[3],
-                    None if handle is None else handle.next_run,
-                ))  # fmt: skip
-        elif tag == EV_CANCELLED:
-            handle = self._handles.get(event[1])
-            was_running = False
-            if handle is not None:
-                was_running = handle.state is TaskState.RUNNING
-                handle._on_cancelled()
-                if not was_running:  # else its last run's event comes later
-                    del self._handles[event[1]]
-            name = None if handle is None else handle.name
-            self._notify(TASK_CANCELLED, task_id=event[1], name=name, running=was_running)
-        elif tag == EV_REPLY:
-            future = self._requests.pop(event[1], None)
-            if future is not None:
-                future.set_result(event[2])
-        elif tag == EV_ADDED:
-            _, task_id, name, due, key, next_wall = event
-            handle = self._handles.setdefault(task_id, TaskHandle(self, task_id, name, due / NS, key, next_wall))
-            if key is not None:  # added from inside a task: the key is taken as it comes
-                holder = self._keys.get(key)
-                if holder is not None and not holder.done() and holder is not handle:
-                    logger.warning("task %d took key %r from live task %d (added from inside a task)",
-                                   task_id, key, holder.id)  # fmt: skip
-                self._keys[key] = handle
-        elif tag == EV_STATE:
-            _, task_id, state_value, due, next_wall = event
-            handle = self._handles.get(task_id)
-            if handle is not None:
-                if state_value == TaskState.PAUSED.value:
-                    handle._on_paused(True)
-                else:
-                    handle._on_resumed(None if due is None else due / NS, next_wall)
-        elif tag == EV_WORKER:
-            _, what, slot, worker, exitcode = event
-            self._backend.worker_event(what, worker)
-            if what == "started":
-                self._notify(WORKER_STARTED, task_id=None, name=None, worker=worker, slot=slot)
-            else:  # "exited": retired or killed by us; "crashed": died on its own
-                self._notify(WORKER_EXITED, task_id=None, name=None, worker=worker, slot=slot, exitcode=exitcode,
-                             signal=signal_name(exitcode), crashed=what == "crashed")  # fmt: skip
-        elif tag == EV_LOG:
-            logger.log(event[1], event[2])
-        elif tag == EV_ADOPT:
-            self._adopt_stored(event[1])
-
-    def _notify(self, kind: str, **fields: Any) -> None:
-        """Deliver one event to the listeners (see ``_events.py``); never raises."""
-        if self._listeners:
-            self._listeners.notify(kind, fields)
-
-    def _notify_run_end(
-        self, info: RunInfo, handle: TaskHandle | None, state: TaskState, next_due: int | None,
-        missed: int, blob_kind: int, blob: Any,
-    ) -> None:  # fmt: skip
-        kind = RUN_END[info.outcome]  # type: ignore[index]
-        error: BaseException | None = None
-        if info.outcome != "ok" and self._listeners.wants(kind):
-            if handle is not None and handle.done() and not handle.cancelled():
-                error = handle.exception(0)  # the task ended with this run: already unpacked
-            elif blob_kind in (BLOB_ERROR, BLOB_EXC):
-                error = unpack(blob_kind, blob, self._backend.pickled)[1]
-        next_run = None if next_due is None else next_due / NS
-        name = None if handle is None else handle.name
-        self._notify(kind, **run_ended(info, name, state.value, next_run, error))
-        if missed:
-            self._notify(RUN_MISSED, task_id=info.task_id, name=name, run=info.run, missed=missed, next_run=next_run)
-
     def _fail_all(self, reason: str) -> None:
         with self._lock:
             self._broken = reason
@@ -758,7 +600,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         for task_id in list(self._handles):
             handle = self._handles.pop(task_id, None)
             if handle is not None and not handle.done():
-                handle._on_result(TaskState.FAILED, exc=SchedulerBrokenError(f"{reason}; task {task_id} never finished"))
+                handle._on_result(
+                    TaskState.FAILED, exc=SchedulerBrokenError(f"{reason}; task {task_id} never finished")
+                )
         for request in list(self._requests):
             future = self._requests.pop(request, None)
             if future is not None:
@@ -791,48 +635,12 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _listen(ref: weakref.ReferenceType[Scheduler], backend: Any, done: threading.Event) -> None:
-    """The listener thread: apply each event batch to the Scheduler, which it
-    holds only while applying a batch, so a dropped Scheduler is collected.
-    ``done`` is set when it has finished."""
-    try:
-        _listen_until_closed(ref, backend)
-    finally:
-        done.set()
-
-
-def _listen_until_closed(ref: weakref.ReferenceType[Scheduler], backend: Any) -> None:
-    closed = False
-    try:
-        while not closed:
-            batch = backend.next_batch()
-            scheduler = ref()
-            if scheduler is None:  # dropped: nobody can see the events; drain to the end
-                closed = any(event[0] == EV_CLOSED for event in batch)
-                continue
-            for event in batch:
-                if event[0] == EV_CLOSED:
-                    closed = True
-                else:
-                    scheduler._apply_guarded(event)
-            del scheduler
-    except EOFError:
-        pass
-    except BaseException:  # noqa: BLE001 - must not die silently
-        logger.exception("the listener failed")
-    scheduler = ref()
-    if scheduler is not None:
-        scheduler._stream_ended(closed)
-    else:
-        backend.join()
-
-
 def _dropped(backend: Any) -> None:
     """A Scheduler was collected without shutdown(): nobody holds a handle of
     it (a handle holds its scheduler), so nothing it would run can be seen:
     cancel everything; running runs finish; its processes then exit."""
     try:
-        backend.send(("shutdown", True))
+        backend.send(m.Shutdown.wire(True))
     except (OSError, ValueError):
         pass
 
@@ -840,22 +648,6 @@ def _dropped(backend: Any) -> None:
 def _names(handles: list[TaskHandle]) -> str:
     names = [h.name or f"task {h.id}" for h in handles[:3]]
     return ", ".join(names) + (", ..." if len(handles) > 3 else "")
-
-
-def _describe(exc: BaseException) -> str:
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except BaseException:  # noqa: BLE001 - its __str__ raised
-        return type(exc).__name__
-
-
-def _safe_exc(exc: BaseException) -> BaseException | bool:
-    """``exc_info`` for logging: the exception, unless formatting it raises."""
-    try:
-        str(exc)
-        return exc
-    except BaseException:  # noqa: BLE001
-        return False
 
 
 def _positive_int(arg: str, value: object) -> int:
@@ -869,17 +661,16 @@ def _positive_int(arg: str, value: object) -> int:
 def _ray_unsupported(**options: Any) -> None:
     for arg, value in options.items():
         if value is not None:
-            raise ValueError(
-                f"{arg} is not supported with runner='ray' (Ray owns its worker processes), not {value!r}"
-            )
+            raise ValueError(f"{arg} is not supported with runner='ray' (Ray owns its worker processes), not {value!r}")
 
 
 def _start_method(mp_context: Any) -> str:
     import multiprocessing
+    from multiprocessing.context import BaseContext
 
     if mp_context is None:
         return _default_start_method()
-    method = mp_context if isinstance(mp_context, str) else getattr(mp_context, "get_start_method", lambda: None)()
+    method = mp_context.get_start_method() if isinstance(mp_context, BaseContext) else mp_context
     if method not in multiprocessing.get_all_start_methods():
         raise ValueError(
             f"mp_context must be one of {multiprocessing.get_all_start_methods()} or a multiprocessing "

@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 import procsched
 
@@ -29,7 +30,9 @@ class ProcessBackend:
         # The dispatcher's temporary directory (multiprocessing's, for the
         # forkserver socket, and the runs' captured output) is made here, so
         # that it is removed even when the dispatcher is SIGKILLed.
-        self.tempdir = config["tempdir"] = tempfile.mkdtemp(prefix="psch-")  # short: the forkserver socket path must fit AF_UNIX
+        self.tempdir = config["tempdir"] = tempfile.mkdtemp(
+            prefix="psch-"
+        )  # short: the forkserver socket path must fit AF_UNIX
         #: Live workers (pid = process group id), from the event stream: if the
         #: dispatcher dies, their process groups are killed from here.
         self.workers: set[int] = set()

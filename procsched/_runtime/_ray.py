@@ -4,9 +4,9 @@ process; every run is a Ray task.
     caller ── command ──▶ inbox ──▶ dispatcher thread (_dispatch_thread.py): Engine
                           ▲    │        │ RayCarrier.send_run: remote(run).remote(...)
       Ray's callback  ────┘    │        ▼                          ray.cancel(force=True)
-      thread: "landed"         │    Ray task on the cluster (_ray_task.run)
+      thread: Landed           │    Ray task on the cluster (_ray_task.run)
       (ObjectRef.future()),    │
-      "mail" (Mailbox.take) ◀──│─── Mailbox actor ◀── current_scheduler() in a run
+      Mail (Mailbox.take) ◀────│─── Mailbox actor ◀── current_scheduler() in a run
                                └──▶ event batches ──▶ the facade's listener thread
 
 Connecting is Ray's usual way: a Ray already initialised in this process is
@@ -40,20 +40,29 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._core import Run
 from .._errors import SchedulerClosedError, SchedulerError
+from . import _messages as m
 from . import _ray_task
+from ._carrier import Carrier
 from ._dispatch_thread import DispatcherThread
-from ._engine import BLOB_ERROR, EV_ADDED, WARNING
+from ._engine import WARNING
 from ._wire import pack_call, pack_error
 
 #: Ids of tasks added from inside Ray runs (the facade numbers its own from 1).
 INNER_IDS_START = 1 << 48
 #: The ray.exceptions that mean "the run's worker (or node) is gone".
-CRASHES = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError",
-           "TaskCancelledError", "ObjectLostError")  # fmt: skip
+CRASHES = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "OutOfMemoryError",
+    "LocalRayletDiedError",
+    "TaskCancelledError",
+    "ObjectLostError",
+)
 INSTALL_HINT = 'Scheduler(runner="ray") needs Ray: pip install "procsched[ray]"'
 
 _lock = threading.Lock()
@@ -119,10 +128,10 @@ class _RayWorker:
         return f"<ray worker {self.ident}>"
 
 
-class RayCarrier:
-    """Submits runs as Ray tasks and cancels them for the engine."""
-
-    prefetch = 0
+class RayCarrier(Carrier):
+    """Submits runs as Ray tasks and cancels them for the engine. (No RSS
+    or health of its own: Ray places runs on processes we do not own, and
+    watches its workers and nodes.)"""
 
     def __init__(self, ray: Any, inbox: Any, mailbox: str) -> None:
         self.ray = ray
@@ -141,17 +150,26 @@ class RayCarrier:
         try:
             remote = self.remote.options(**options[0]) if options else self.remote
             ref = remote.remote(
-                fn_blob, arg_blob, run.task_id, run.run, run.scheduled_ns, time.time_ns() - now, self.mailbox,
-                run.attempt, run.wall_ns, run.retry_on,
+                fn_blob,
+                arg_blob,
+                run.task_id,
+                run.run,
+                run.scheduled_ns,
+                time.time_ns() - now,
+                self.mailbox,
+                run.attempt,
+                run.wall_ns,
+                run.retry_on,
             )
         except Exception as exc:  # noqa: BLE001 - Ray refused the task: the run fails with its reason
             err = SchedulerError(f"Ray did not accept task {run.task_id} run {run.run}: {type(exc).__name__}: {exc}")
-            self.inbox.put(("done", worker, run.task_id, run.run, "error", now, now, BLOB_ERROR, pack_error(err)))
+            done = m.Done.wire(run.task_id, run.run, "error", now, now, m.BLOB_ERROR, pack_error(err), False, None)
+            self.inbox.put(m.Finished.wire(worker, done))
             return
         worker.ref = ref
         put, clock, task_id, run_no = self.inbox.put, time.monotonic_ns, run.task_id, run.run
         # Called on a Ray thread (or here, if the run is already over): only queue it.
-        ref.future().add_done_callback(lambda f: put(("landed", worker, task_id, run_no, now, f, clock())))
+        ref.future().add_done_callback(lambda f: put(m.Landed.wire(worker, task_id, run_no, now, f, clock())))
 
     def kill(self, worker: _RayWorker, hard: bool) -> None:
         """Cancel the run in flight (its Ray worker exits). Its end reports the
@@ -164,17 +182,11 @@ class RayCarrier:
         worker.killed = True
         if (hard or worker.ref is None) and not worker.reported:
             worker.reported = True
-            self.inbox.put(("exited", worker, None))
+            self.inbox.put(m.Exited.wire(worker, None, None))
 
     def retire(self, worker: _RayWorker) -> None:
         worker.killed = worker.reported = True
-        self.inbox.put(("exited", worker, 0))
-
-    def rss(self, worker: _RayWorker) -> None:
-        return None  # Ray places runs on processes we do not own
-
-    def health(self, worker: _RayWorker) -> str:
-        return "ok"  # Ray watches its workers and nodes
+        self.inbox.put(m.Exited.wire(worker, 0, None))
 
 
 class RayBackend(DispatcherThread):
@@ -183,7 +195,8 @@ class RayBackend(DispatcherThread):
     def __init__(self, config: dict[str, Any], scheduler: Any) -> None:
         super().__init__()
         self.ray = ray = connect(hold=True)
-        crashes = tuple(getattr(ray.exceptions, name) for name in CRASHES if hasattr(ray.exceptions, name))
+        known = vars(ray.exceptions)  # (which of them this Ray version has)
+        crashes = tuple(known[name] for name in CRASHES if name in known)
         self.crashes: tuple[type[BaseException], ...] = crashes
         self.inner_ids = itertools.count(INNER_IDS_START)
         name = f"procsched-mailbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -209,23 +222,31 @@ class RayBackend(DispatcherThread):
         return (*payload, options)
 
     def abort(self) -> None:
-        self.inbox.put(("abort",))
+        self.inbox.put(m.Abort.wire())
 
     # -- the dispatcher thread ---------------------------------------------------
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         tag = message[0]
-        if tag == "landed":
-            self._landed(*message[1:])
-        elif tag == "mail":
-            self._mail(message[1])
-        elif tag == "abort":
+        if tag == m.LANDED:
+            self._landed(m.view(m.Landed, message))
+        elif tag == m.MAIL:
+            self._mail(m.view(m.Mail, message).future)
+        elif tag == m.ABORT:
             self.engine.abort(time.monotonic_ns())
         else:
             super()._handle(message)
 
-    def _landed(self, worker: _RayWorker, task_id: int, run_no: int, sent: int, future: Any, now: int) -> None:
+    def _landed(self, landed: m.Landed) -> None:
         engine = self.engine
+        worker, task_id, run_no, sent, future, now = (
+            landed.worker,
+            landed.task_id,
+            landed.run,
+            landed.sent_ns,
+            landed.future,
+            landed.now_ns,
+        )
         worker.ref = None
         if worker.reported:
             return  # its exit was reported already (hard kill)
@@ -241,58 +262,68 @@ class RayBackend(DispatcherThread):
             offset = time.time_ns() - time.monotonic_ns()
             started = min(max(started - offset, sent), now)
             finished = min(max(finished - offset, started), now)
-            engine.finished(worker, task_id, run_no, outcome, started, finished, kind, blob, matched)
+            engine.finished(
+                worker, m.Done(m.DONE, task_id, run_no, outcome, started, finished, kind, blob, matched, None)
+            )
         elif isinstance(exc, self.crashes):
             worker.reported = True
             text = str(exc).strip().split("\n")[0][:300]
             engine.worker_exited(worker, None, now, f"Ray {type(exc).__name__}: {text}")
         else:  # Ray could not run the wrapper (e.g. procsched not installed on the node)
-            engine.finished(worker, task_id, run_no, "error", sent, now, BLOB_ERROR, pack_error(exc))
+            engine.finished(
+                worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, pack_error(exc), False, None)
+            )
 
     def _take(self) -> None:
         """Long-poll the mailbox for requests from runs (current_scheduler())."""
         if not self.ray.is_initialized():
             return  # see _closed
         put = self.inbox.put
-        self.mailbox.take.remote().future().add_done_callback(lambda f: put(("mail", f)))
+        self.mailbox.take.remote().future().add_done_callback(lambda f: put(m.Mail.wire(f)))
 
     def _mail(self, future: Any) -> None:
         try:
             batch = future.result()
         except Exception as exc:  # noqa: BLE001 - the actor died
             if not self.engine.closing:
-                self.engine._log(WARNING, f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
-                                          "current_scheduler() no longer works inside Ray runs")  # fmt: skip
+                self.engine.log(
+                    WARNING,
+                    f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
+                    "current_scheduler() no longer works inside Ray runs",
+                )
             return
         now = time.monotonic_ns()
         for request, message in batch:
             try:
                 reply = self._serve(message, now)
             except Exception as exc:  # noqa: BLE001 - a malformed request
-                reply = ("error", SchedulerError(f"bad request from a Ray run: {type(exc).__name__}: {exc}"))
+                reply = m.Refusal.wire(SchedulerError(f"bad request from a Ray run: {type(exc).__name__}: {exc}"))
             if self.ray.is_initialized():
                 self.mailbox.answer.remote(request, reply)
         self._take()
 
-    def _serve(self, message: tuple[Any, ...], now: int) -> tuple[str, Any]:
+    def _serve(self, message: m.Message, now: int) -> m.Message:
         engine, tag = self.engine, message[0]
-        if tag == "add":
+        if tag == m.ADD:
             if engine.closing:
-                return ("error", SchedulerClosedError("the scheduler is shutting down"))
-            _, delay, priority, kind, period, misfire, stop_on_error, timeout, name, payload, *more = message
-            extra, key = more if more else (None, None)
-            if extra is not None:  # the node's clock means nothing here: "now" is the dispatcher's
-                extra = (*extra[:-1], now)
+                return m.Refusal.wire(SchedulerClosedError("the scheduler is shutting down"))
+            add = m.view(m.Add, message)  # its due time is None: the node's clock means nothing here
+            if add.schedule is not None:
                 engine.set_wall_offset(time.time_ns() - now, now)
-            task_id, due = next(self.inner_ids), now + delay
-            engine.add(task_id, due, priority, kind, period, misfire, stop_on_error, timeout, name, payload, extra)
-            if engine.core.state(task_id) is None:  # Engine.add refused it (and said why)
-                return ("error", ValueError(f"task {task_id} cannot be scheduled"))
-            due = engine.core.due(task_id)
-            engine.events.append((EV_ADDED, task_id, name, due, key, engine.core.next_wall(task_id)))
-            return ("reply", (task_id, due))
-        if tag == "cancel":
-            return ("reply", engine.cancel(message[1], message[2], now))
+            task_id = next(self.inner_ids)
+            why = engine.add(add, task_id, add.payload, now)
+            if why is not None:
+                return m.Refusal.wire(ValueError(f"task {task_id} cannot be scheduled: {why}"[:300]))
+            due = engine.due(task_id)
+            engine.emit(
+                m.TaskAdded.wire(
+                    task_id, add.name, now + add.delay_ns if due is None else due, add.key, engine.next_wall(task_id)
+                )
+            )
+            return m.Reply.wire((task_id, due))
+        if tag == m.CANCEL:
+            cancel = m.view(m.Cancel, message)
+            return m.Reply.wire(engine.cancel(cancel.task_id, cancel.interrupt, now))
         raise ValueError(f"unknown request {tag!r}")
 
     def _closed(self) -> None:

@@ -36,18 +36,18 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .._api import SchedulingAPI
 from .._context import running
+from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle, wall_datetime
-from .._validate import TaskSpec, wire_extra
-from ._engine import BLOB_ERROR
-from ._wire import CallLoader, pack_call, pack_error, pack_value
+from .._handle import RunInfo, TaskHandle
+from .._validate import TaskSpec
+from ._messages import BLOB_ERROR, REFUSAL, Add, Refusal, Reply, view
+from ._wire import CallLoader, carried_classes, pack_call, pack_error, pack_value
 from ._worker import _DetachedHandle, _retry_matches, _WorkerScheduler
 
-NS = 1_000_000_000
 #: How long current_scheduler() waits for the dispatcher's answer.
 ASK_TIMEOUT = 60.0
 
@@ -57,9 +57,17 @@ _actors: dict[str, Any] = {}  # mailbox name -> actor handle, looked up once per
 
 
 def run(
-    fn_blob: bytes, arg_blob: bytes, task_id: int, run_no: int, scheduled_ns: int, clock_offset_ns: int,
-    mailbox: str, attempt: int = 1, wall_ns: int | None = None, retry_on: bytes | None = None,
-) -> tuple[str, int, int, int, bytes, bool]:  # fmt: skip
+    fn_blob: bytes,
+    arg_blob: bytes,
+    task_id: int,
+    run_no: int,
+    scheduled_ns: int,
+    clock_offset_ns: int,
+    mailbox: str,
+    attempt: int = 1,
+    wall_ns: int | None = None,
+    retry_on: bytes | None = None,
+) -> tuple[str, int, int, int, bytes, bool]:
     """The Ray task: one run. Returns (outcome, started, finished, blob kind,
     blob, matched), times on this node's wall clock (ns); ``clock_offset_ns``
     is the scheduler's wall minus monotonic clock, so that ``current_run()``
@@ -71,8 +79,17 @@ def run(
     wall = time.time_ns
     started = wall()
     scheduled_at = wall_datetime(scheduled_ns + clock_offset_ns if wall_ns is None else wall_ns)
-    info = RunInfo(task_id, run_no, scheduled_ns / NS, (started - clock_offset_ns) / NS, None, os.getpid(), None,
-                   attempt, scheduled_at)  # fmt: skip
+    info = RunInfo(
+        task_id,
+        run_no,
+        scheduled_ns / NS,
+        (started - clock_offset_ns) / NS,
+        None,
+        os.getpid(),
+        None,
+        attempt,
+        scheduled_at,
+    )
     matched = False
     try:
         fn, args, kwargs = _load((fn_blob, arg_blob))
@@ -166,22 +183,18 @@ class _RayScheduler(_WorkerScheduler):
             if actor is None:
                 actor = _actors[self._mailbox] = ray.get_actor(self._mailbox)
             reply = ray.get(actor.ask.remote(message), timeout=ASK_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - the actor is gone, the scheduler shut down, ...
+        except Exception as exc:
             raise SchedulerError(f"cannot reach the scheduler from this Ray run: {type(exc).__name__}: {exc}") from exc
-        if reply[0] == "error":
-            raise reply[1]
-        return reply[1]
+        if reply[0] == REFUSAL:
+            raise view(Refusal, reply).error
+        return view(Reply, reply).value
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         payload: tuple[Any, ...] = pack_call(fn, args, kwargs)
         if spec.ray_options is not None:
             payload += (spec.ray_options,)
-        # A delay, not a due time: this node's monotonic clock is not the scheduler's.
-        message: tuple[Any, ...] = ("add", spec.delay_ns, spec.priority, spec.kind.value, spec.period_ns,
-                                    spec.misfire.value, spec.stop_on_error, spec.timeout_ns, spec.name, payload)
-        if spec.has_extra or spec.key is not None:  # "now" (0) is replaced by the dispatcher's
-            message += (wire_extra(spec, 0, True), spec.key)
-        task_id, due = self._ask(message)
+        # No due time: this node's monotonic clock is not the scheduler's (the delay counts from receipt).
+        task_id, due = self._ask(Add.of_spec(spec, None, None, None, payload, carried_classes(spec.retry, True)))
         return _DetachedHandle(self, task_id, spec.name, None if due is None else due / NS, spec.key)
 
 

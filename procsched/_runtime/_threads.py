@@ -3,7 +3,7 @@
     caller ── command ──▶ inbox ──▶ dispatcher thread: Engine.tick / add / cancel ...
                           ▲    │        │ run                       (_dispatch_thread.py)
       worker threads ─────┘    │        ▼
-       ("done", "exited")      │    worker thread's own queue ──▶ runs fn in-process
+      (Finished, Exited)       │    worker thread's own queue ──▶ runs fn in-process
                                └──▶ event batches ──▶ the facade's listener thread
 
 It is the comparison baseline: no pickling, no processes, and therefore no
@@ -19,16 +19,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._context import running
 from .._core import Run
-from .._handle import RunInfo, wall_datetime
+from .._handle import run_in_progress
+from ._carrier import Carrier
 from ._dispatch_thread import DispatcherThread
-from ._engine import BLOB_ERROR, BLOB_VALUE
+from ._messages import BLOB_ERROR, BLOB_VALUE, Done, Exited, Finished, Shutdown
 
-NS = 1_000_000_000
-_STOP = ("stop",)
+#: A worker thread's inbox: a run to run, or this (exit).
+_STOP = None
 
 
 class _ThreadWorker:
@@ -37,10 +39,10 @@ class _ThreadWorker:
 
     def __init__(self, ident: str) -> None:
         self.ident = ident
-        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
 
 
-class ThreadCarrier:
+class ThreadCarrier(Carrier):
     def __init__(self, inbox: queue.SimpleQueue[tuple[Any, ...]], scheduler: Any) -> None:
         self.inbox = inbox
         self.scheduler = scheduler  # a weakref.ref: a dropped Scheduler must be collectable
@@ -54,7 +56,7 @@ class ThreadCarrier:
         return worker
 
     def send_run(self, worker: _ThreadWorker, run: Run) -> None:
-        worker.inbox.put(("run", run))
+        worker.inbox.put(run)
 
     def retire(self, worker: _ThreadWorker) -> None:
         worker.inbox.put(_STOP)
@@ -63,35 +65,28 @@ class ThreadCarrier:
         # A thread cannot be killed: abandon it. It exits after its current
         # run; the engine counts it gone now.
         worker.inbox.put(_STOP)
-        self.inbox.put(("exited", worker, None))
-
-    def rss(self, worker: _ThreadWorker) -> None:
-        return None
-
-    def health(self, worker: _ThreadWorker) -> str:
-        return "ok"
+        self.inbox.put(Exited.wire(worker, None, None))
 
     def _work(self, worker: _ThreadWorker) -> None:
         get, put, clock = worker.inbox.get, self.inbox.put, time.monotonic_ns
         while True:
-            message = get()
-            if message is _STOP:
+            run = get()
+            if run is _STOP:
                 break
-            run: Run = message[1]
             fn, args, kwargs = run.payload
             started = clock()
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + time.time_ns() - started
-            info = RunInfo(run.task_id, run.run, run.scheduled_ns / NS, started / NS, None, worker.ident, None,
-                           run.attempt, wall_datetime(wall))  # fmt: skip
+            info = run_in_progress(run.task_id, run.run, run.scheduled_ns, started, worker.ident, run.attempt, wall)
             try:
                 with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
                 matched = run.retry_on is not None and isinstance(exc, run.retry_on)
-                put(("done", worker, run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, ""), matched))
+                done = Done.wire(run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, ""), matched, None)
             else:
-                put(("done", worker, run.task_id, run.run, "ok", started, clock(), BLOB_VALUE, value))
-        put(("exited", worker, 0))
+                done = Done.wire(run.task_id, run.run, "ok", started, clock(), BLOB_VALUE, value, False, None)
+            put(Finished.wire(worker, done))
+        put(Exited.wire(worker, 0, None))
 
 
 class ThreadBackend(DispatcherThread):
@@ -106,4 +101,4 @@ class ThreadBackend(DispatcherThread):
         # Threads cannot be killed: cancel what is pending; running runs are
         # daemon threads, which end with the interpreter.
         self.aborted = True
-        self.inbox.put(("shutdown", True))
+        self.inbox.put(Shutdown.wire(True))

@@ -13,13 +13,17 @@ import os
 import pickle
 import traceback
 import types
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from .._errors import SchedulerError
-from ._engine import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
+from ._messages import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
+
+if TYPE_CHECKING:
+    from .._retry import Retry
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: Frames from this size on are not copied out of the read buffer (see FrameReader.read).
@@ -46,13 +50,14 @@ class FrameReader:
         return self.ready.pop(0)
 
     def read(self) -> list[bytes]:
-        """The frames completed by one read; EOFError at end of file."""
+        """The frames completed by one read (a large one may be a
+        bytearray: it reads as bytes); EOFError at end of file."""
         chunk = os.read(self.fd, 1 << 16)  # under malloc's mmap threshold
         if not chunk:
             raise EOFError
         buf = self.buf
         buf += chunk
-        frames = []
+        frames: list[bytes] = []
         pos, end = 0, len(buf)
         while end - pos >= 4:
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
@@ -218,14 +223,14 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         for label, part in parts:
             try:
                 cloudpickle.dumps(part, PROTOCOL)
-            except Exception:
+            except Exception:  # noqa: BLE001 - whatever pickling it raises: this is the culprit
                 culprit = f"{label} ({type(part).__name__})"
                 break
         raise TypeError(f"{culprit} cannot be pickled for a worker process: {type(exc).__name__}: {exc}") from exc
 
 
 def _pack_fn(fn: Callable[..., Any]) -> bytes:
-    blob = cloudpickle.dumps(fn, PROTOCOL)
+    blob: bytes = cloudpickle.dumps(fn, PROTOCOL)
     if (
         isinstance(fn, types.FunctionType)
         and fn.__module__ != "__main__"
@@ -236,6 +241,16 @@ def _pack_fn(fn: Callable[..., Any]) -> bytes:
             _FN_CACHE.clear()
         _FN_CACHE[fn] = blob
     return blob
+
+
+def carried_classes(retry: Retry | None, pickled: bool) -> Any:
+    """``retry``'s exception classes (``Retry.on``) as they travel to the
+    dispatcher: None for none; with ``pickled`` (another process),
+    cloudpickled bytes that only a worker unpickles; else the classes."""
+    classes = () if retry is None else retry.classes
+    if not classes:
+        return None
+    return cloudpickle.dumps(classes, PROTOCOL) if pickled else classes
 
 
 class CallLoader:
@@ -268,7 +283,7 @@ def pack_value(value: Any) -> tuple[int, bytes]:
         return BLOB_VALUE, pickle.dumps(value, PROTOCOL)
     try:
         return BLOB_VALUE, cloudpickle.dumps(value, PROTOCOL)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever pickling a user's object raises
         err = pickle.PicklingError(
             f"the task returned a {type(value).__name__} that cannot be pickled: {type(exc).__name__}: {exc}"
         )
@@ -277,11 +292,13 @@ def pack_value(value: Any) -> tuple[int, bytes]:
 
 def pack_error(exc: BaseException) -> bytes:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    blob: bytes
     try:
-        return cloudpickle.dumps((exc, tb), PROTOCOL)
-    except Exception:
+        blob = cloudpickle.dumps((exc, tb), PROTOCOL)
+    except Exception:  # noqa: BLE001 - whatever pickling a user's exception raises
         stand_in = SchedulerError(f"the task raised {type(exc).__qualname__}: {exc} (which cannot be pickled)")
-        return cloudpickle.dumps((stand_in, tb), PROTOCOL)
+        blob = cloudpickle.dumps((stand_in, tb), PROTOCOL)
+    return blob
 
 
 def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseException | None]:
@@ -291,7 +308,7 @@ def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseExcepti
     if pickled and isinstance(blob, bytes):
         try:
             blob = pickle.loads(blob)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever unpickling a user's object raises
             what = "result" if kind == BLOB_VALUE else "exception"
             err = SchedulerError(f"the task's {what} could not be unpickled here: {type(exc).__name__}: {exc}")
             err.__cause__ = exc
@@ -305,8 +322,10 @@ def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseExcepti
             error, tb = blob, ""
         if not isinstance(error, BaseException):
             # An exception whose __reduce__ rebuilds something else.
-            error = SchedulerError(f"the task raised an exception that unpickled as {type(error).__name__}, "
-                                   f"not an exception: {_safe_repr(error)}")  # fmt: skip
+            error = SchedulerError(
+                f"the task raised an exception that unpickled as {type(error).__name__}, "
+                f"not an exception: {_safe_repr(error)}"
+            )
         if pickled and tb:
             error.__cause__ = RemoteTraceback(tb)
         return None, error

@@ -1,15 +1,14 @@
 """The worker process: runs one run at a time for the dispatcher.
 
-    dispatcher ──("run", task, run, scheduled, report_start, fn, args[, attempt, wall, retry_on]) ──▶ worker
-                 or, for a large payload, ("run+", task, run, scheduled,
-                 report_start[, attempt, wall, retry_on]) + 2 raw frames (the
+    dispatcher ──RunOrder ──────────────▶ worker     (the records: _messages.py)
+                 or, for a large payload, RunHeader + 2 raw frames (the
                  pickled function, arguments)
                ──ticket pipe: one byte per run ──▶ taken as the run starts
-               ◀─("skipped",)                    a run without its byte (revoked): passed over
-               ◀─("started", task, run, at)      only when report_start (a timeout counts from here)
-               ◀─("done", task, run, outcome, started, finished, blob, matched)──
-               ◀─("add" | "cancel", ...) ─▶ ("reply" | "error", value)   current_scheduler()
-               ──("stop",) ─▶ exits
+               ◀─Skipped                  a run without its byte (revoked): passed over
+               ◀─Started                  only with report_start (a timeout counts from here)
+               ◀─Done                     the run's outcome, times and result blob
+               ◀─Add | Cancel ─▶ Reply | Refusal     current_scheduler(), from the run
+               EOF on the pipe ─▶ exits
 
 Each worker has its own duplex pipe, so a worker that dies mid-message
 corrupts nothing but that pipe, which dies with it. The pipe is shared by
@@ -48,18 +47,35 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from .._api import SchedulingAPI
 from .._context import begin_run, end_run
+from .._core._units import NS
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle, wall_datetime
-from .._validate import TaskSpec, flag, task_id as task_id_, wire_extra
-from ._engine import BLOB_ERROR
-from ._wire import PROTOCOL, CallLoader, FrameReader, pack_call, pack_error, pack_value, send_frame
-
-NS = 1_000_000_000
+from .._handle import TaskHandle, run_in_progress
+from .._validate import TaskSpec, flag
+from .._validate import task_id as task_id_
+from ._messages import (
+    BLOB_ERROR,
+    REFUSAL,
+    REPLY,
+    RUN,
+    RUN_HEADER,
+    Add,
+    Cancel,
+    Done,
+    Refusal,
+    Reply,
+    RunHeader,
+    RunOrder,
+    Skipped,
+    Started,
+    view,
+)
+from ._wire import PROTOCOL, CallLoader, FrameReader, carried_classes, pack_call, pack_error, pack_value, send_frame
 
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
@@ -77,22 +93,21 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
     ticket_fd = -1 if tickets is None else tickets.fileno()
     if ticket_fd >= 0:
         os.set_blocking(ticket_fd, False)
-    skipped = dumps(("skipped",), PROTOCOL)
+    skipped = dumps(Skipped.wire(), PROTOCOL)
     retiring = False  # after a MemoryError: start nothing more (the dispatcher takes back what we hold)
     while True:
         try:
             message = channel.order()
         except (EOFError, OSError):
             return  # the dispatcher is gone
-        if message[0] == "stop":
-            return
-        if message[0] == "run":
-            task_id, run_no, scheduled, report_start, fn_blob, arg_blob = message[1:7]
-            more = message[7:]
-        else:  # "run+": a large payload follows as two raw frames
-            task_id, run_no, scheduled, report_start = message[1:5]
-            more = message[5:]
+        order: RunOrder | RunHeader
+        if message[0] == RUN:
+            order = view(RunOrder, message)
+            fn_blob, arg_blob = order.fn_blob, order.arg_blob
+        else:  # a large payload follows as two raw frames
+            order = view(RunHeader, message)
             fn_blob, arg_blob = channel.order(), channel.order()
+        task_id, run_no, scheduled = order.task_id, order.run, order.scheduled_ns
         if ticket_fd >= 0:
             if retiring:
                 continue
@@ -106,8 +121,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             if not ticket:  # revoked: it never starts
                 send(skipped)
                 continue
-        # (attempt, wall, retry_on) travel only when they are not the defaults
-        attempt, wall, retry_on = more if more else (1, None, None)
+        attempt, wall, retry_on = order.attempt, order.wall_ns, order.retry_on
         if capture is not None:
             os.ftruncate(out, 0)  # O_APPEND: the next write lands at 0
         proxy = _WorkerScheduler(channel, task_id, run_no)
@@ -118,14 +132,15 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             fn, args, kwargs = load((fn_blob, arg_blob))
             del fn_blob, arg_blob
             started = clock()
-            if report_start:
-                send(dumps(("started", task_id, run_no, started), PROTOCOL))
+            if order.report_start:
+                send(dumps(Started.wire(task_id, run_no, started), PROTOCOL))
             if wall is None:
                 wall = scheduled + time.time_ns() - started
             # current_run()'s RunInfo is made only if the task asks for it (a
             # few microseconds a run, as much as a no-op task's whole run)
-            token = begin_run(functools.partial(_run_info, task_id, run_no, scheduled, started, pid, attempt, wall),
-                              proxy)  # fmt: skip
+            token = begin_run(
+                functools.partial(run_in_progress, task_id, run_no, scheduled, started, pid, attempt, wall), proxy
+            )
             try:
                 value = fn(*args, **kwargs)
             finally:
@@ -145,18 +160,22 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             value = args = kwargs = None  # type: ignore[assignment]
         if capture is not None:
             _flush()
-        done: tuple[Any, ...] = ("done", task_id, run_no, outcome, started, clock(), kind, blob, matched)
-        if unfit:
-            done += ("replaced after a MemoryError",)
-            retiring = True
+        done = Done.wire(
+            task_id,
+            run_no,
+            outcome,
+            started,
+            clock(),
+            kind,
+            blob,
+            matched,
+            "replaced after a MemoryError" if unfit else None,
+        )
+        retiring = retiring or unfit
         try:
             proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
-
-
-def _run_info(task_id: int, run_no: int, scheduled: int, started: int, pid: int, attempt: int, wall: int) -> RunInfo:
-    return RunInfo(task_id, run_no, scheduled / NS, started / NS, None, pid, None, attempt, wall_datetime(wall))
 
 
 def _flush() -> None:
@@ -211,15 +230,18 @@ def _let_go_of_forkserver() -> None:
     ends the workers. (A task that uses forkserver itself gets its own.)"""
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
-    fd = getattr(server, "_forkserver_alive_fd", None)
+    server: Any = forkserver._forkserver
+    try:
+        fd = server._forkserver_alive_fd
+    except AttributeError:  # a multiprocessing without it: nothing to let go of
+        return
     if fd is not None:
         try:
             os.close(fd)
         except OSError:
             pass
-        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
-        server._forkserver_address = None  # type: ignore[attr-defined]
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
 
 
 class _Channel:
@@ -227,7 +249,7 @@ class _Channel:
     of a running task (see the module docstring). Whichever thread needs a
     frame and finds none waiting reads the pipe (one reader at a time) and
     routes every frame it brings: replies to ``replies``, the rest (runs,
-    their two raw frames, "stop") to ``orders``."""
+    their two raw frames) to ``orders``."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -288,11 +310,11 @@ class _Channel:
                 self.orders.append(frame)
                 continue
             message = pickle.loads(frame)
-            if message[0] in ("reply", "error"):
+            if message[0] in (REPLY, REFUSAL):
                 self.replies.append(message)
             else:
                 self.orders.append(message)
-                if message[0] == "run+":
+                if message[0] == RUN_HEADER:
                     self.raw = 2
 
 
@@ -300,6 +322,8 @@ class _WorkerScheduler(SchedulingAPI):
     """``current_scheduler()`` inside a worker, for one run: asks the
     dispatcher over the worker's pipe and waits for its answer. Safe to use
     from several threads of the task; fails once its run has ended."""
+
+    _zones_travel = True
 
     def __init__(self, channel: _Channel, task_id: int, run_no: int) -> None:
         self._channel = channel
@@ -328,28 +352,22 @@ class _WorkerScheduler(SchedulingAPI):
                 reply = channel.reply()
             except (EOFError, OSError):
                 raise SchedulerError("the dispatcher is gone") from None
-        if reply[0] == "error":
-            raise reply[1]
-        return reply[1] if len(reply) == 2 else reply[1:]
+        if reply[0] == REFUSAL:
+            raise view(Refusal, reply).error
+        return view(Reply, reply).value
 
     def _add(self, spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
         """Scheduled by the dispatcher. A ``key`` is registered with the
         scheduler's process when it hears of the task; it is not checked
         against live keys here (decision: the user process owns keys)."""
         payload = pack_call(fn, args, kwargs)
-        now = time.monotonic_ns()
-        due = now + spec.delay_ns
-        message: tuple[Any, ...] = ("add", due, spec.priority, spec.kind.value, spec.period_ns, spec.misfire.value,
-                                    spec.stop_on_error, spec.timeout_ns, spec.name, payload)  # fmt: skip
-        if spec.has_extra or spec.key is not None:
-            message += (wire_extra(spec, now, True), spec.key)
-        reply = self._ask(message)
-        task_id, due = (reply, due) if isinstance(reply, int) else reply
+        due = time.monotonic_ns() + spec.delay_ns  # (the machine's monotonic clock is the dispatcher's too)
+        task_id, due = self._ask(Add.of_spec(spec, None, due, None, payload, carried_classes(spec.retry, True)))
         return _DetachedHandle(self, task_id, spec.name, None if due is None else due / NS, spec.key)
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         flag("interrupt", interrupt)
-        return bool(self._ask(("cancel", task_id_(task_id), interrupt)))
+        return bool(self._ask(Cancel.wire(0, task_id_(task_id), interrupt)))
 
 
 class _DetachedHandle(TaskHandle):
@@ -363,4 +381,4 @@ class _DetachedHandle(TaskHandle):
             "from the scheduler's process with Scheduler.handle(task_id)"
         )
 
-    exception = result  # type: ignore[assignment]
+    exception = result

@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
+#: What the dispatcher's forkserver imports before it forks the first worker.
+#: (ctypes: each new worker's PR_SET_PDEATHSIG call, ~3 ms if imported there)
+FORKSERVER_PRELOAD = [
+    "procsched._runtime._worker",
+    "procsched._runtime._worker_main",
+    "procsched._runtime._forkserver",
+    "ctypes",
+]
+
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
     name_process("psc-worker")

@@ -233,7 +233,7 @@ class StoreSource(ConsoleSource):
         return True
 
     def resume(self, ref: str) -> bool:
-        from .._runtime._peers import not_before
+        from .._runtime._durable._stored import schedule_of
 
         task = self._task(ref)
         if not task.state.paused:
@@ -242,7 +242,7 @@ class StoreSource(ConsoleSource):
         now = self._read(self.store.now_ns)
         fields: dict[str, Any] = {"paused": False}
         if due is not None:  # its next slot from now, as a resume in an instance
-            fields["next_due_ns"] = not_before(task.definition.schedule, due, now)
+            fields["next_due_ns"] = schedule_of(task.definition).not_before(due, now)
         self._write("resume", lambda b: b.update(ref, **fields))
         return True
 

@@ -5,7 +5,7 @@ A schedule is the store's schedule record (``{"kind": "fixed_rate",
 ``procsched._store._model.TaskDefinition``): the store source has it as
 stored, the program source makes it from a jobs file's ``Job``
 (``schedule_of``). Cron expressions are put in words by cron-descriptor;
-the slot arithmetic is the runtime's own (``_peers.next_after``).
+the slot arithmetic is the core's own (``Schedule.next_after``).
 
     "0 3 * * *", tz "Europe/Berlin"  ->  "at 03:00 Europe/Berlin, every day"
     fixed rate, 0.5 s                ->  "every 500 ms"
@@ -116,13 +116,17 @@ def next_slots(schedule: dict[str, Any] | None, first: datetime | None, n: int =
         return []
     if schedule is None or schedule["kind"] in ("once", "fixed_delay"):
         return [first]
-    from .._runtime._peers import next_after
+    from .. import _tz
+    from .._core import Schedule
 
-    now_ns = _ns(datetime.now(timezone.utc))
+    try:
+        task_schedule = Schedule.from_record(schedule, {}, 0, _tz.zone)[0]
+    except ValueError:  # a zone or an expression this process cannot read
+        return [first]
     slots = [first]
     slot_ns = _ns(first)
     while len(slots) < n:
-        following = next_after(schedule, slot_ns, now_ns)
+        following = task_schedule.next_after(slot_ns)
         if following is None or following <= slot_ns:
             break
         slot_ns = following

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from procsched._core import Kind, SchedulerCore
+from procsched._core import Schedule, SchedulerCore
 from procsched._core._calendar import CronTrigger
-from procsched._core._scheduler import TaskExtra
 
 NS = 1_000_000_000
 
@@ -19,15 +18,15 @@ def snapshot(core: SchedulerCore) -> tuple[object, ...]:
 
 def test_a_calendar_task_without_a_slot_before_its_until() -> None:
     core = SchedulerCore()
-    wall0 = int(datetime(2030, 1, 1, tzinfo=timezone.utc).timestamp()) * NS
+    wall0 = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp()) * NS
     core.set_wall_offset(wall0)
     core.add(5, task_id=3)
     cancelled = core.add(5, task_id=4)
     core.cancel(cancelled)  # buried: its id may be chosen again
     before = snapshot(core)
-    extra = TaskExtra(CronTrigger("* * * * * *", timezone.utc), wall0, until_ns=0)  # until: the call itself
+    schedule = Schedule.calendar(CronTrigger("* * * * * *", UTC), until_ns=0)  # until: the call itself
     with pytest.raises(ValueError, match="no slot before its until"):
-        core.add(0, kind=Kind.CALENDAR, extra=extra, task_id=cancelled)
+        core.add(0, schedule=schedule, task_id=cancelled, start_wall_ns=wall0)
     assert snapshot(core) == before
 
 

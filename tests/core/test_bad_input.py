@@ -4,8 +4,9 @@ and nothing scheduled."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -27,12 +28,27 @@ def case(method: str, arg: str, value: Any, exc: type[Exception], **extra: Any) 
     CASES.append((method, {arg: value, **extra}, arg, value, exc))
 
 
-BAD_DELAYS = [(-1, ValueError), (-0.5, ValueError), (NAN, ValueError), (INF, ValueError), (-INF, ValueError),
-              (timedelta(seconds=-1), ValueError), ("1", TypeError), (None, TypeError), (True, TypeError),
-              (1e300, ValueError)]  # fmt: skip
+BAD_DELAYS = [
+    (-1, ValueError),
+    (-0.5, ValueError),
+    (NAN, ValueError),
+    (INF, ValueError),
+    (-INF, ValueError),
+    (timedelta(seconds=-1), ValueError),
+    ("1", TypeError),
+    (None, TypeError),
+    (True, TypeError),
+    (1e300, ValueError),
+]
 BAD_PERIODS = BAD_DELAYS + [(0, ValueError), (0.0, ValueError), (timedelta(0), ValueError), (1e-12, ValueError)]
-BAD_PRIORITIES = [(1.5, TypeError), ("high", TypeError), (True, TypeError), (False, TypeError),
-                  (None, TypeError), (2**70, ValueError)]  # fmt: skip
+BAD_PRIORITIES = [
+    (1.5, TypeError),
+    ("high", TypeError),
+    (True, TypeError),
+    (False, TypeError),
+    (None, TypeError),
+    (2**70, ValueError),
+]
 
 for value, exc in BAD_DELAYS:
     case("schedule", "delay", value, exc)
@@ -65,7 +81,7 @@ case("schedule_at", "when", "2030-01-01T00:00:00+00:00", TypeError)
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "schedule": {"fn": ok},
-    "schedule_at": {"fn": ok, "when": datetime.now(timezone.utc) + timedelta(days=1)},
+    "schedule_at": {"fn": ok, "when": datetime.now(UTC) + timedelta(days=1)},
     "schedule_at_fixed_rate": {"fn": ok, "period": 1},
     "schedule_with_fixed_delay": {"fn": ok, "delay": 1},
 }
@@ -121,7 +137,9 @@ def test_submit_rejects_a_non_callable(sched: procsched.InlineScheduler, value: 
     assert sched.pending() == 0
 
 
-@pytest.mark.parametrize(("value", "exc"), [("bogus", ValueError), ("PRIORITY", ValueError), (None, TypeError), (1, TypeError)])
+@pytest.mark.parametrize(
+    ("value", "exc"), [("bogus", ValueError), ("PRIORITY", ValueError), (None, TypeError), (1, TypeError)]
+)
 def test_unknown_policy_is_rejected(value: Any, exc: type[Exception]) -> None:
     with pytest.raises(exc) as info:
         procsched.InlineScheduler(policy=value)
@@ -144,7 +162,7 @@ def test_run_until_rejects_a_non_finite_time(sched: procsched.InlineScheduler, t
     [
         lambda s: s.submit(ok),
         lambda s: s.schedule(ok, 1),
-        lambda s: s.schedule_at(ok, datetime.now(timezone.utc)),
+        lambda s: s.schedule_at(ok, datetime.now(UTC)),
         lambda s: s.schedule_at_fixed_rate(ok, 1),
         lambda s: s.schedule_with_fixed_delay(ok, 1),
     ],
@@ -168,10 +186,8 @@ def test_delays_in_seconds_or_timedelta(sched: procsched.InlineScheduler, delay:
     assert handle.next_run == expected
 
 
-@pytest.mark.parametrize("tz", [timezone.utc, timezone(timedelta(hours=5, minutes=30))])
-def test_schedule_at_an_aware_datetime_five_seconds_ahead(
-    sched: procsched.InlineScheduler, tz: timezone
-) -> None:
+@pytest.mark.parametrize("tz", [UTC, timezone(timedelta(hours=5, minutes=30))])
+def test_schedule_at_an_aware_datetime_five_seconds_ahead(sched: procsched.InlineScheduler, tz: timezone) -> None:
     handle = sched.schedule_at(ok, datetime.now(tz) + timedelta(seconds=5))
     # The delay is taken from the scheduler clock's wall time: a ManualClock's
     # wall clock is the real time when it was made (a moment before `when` was
@@ -184,11 +200,9 @@ def test_schedule_at_an_aware_datetime_five_seconds_ahead(
     assert handle.runs[0].scheduled_for == handle.runs[0].started_at == due
 
 
-def test_schedule_at_a_past_datetime_is_due_now(
-    sched: procsched.InlineScheduler, clock: procsched.ManualClock
-) -> None:
+def test_schedule_at_a_past_datetime_is_due_now(sched: procsched.InlineScheduler, clock: procsched.ManualClock) -> None:
     clock.advance(7)
-    handle = sched.schedule_at(ok, datetime.now(timezone.utc) - timedelta(hours=1))
+    handle = sched.schedule_at(ok, datetime.now(UTC) - timedelta(hours=1))
     assert handle.next_run == 7.0
     assert sched.run_due() == 1
 

@@ -13,16 +13,16 @@ Rules (DESIGN.md, "Calendar schedules", cronie's):
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
 import procsched
 from procsched import InlineScheduler, ManualClock, TaskState, current_run
-from procsched._core._calendar import next_fire_times
+from procsched._tz import next_fire_times
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def fires(expr: str, tz: str, start_local: str, hours: float, **options: object) -> list[str]:
@@ -142,10 +142,10 @@ def test_aliases_six_fields_and_sunday_as_seven() -> None:
     assert next_fire_times("@weekly", "UTC", after, 1)[0].weekday() == 6
     assert next_fire_times("0 0 * * 7", "UTC", after, 3) == next_fire_times("0 0 * * 0", "UTC", after, 3)
     assert next_fire_times("0 0 * * sun", "UTC", after, 1)[0] == datetime(2026, 1, 4, tzinfo=UTC)
-    assert next_fire_times("*/20 * * * * *", "UTC", after, 3) == [
-        after + timedelta(seconds=s) for s in (20, 40, 60)
-    ]
-    assert next_fire_times("0 9 * jan mon-fri", ZoneInfo(BERLIN), after, 1)[0].isoformat() == "2026-01-01T09:00:00+01:00"
+    assert next_fire_times("*/20 * * * * *", "UTC", after, 3) == [after + timedelta(seconds=s) for s in (20, 40, 60)]
+    assert (
+        next_fire_times("0 9 * jan mon-fri", ZoneInfo(BERLIN), after, 1)[0].isoformat() == "2026-01-01T09:00:00+01:00"
+    )
     for alias in ("@yearly", "@annually", "@monthly", "@midnight"):
         assert next_fire_times(alias, None, after, 1)
 

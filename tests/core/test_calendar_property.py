@@ -14,19 +14,28 @@ Matching is done here from the generated field sets, not by cronsim.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from procsched._core._calendar import NS, CronTrigger
 
-UTC = timezone.utc
+UTC = UTC
 MINUTE = timedelta(minutes=1)
 ZONES = [
-    "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Pacific/Chatham", "America/Santiago",
-    "America/Havana", "Europe/London", "Australia/Sydney", "UTC", "Asia/Kolkata",
-]  # fmt: skip
+    "America/New_York",
+    "Europe/Berlin",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "America/Santiago",
+    "America/Havana",
+    "Europe/London",
+    "Australia/Sydney",
+    "UTC",
+    "Asia/Kolkata",
+]
 
 
 def _transitions(name: str) -> list[datetime]:
@@ -88,8 +97,15 @@ def cases(draw: st.DrawFn) -> tuple[str, dict, str, datetime]:
     else:
         dow = ("*", set(range(7)))
     expr = " ".join(f[0] for f in (minute, hour, dom, month, dow))
-    sets = {"minute": minute[1], "hour": hour[1], "dom": dom[1], "month": month[1], "dow": dow[1],
-            "day_and": dom[0].startswith("*") or dow[0].startswith("*"), "fixed_hour": not any(c in hour[0] for c in "*-/")}  # fmt: skip
+    sets = {
+        "minute": minute[1],
+        "hour": hour[1],
+        "dom": dom[1],
+        "month": month[1],
+        "dow": dow[1],
+        "day_and": dom[0].startswith("*") or dow[0].startswith("*"),
+        "fixed_hour": not any(c in hour[0] for c in "*-/"),
+    }
     name = draw(st.sampled_from(ZONES))
     if TRANSITIONS[name] and draw(st.integers(0, 4)):
         base = draw(st.sampled_from(TRANSITIONS[name]))

@@ -8,7 +8,7 @@ import pytest
 
 import procsched
 from procsched import TaskState
-from procsched._core import CancelResult, Kind, SchedulerCore
+from procsched._core import CancelResult, Kind, Schedule, SchedulerCore
 
 PERIODIC = [Kind.FIXED_RATE, Kind.FIXED_DELAY]
 
@@ -19,7 +19,7 @@ PERIODIC = [Kind.FIXED_RATE, Kind.FIXED_DELAY]
 @pytest.mark.parametrize("interrupt", [False, True])
 def test_pending_is_cancelled(kind: Kind, interrupt: bool) -> None:
     core = SchedulerCore()
-    tid = core.add(10, kind=kind, period_ns=5)
+    tid = core.add(10, schedule=Schedule(kind, 5))
     result = core.cancel(tid, interrupt)
     assert result is CancelResult.CANCELLED and result.accepted
     assert core.state(tid) is None and len(core) == 0
@@ -29,7 +29,7 @@ def test_pending_is_cancelled(kind: Kind, interrupt: bool) -> None:
 @pytest.mark.parametrize("kind", PERIODIC)
 def test_running_periodic_is_stopped_and_its_run_finishes(kind: Kind) -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=kind, period_ns=5)
+    tid = core.add(0, schedule=Schedule(kind, 5))
     run = core.claim(0)
     assert run is not None
     result = core.cancel(tid)
@@ -57,7 +57,7 @@ def test_running_one_shot_is_refused() -> None:
 @pytest.mark.parametrize("kind", list(Kind))
 def test_running_with_interrupt_is_interrupted(kind: Kind) -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=kind, period_ns=5)
+    tid = core.add(0, schedule=Schedule(kind, 5))
     run = core.claim(0)
     assert run is not None
     result = core.cancel(tid, interrupt=True)
@@ -73,7 +73,7 @@ def test_running_with_interrupt_is_interrupted(kind: Kind) -> None:
 def test_finished_cancelled_or_unknown_is_not_cancelled(how: str, interrupt: bool) -> None:
     core = SchedulerCore()
     kind = Kind.FIXED_RATE if how == "stopping" else Kind.ONCE
-    tid = core.add(0, kind=kind, period_ns=5)
+    tid = core.add(0, schedule=Schedule(kind, 5))
     if how == "cancelled":
         core.cancel(tid)
     elif how == "unknown":
@@ -92,11 +92,11 @@ def test_finished_cancelled_or_unknown_is_not_cancelled(how: str, interrupt: boo
 def test_cancel_all_cancels_in_submission_order_and_leaves_running_one_shots() -> None:
     core = SchedulerCore()
     running_once = core.add(0)
-    running_rate = core.add(0, kind=Kind.FIXED_RATE, period_ns=5)
+    running_rate = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 5))
     core.claim(0)
     core.claim(0)
     later = core.add(10)
-    later_rate = core.add(10, kind=Kind.FIXED_DELAY, period_ns=5)
+    later_rate = core.add(10, schedule=Schedule(Kind.FIXED_DELAY, 5))
     assert core.cancel_all(periodic_only=True) == [
         (running_rate, CancelResult.STOPPED),
         (later_rate, CancelResult.CANCELLED),

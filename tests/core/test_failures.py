@@ -32,9 +32,7 @@ def test_one_shot_failure_does_not_stop_the_scheduler(sched: procsched.InlineSch
 
 
 @pytest.mark.parametrize("method", ["schedule_at_fixed_rate", "schedule_with_fixed_delay"])
-def test_periodic_keeps_its_schedule_after_an_error_by_default(
-    sched: procsched.InlineScheduler, method: str
-) -> None:
+def test_periodic_keeps_its_schedule_after_an_error_by_default(sched: procsched.InlineScheduler, method: str) -> None:
     def flaky() -> None:
         if procsched.current_run().run % 2:
             raise Boom("odd run")

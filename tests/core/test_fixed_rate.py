@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import procsched
-from procsched._core import Kind, Misfire, SchedulerCore
+from procsched._core import Kind, Misfire, Schedule, SchedulerCore
 
 MS = 1_000_000
 NS = 1_000_000_000
@@ -70,7 +70,7 @@ def test_coalesce_runs_the_last_missed_slot_once_then_resumes_the_grid() -> None
 
 def overrun(misfire: Misfire, outcome: str = "ok", finish_ms: int = 1200) -> tuple[int | None, int]:
     core = SchedulerCore()
-    tid = core.add(200 * MS, kind=Kind.FIXED_RATE, period_ns=400 * MS, misfire=misfire)
+    tid = core.add(200 * MS, schedule=Schedule(Kind.FIXED_RATE, 400 * MS, misfire=misfire))
     run = core.claim(200 * MS)
     assert run is not None
     done = core.complete(tid, 1, outcome, finish_ms * MS)  # type: ignore[arg-type]
@@ -119,7 +119,7 @@ def test_catch_up_after_a_timeout_on_the_inline_scheduler() -> None:
 def test_grid_is_exact_in_integer_nanoseconds(misfire: Misfire) -> None:
     first, period = 7, 333_333_333  # no float could keep this grid exact
     core = SchedulerCore()
-    tid = core.add(first, kind=Kind.FIXED_RATE, period_ns=period, misfire=misfire)
+    tid = core.add(first, schedule=Schedule(Kind.FIXED_RATE, period, misfire=misfire))
     now = 0
     for k in range(3000):
         deadline = core.next_deadline()
@@ -155,7 +155,7 @@ def test_a_late_run_does_not_shift_the_grid() -> None:
 
 def test_fixed_delay_never_catches_up() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_DELAY, period_ns=100)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_DELAY, 100))
     core.claim(0)
     done = core.complete(tid, 1, "ok", 10_000)
     assert done is not None and (done.next_due_ns, done.missed) == (10_100, 0)
@@ -166,7 +166,7 @@ def test_fixed_delay_never_catches_up() -> None:
 def test_a_periodic_task_never_overlaps_itself() -> None:
     """Re-queued only when its run completes: however late, no second claim meanwhile."""
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=10)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10))
     run = core.claim(0)
     assert run is not None
     assert core.claim(10**9) is None

@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import procsched
-from procsched._core import Kind, SchedulerCore, _scheduler
+from procsched._core import Kind, Schedule, SchedulerCore, _scheduler
 
 BOUND = 2 * _scheduler.COMPACT_MIN_DEAD + 2
 
@@ -60,7 +60,7 @@ def test_dead_entries_in_the_ready_heap_are_compacted_too() -> None:
 
 def test_stale_heads_are_skipped_and_counted() -> None:
     core = SchedulerCore()
-    a, b, c = core.add(1, payload="a"), core.add(2, payload="b"), core.add(3, payload="c")
+    a, b, _c = core.add(1, payload="a"), core.add(2, payload="b"), core.add(3, payload="c")
     core.cancel(a)
     core.cancel(b)
     run = core.claim(5)
@@ -91,7 +91,7 @@ def test_inline_scheduler_memory_stays_flat_under_schedule_cancel(sched: procsch
 
 def test_periodic_requeue_does_not_leak_entries() -> None:
     core = SchedulerCore()
-    tids = [core.add(0, kind=Kind.FIXED_RATE, period_ns=10) for _ in range(10)]
+    tids = [core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10)) for _ in range(10)]
     for now in range(0, 100_000, 10):
         while (run := core.claim(now)) is not None:
             core.complete(run.task_id, run.run, "ok", now)

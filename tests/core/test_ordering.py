@@ -8,7 +8,7 @@ import pytest
 
 import procsched
 from procsched import Priority
-from procsched._core import Kind, Policy, SchedulerCore
+from procsched._core import Kind, Policy, Schedule, SchedulerCore
 
 POLICIES = ["priority", "due", "fifo"]
 
@@ -81,7 +81,7 @@ def test_ties_are_fifo_across_requeues(policy: str) -> None:
     """Periodic tasks with the same grid keep their submission order on every round."""
     core = SchedulerCore(policy)
     for i in range(5):
-        core.add(0, kind=Kind.FIXED_RATE, period_ns=10, payload=i)
+        core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10), payload=i)
     for now in range(0, 50, 10):
         assert drain(core, now) == [0, 1, 2, 3, 4]
 
@@ -166,9 +166,9 @@ def trace(policy: str, seed: int) -> list[tuple[int, int, int]]:
     for _ in range(2000):
         step = rng.random()
         if step < 0.4:
-            kind = rng.choice(list(Kind))
+            kind = rng.choice([Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY])  # (a calendar needs a trigger)
             period = rng.randint(1, 50) if kind is not Kind.ONCE else 0
-            live.append(core.add(now + rng.randint(0, 100), rng.randint(-2, 2), kind, period))
+            live.append(core.add(now + rng.randint(0, 100), rng.randint(-2, 2), Schedule(kind, period)))
         elif step < 0.5 and live:
             core.cancel(rng.choice(live))
         else:

@@ -17,9 +17,21 @@ from pathlib import Path
 import procsched
 
 FORBIDDEN = {
-    "threading", "_thread", "multiprocessing", "concurrent", "os", "signal", "time",
-    "pickle", "_pickle", "cloudpickle", "subprocess", "socket", "selectors", "asyncio",
-}  # fmt: skip
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "concurrent",
+    "os",
+    "signal",
+    "time",
+    "pickle",
+    "_pickle",
+    "cloudpickle",
+    "subprocess",
+    "socket",
+    "selectors",
+    "asyncio",
+}
 
 PACKAGE = Path(procsched.__file__).parent
 CORE = PACKAGE / "_core"

@@ -4,13 +4,13 @@ and the bad input of issue 9 (an error naming the argument and the value; nothin
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from procsched import InlineScheduler, ManualClock, Retry, TaskState, current_run
 
-UTC = timezone.utc
+UTC = UTC
 
 
 class Boom(Exception):
@@ -41,7 +41,10 @@ def test_one_shot_retries_with_exponential_backoff(sched: InlineScheduler, clock
     assert calls == [(1, 1, 0.0), (1, 2, 1.0), (1, 3, 3.0), (1, 4, 6.0)]
     assert handle.result() == 4 and handle.state is TaskState.DONE
     assert [(r.run, r.attempt, r.outcome) for r in handle.runs] == [
-        (1, 1, "error"), (1, 2, "error"), (1, 3, "error"), (1, 4, "ok"),
+        (1, 1, "error"),
+        (1, 2, "error"),
+        (1, 3, "error"),
+        (1, 4, "ok"),
     ]
 
 
@@ -102,7 +105,14 @@ def test_periodic_retry_that_would_reach_the_next_slot_is_not_made(sched: Inline
     sched.run_until(25)
     # run 1: attempts at 0, 4, 8 (12 >= 10: not made); run 2 at 10, 14, 18; run 3 at 20, 24
     assert [(r, a, t) for r, a, t in calls] == [
-        (1, 1, 0.0), (1, 2, 4.0), (1, 3, 8.0), (2, 1, 10.0), (2, 2, 14.0), (2, 3, 18.0), (3, 1, 20.0), (3, 2, 24.0),
+        (1, 1, 0.0),
+        (1, 2, 4.0),
+        (1, 3, 8.0),
+        (2, 1, 10.0),
+        (2, 2, 14.0),
+        (2, 3, 18.0),
+        (3, 1, 20.0),
+        (3, 2, 24.0),
     ]
     assert handle.state is TaskState.PENDING
 
@@ -112,7 +122,10 @@ def test_stop_on_error_counts_a_run_failed_only_after_its_last_attempt(sched: In
     ok = sched.schedule_with_fixed_delay(job, 10, stop_on_error=True, retry=Retry(attempts=2, delay=1), max_runs=2)
     sched.run_until(100)
     assert ok.state is TaskState.DONE and [(r.run, r.attempt, r.outcome) for r in ok.runs] == [
-        (1, 1, "error"), (1, 2, "ok"), (2, 1, "error"), (2, 2, "ok"),
+        (1, 1, "error"),
+        (1, 2, "ok"),
+        (2, 1, "error"),
+        (2, 2, "ok"),
     ]
     job2, _ = failing(5)
     bad = sched.schedule_with_fixed_delay(job2, 10, stop_on_error=True, retry=Retry(attempts=2, delay=1))

@@ -5,12 +5,12 @@ is: run numbers and due time). ManualClock, no sleeping."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from procsched import ManualClock
-from procsched._core import Kind, Misfire, SchedulerCore, TaskState
+from procsched._core import Kind, Misfire, Schedule, SchedulerCore, TaskState
 from procsched._core._calendar import CronTrigger
-from procsched._core._scheduler import RetryPolicy, TaskExtra
+from procsched._core._scheduler import RetryPolicy
 
 NS = 1_000_000_000
 
@@ -18,7 +18,7 @@ NS = 1_000_000_000
 def test_skip_moves_a_fixed_rate_task_to_its_next_slot_without_counting() -> None:
     clock = ManualClock()
     core = SchedulerCore()
-    tid = core.add(clock.now_ns() + NS, kind=Kind.FIXED_RATE, period_ns=NS)
+    tid = core.add(clock.now_ns() + NS, schedule=Schedule(Kind.FIXED_RATE, NS))
     clock.advance(1)
     run = core.claim(clock.now_ns())
     assert run is not None and run.run == 1
@@ -33,7 +33,7 @@ def test_skip_moves_a_fixed_rate_task_to_its_next_slot_without_counting() -> Non
 def test_skip_is_late_like_a_run_catch_up_follows_the_grid() -> None:
     clock = ManualClock()
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=NS, misfire=Misfire.CATCH_UP)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS, misfire=Misfire.CATCH_UP))
     core.claim(0)
     clock.advance(3.5)  # the claim came back lost 3.5 s later: slots 1 s, 2 s, 3 s come one by one
     assert core.skip(tid, 1, clock.now_ns()).next_due_ns == NS
@@ -42,7 +42,7 @@ def test_skip_is_late_like_a_run_catch_up_follows_the_grid() -> None:
 def test_skip_of_a_retry_goes_to_the_next_regular_slot_not_another_attempt() -> None:
     core = SchedulerCore()
     policy = RetryPolicy(3, 0, 1.0, 0, 0.0, frozenset({"crashed"}))
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=10 * NS, extra=TaskExtra(retry=policy))
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10 * NS), retry=policy)
     core.claim(0)
     assert core.complete(tid, 1, "crashed", NS).retrying
     run = core.claim(NS)
@@ -57,18 +57,18 @@ def test_skip_of_a_one_shot_cancels_it_here_and_a_limit_ends_a_periodic_task() -
     core.claim(0)
     done = core.skip(once, 1, 0)
     assert done.state is TaskState.CANCELLED and done.ended and core.state(once) is None
-    limited = core.add(0, kind=Kind.FIXED_RATE, period_ns=NS, extra=TaskExtra(max_runs=1))
+    limited = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS, max_runs=1))
     core.claim(0)
     assert core.skip(limited, 1, 0).state is TaskState.DONE  # the other scheduler ran the last run
 
 
 def test_skip_keeps_a_pause_asked_and_a_cancel_during_the_claim() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=NS)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS))
     core.claim(0)
     assert core.pause(tid)
     assert core.skip(tid, 1, 0).state is TaskState.PAUSED
-    other = core.add(0, kind=Kind.FIXED_RATE, period_ns=NS)
+    other = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS))
     core.claim(0)
     core.cancel(other)
     assert core.skip(other, 1, 0).state is TaskState.CANCELLED and core.state(other) is None
@@ -77,7 +77,7 @@ def test_skip_keeps_a_pause_asked_and_a_cancel_during_the_claim() -> None:
 def test_realign_sets_run_numbers_and_due_time() -> None:
     clock = ManualClock()
     core = SchedulerCore()
-    tid = core.add(5 * NS, kind=Kind.FIXED_RATE, period_ns=NS)
+    tid = core.add(5 * NS, schedule=Schedule(Kind.FIXED_RATE, NS))
     assert core.realign(tid, 7, 1, 2 * NS)
     assert core.next_claim(tid) == (8, 1) and core.due(tid) == 2 * NS
     clock.advance(2)
@@ -89,14 +89,15 @@ def test_realign_sets_run_numbers_and_due_time() -> None:
 
 def test_realign_to_a_retry_and_a_calendar_slot() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=10 * NS)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10 * NS))
     assert core.realign(tid, 3, 2, NS)
     run = core.claim(NS)
     assert (run.run, run.attempt) == (3, 2)
-    wall0 = int(datetime(2030, 1, 1, tzinfo=timezone.utc).timestamp()) * NS
+    wall0 = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp()) * NS
     core.set_wall_offset(wall0)
-    cal = core.add(0, kind=Kind.CALENDAR, misfire=Misfire.COALESCE,
-                   extra=TaskExtra(CronTrigger("* * * * * *", timezone.utc), wall0))
+    cal = core.add(
+        0, schedule=Schedule.calendar(CronTrigger("* * * * * *", UTC), Misfire.COALESCE), start_wall_ns=wall0
+    )
     assert core.realign(cal, 4, 1, 0, slot_wall=wall0 + 5 * NS)
     assert core.due(cal) == 5 * NS and core.next_wall(cal) == wall0 + 5 * NS
     run = core.claim(5 * NS)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from procsched import TaskState
-from procsched._core import CancelResult, Kind, SchedulerCore, transition
+from procsched._core import CancelResult, Kind, Schedule, SchedulerCore, transition
 from procsched._errors import InvalidTransition, SchedulerError
 
 LEGAL = {
@@ -112,7 +112,7 @@ def test_step_running_fail_failed(outcome: str) -> None:
 @pytest.mark.parametrize("kind", [Kind.FIXED_RATE, Kind.FIXED_DELAY])
 def test_step_running_requeue_pending(kind: Kind) -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=kind, period_ns=100)
+    tid = core.add(0, schedule=Schedule(kind, 100))
     core.claim(0)
     done = core.complete(tid, 1, "ok", 30)
     assert done is not None and (done.state, done.ended) == (TaskState.PENDING, False)
@@ -123,7 +123,7 @@ def test_step_running_requeue_pending(kind: Kind) -> None:
 @pytest.mark.parametrize("kind", [Kind.FIXED_RATE, Kind.FIXED_DELAY])
 def test_step_periodic_stop_on_error_failed(kind: Kind) -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=kind, period_ns=100, stop_on_error=True)
+    tid = core.add(0, schedule=Schedule(kind, 100, stop_on_error=True))
     core.claim(0)
     done = core.complete(tid, 1, "error", 30)
     assert done is not None and (done.state, done.ended, done.next_due_ns) == (TaskState.FAILED, True, None)
@@ -140,7 +140,7 @@ def test_step_pending_cancel_cancelled() -> None:
 
 def test_step_running_cancel_cancelled() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=100)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 100))
     core.claim(0)
     assert core.cancel(tid) is CancelResult.STOPPED
     assert core.state(tid) is TaskState.CANCELLED and len(core) == 0
@@ -151,7 +151,7 @@ def test_step_running_cancel_cancelled() -> None:
 
 def test_runs_are_numbered_from_one() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=10)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 10))
     for n in range(1, 6):
         run = core.claim(10**6)
         assert run is not None and run.run == n
@@ -167,8 +167,8 @@ def populated() -> tuple[SchedulerCore, dict[str, int]]:
     ids = {
         "pending": core.add(100),
         "running_once": core.add(0),
-        "running_rate": core.add(0, kind=Kind.FIXED_RATE, period_ns=50),
-        "stopping": core.add(0, kind=Kind.FIXED_DELAY, period_ns=50),
+        "running_rate": core.add(0, schedule=Schedule(Kind.FIXED_RATE, 50)),
+        "stopping": core.add(0, schedule=Schedule(Kind.FIXED_DELAY, 50)),
         "done": core.add(0),
         "failed": core.add(0),
         "cancelled": core.add(100),
@@ -205,7 +205,7 @@ def test_complete_of_a_stale_run_changes_nothing(who: str, run: int) -> None:
 
 def test_duplicate_complete_changes_nothing() -> None:
     core = SchedulerCore()
-    tid = core.add(0, kind=Kind.FIXED_RATE, period_ns=50)
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, 50))
     core.claim(0)
     assert core.complete(tid, 1, "ok", 1) is not None
     before = snapshot(core)

@@ -1,3 +1,4 @@
 """The throwaway PostgreSQL cluster of the store tests, for the durable tests too."""
 
-from tests.store.conftest import pg_cluster as pg_cluster, pg_url as pg_url  # noqa: F401
+from tests.store.conftest import pg_cluster as pg_cluster
+from tests.store.conftest import pg_url as pg_url

@@ -8,9 +8,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jobs_mod  # noqa: E402
+import jobs_mod
 
-import procsched  # noqa: E402
+import procsched
 
 
 def start(store: str) -> procsched.Scheduler:
@@ -38,8 +38,9 @@ def main() -> None:
     store, out = sys.argv[1], sys.argv[2]
     s = start(store)
     s.schedule_at_fixed_rate(jobs_mod.record, 0.02, args=(out + ".a",), key="a")
-    s.schedule_at_fixed_rate(jobs_mod.record, 0.03, args=(out + ".b",), key="b",
-                             retry=procsched.Retry(attempts=3, delay=0, on=("crashed",)))
+    s.schedule_at_fixed_rate(
+        jobs_mod.record, 0.03, args=(out + ".b",), key="b", retry=procsched.Retry(attempts=3, delay=0, on=("crashed",))
+    )
     serve(s)
 
 

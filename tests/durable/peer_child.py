@@ -10,9 +10,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import peer_jobs  # noqa: E402
+import peer_jobs
 
-import procsched  # noqa: E402
+import procsched
 
 
 def main() -> None:

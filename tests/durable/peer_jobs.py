@@ -14,8 +14,10 @@ def mark(path: str, long_runs: int = 0, long_s: float = 0.0) -> None:
     ``long_runs`` then take ``long_s`` seconds."""
     run = procsched.current_run()
     assert run is not None and run.scheduled_at is not None
-    line = (f"{run.run} {run.attempt} {round(run.scheduled_at.timestamp() * 1e6)} "
-            f"{os.environ.get('PEER_ID', '?')} {os.getpid()}\n")  # fmt: skip
+    line = (
+        f"{run.run} {run.attempt} {round(run.scheduled_at.timestamp() * 1e6)} "
+        f"{os.environ.get('PEER_ID', '?')} {os.getpid()}\n"
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

@@ -26,9 +26,14 @@ class Peer:
         self.stderr_path = os.path.join(tmp, f"{name}.{time.monotonic_ns()}.err")
         env = dict(os.environ, PYTHONPATH=ROOT)
         self.proc = subprocess.Popen(
-            [sys.executable, CHILD, json.dumps({**cfg, "name": name})], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(self.stderr_path, "wb"), env=env, text=True, bufsize=1,
-        )  # fmt: skip
+            [sys.executable, CHILD, json.dumps({**cfg, "name": name})],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.stderr_path, "wb"),
+            env=env,
+            text=True,
+            bufsize=1,
+        )
         self.buf = ""
         self.pid = self.proc.pid
 

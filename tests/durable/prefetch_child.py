@@ -9,10 +9,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import prefetch_jobs  # noqa: E402
-from fault_child import serve, start  # noqa: E402
+import prefetch_jobs
+from fault_child import serve, start
 
-import procsched  # noqa: E402
+import procsched
 
 TASKS = 6
 PERIOD = 0.012
@@ -24,8 +24,9 @@ def main() -> None:
     s = start(store)
     for i in range(TASKS):  # all due at the same instants: 6 runs for 2 workers, 4 of them given ahead
         retry = procsched.Retry(attempts=3, delay=0, on=("crashed",)) if i % 2 else None
-        s.schedule_at_fixed_rate(prefetch_jobs.record_busy, PERIOD, args=(f"{out}.t{i}", WORK), key=f"t{i}",
-                                 retry=retry)  # fmt: skip
+        s.schedule_at_fixed_rate(
+            prefetch_jobs.record_busy, PERIOD, args=(f"{out}.t{i}", WORK), key=f"t{i}", retry=retry
+        )
     serve(s)
 
 

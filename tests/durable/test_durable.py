@@ -24,12 +24,10 @@ sys.path.insert(0, HERE)
 
 import jobs_mod  # noqa: E402
 
-from tests.durable.killing import any_store as any_store  # noqa: E402,F401  (sqlite and postgresql)
+from tests.durable.killing import any_store as any_store  # noqa: E402  (sqlite and postgresql)
 from tests.durable.killing import check_exact, kill_and_restart  # noqa: E402
 from tests.durable.killing import lines as _lines  # noqa: E402
 from tests.runtime.rt_helpers import Waiter  # noqa: E402
-
-
 
 # -- bad input -------------------------------------------------------------------
 
@@ -150,9 +148,23 @@ def test_unloadable_task_is_kept_and_visible(tmp_path):
     from procsched._store import TaskDefinition
 
     b = store.batch()
-    b.upsert(TaskDefinition("ghost", "no_such_module_xyz:fn", pickle.dumps(((), {})), {"kind": "once", "delay_ns": 0},
-                            {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": None,
-                             "max_runs": None, "retry": None, "until_wall_ns": None}))
+    b.upsert(
+        TaskDefinition(
+            "ghost",
+            "no_such_module_xyz:fn",
+            pickle.dumps(((), {})),
+            {"kind": "once", "delay_ns": 0},
+            {
+                "priority": 0,
+                "timeout_ns": None,
+                "stop_on_error": False,
+                "name": None,
+                "max_runs": None,
+                "retry": None,
+                "until_wall_ns": None,
+            },
+        )
+    )
     b.commit()
     with procsched.Scheduler(1, store=db) as s:
         stats = s.stats()
@@ -212,7 +224,10 @@ def test_keep_runs_is_a_store_url_option(tmp_path):
     from procsched._store._open import _url_options
 
     options: dict[str, object] = {}
-    assert _url_options("postgresql://u@h/db?sslmode=disable&keep_runs=7", options) == "postgresql://u@h/db?sslmode=disable"
+    assert (
+        _url_options("postgresql://u@h/db?sslmode=disable&keep_runs=7", options)
+        == "postgresql://u@h/db?sslmode=disable"
+    )
     assert options == {"keep_runs": 7}
     for bad in ("0", "x", "-1"):
         with pytest.raises(ValueError, match="keep_runs"):
@@ -242,8 +257,15 @@ def test_adopted_tasks_answer_get_jobs_stats_and_cancel(tmp_path):
         for i in range(5):
             s.schedule_at_fixed_rate(jobs_mod.add, 3600, args=(i, 0), key=f"k{i}", initial_delay=3600)
         s.get("k3").pause()
-        s.schedule_cron(jobs_mod.add, "0 3 * * *", tz="Europe/Berlin", args=(1, 1), key="cron", name="nightly",
-                        retry=procsched.Retry(attempts=3))  # fmt: skip
+        s.schedule_cron(
+            jobs_mod.add,
+            "0 3 * * *",
+            tz="Europe/Berlin",
+            args=(1, 1),
+            key="cron",
+            name="nightly",
+            retry=procsched.Retry(attempts=3),
+        )
         s.shutdown(cancel_futures=True)
     stored = {t.key: t for t in open_store(db).jobs()}
     with procsched.Scheduler(1, store=db) as s:

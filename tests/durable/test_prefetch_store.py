@@ -29,12 +29,10 @@ sys.path.insert(0, HERE)
 
 import prefetch_jobs as pj  # noqa: E402
 
-from tests.durable.killing import any_store as any_store  # noqa: E402,F401  (sqlite and postgresql)
+from tests.durable.killing import any_store as any_store  # noqa: E402  (sqlite and postgresql)
 from tests.durable.killing import check_exact, kill_and_restart  # noqa: E402
 from tests.runtime.prefetch_helpers import until_stats  # noqa: E402
 from tests.runtime.rt_helpers import Waiter, release  # noqa: E402
-
-
 
 DEPTH = 4  # runs given ahead per worker with a store (_durable.STORE_PREFETCH)
 
@@ -86,7 +84,9 @@ def test_a_cancelled_run_given_ahead_never_starts_and_the_store_records_it_so(tm
         lock = _write_lock(db)
         d, e = (s.schedule(pj.mark, args=(out, k), key=k) for k in "de")
         answers: dict[str, bool] = {}
-        asking = [threading.Thread(target=lambda h=h, k=k: answers.update({k: h.cancel()})) for h, k in ((e, "e"), (d, "d"))]
+        asking = [
+            threading.Thread(target=lambda h=h, k=k: answers.update({k: h.cancel()})) for h, k in ((e, "e"), (d, "d"))
+        ]
         try:
             for t in asking:
                 t.start()

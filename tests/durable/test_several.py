@@ -19,7 +19,7 @@ import pytest
 
 from procsched._store import open_store
 from tests.durable.peers import Peer, check_once, lines, wait_for
-from tests.store.conftest import store_url as store_url  # noqa: F401  (sqlite and postgresql)
+from tests.store.conftest import store_url as store_url
 
 pytestmark = pytest.mark.slow
 US = 1_000_000
@@ -42,10 +42,14 @@ def _start(peers: list[Peer], name: str, cfg: dict, tmp_path) -> Peer:
 @pytest.mark.timeout(150)
 def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers) -> None:
     rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
-    cfg = {"store": store_url, "lease": 2.0, "tasks": [
-        {"kind": "rate", "key": "rate", "period": 0.05, "out": rate},
-        {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
-    ]}  # fmt: skip
+    cfg = {
+        "store": store_url,
+        "lease": 2.0,
+        "tasks": [
+            {"kind": "rate", "key": "rate", "period": 0.05, "out": rate},
+            {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
+        ],
+    }
     _start(peers, "p0", cfg, tmp_path)
     for name in ("p1", "p2"):
         _start(peers, name, cfg, tmp_path)
@@ -67,18 +71,25 @@ def test_three_schedulers_run_every_slot_exactly_once(store_url, tmp_path, peers
         for key, period in (("rate", 50_000), ("cron", US)):
             history = store.history(key)
             assert all(h.outcome == "ok" for h in history), history
-            check_once([(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in history], period)  # the claimed slots
+            check_once(
+                [(h.run, h.attempt, h.scheduled_ns // 1000, "", 0) for h in history], period
+            )  # the claimed slots
         assert store.schedulers() == []  # all three unregistered
 
 
 @pytest.mark.timeout(120)
 def test_sigkill_of_the_holder_of_a_long_run_survivor_records_it_crashed_within_the_lease(
-        store_url, tmp_path, peers) -> None:  # fmt: skip
+    store_url, tmp_path, peers
+) -> None:
     out = str(tmp_path / "long")
     lease = 1.5
-    cfg = {"store": store_url, "lease": lease, "tasks": [
-        {"kind": "rate", "key": "long", "period": 0.5, "out": out, "long_runs": 1, "long_s": 120},
-    ]}  # fmt: skip
+    cfg = {
+        "store": store_url,
+        "lease": lease,
+        "tasks": [
+            {"kind": "rate", "key": "long", "period": 0.5, "out": out, "long_runs": 1, "long_s": 120},
+        ],
+    }
     _start(peers, "p0", cfg, tmp_path)
     _start(peers, "p1", cfg, tmp_path)
     first = wait_for(lambda: lines(out), 30, "run 1 to start")[0]
@@ -87,8 +98,11 @@ def test_sigkill_of_the_holder_of_a_long_run_survivor_records_it_crashed_within_
     holder.kill()  # run 1 under way: its worker wrote its line
     killed = time.time()
     with open_store(store_url) as store:
-        crashed = wait_for(lambda: [h for h in store.history("long") if h.run == 1 and h.outcome == "crashed"],
-                           lease + 10, "run 1 recorded crashed")[0]  # fmt: skip
+        crashed = wait_for(
+            lambda: [h for h in store.history("long") if h.run == 1 and h.outcome == "crashed"],
+            lease + 10,
+            "run 1 recorded crashed",
+        )[0]
         assert crashed.error_type == "SchedulerDied" and str(holder.pid) in crashed.error_message
         assert crashed.finished_ns / 1e9 - killed <= lease + 1.5, "not recorded crashed within the lease"
         wait_for(lambda: [x for x in lines(out) if x[0] >= 3 and x[3] == survivor.name], 15, "the schedule to go on")
@@ -101,7 +115,8 @@ def test_sigkill_of_the_holder_of_a_long_run_survivor_records_it_crashed_within_
 
 @pytest.mark.timeout(120)
 def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_longer_holds(
-        store_url, tmp_path, peers) -> None:  # fmt: skip
+    store_url, tmp_path, peers
+) -> None:
     out = str(tmp_path / "r")
     lease = 1.5
     cfg = {"store": store_url, "lease": lease, "tasks": [{"kind": "rate", "key": "r", "period": 0.1, "out": out}]}
@@ -116,8 +131,11 @@ def test_a_stopped_scheduler_whose_lease_expired_records_and_runs_nothing_it_no_
         # other scheduler until it goes on or dies (README: the SQLite limit).
         n = len(lines(out))
         run = wait_for(lambda: lines(out)[n:], 10, "a slot to start")[0][0]
-        wait_for(lambda: any(h.run == run and h.outcome is not None for h in store.history("r")), 10,
-                 "its end to be recorded")  # its claim and its end committed; the next slot is ~100 ms away
+        wait_for(
+            lambda: any(h.run == run and h.outcome is not None for h in store.history("r")),
+            10,
+            "its end to be recorded",
+        )  # its claim and its end committed; the next slot is ~100 ms away
         a.signal(signal.SIGSTOP, stopped)
         t_stop = time.time()
         wait_for(lambda: all(h.id != old.id for h in store.schedulers()), lease + 10, "b to take a over")
@@ -184,8 +202,10 @@ def test_clock_skew_between_schedulers_runs_no_slot_twice(store_url, tmp_path, p
     """One scheduler's wall clock runs 400 ms ahead (an injected skew): it
     tends to win the claims, slots stay on one grid, none runs twice."""
     rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
-    tasks = [{"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
-             {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron}]  # fmt: skip
+    tasks = [
+        {"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
+        {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
+    ]
     _start(peers, "a", {"store": store_url, "lease": 1.5, "tasks": tasks}, tmp_path)
     _start(peers, "b", {"store": store_url, "lease": 1.5, "tasks": tasks, "skew_ns": 400_000_000}, tmp_path)
     wait_for(lambda: len(lines(rate)) >= 40 and len(lines(cron)) >= 4, 60, "five seconds of slots", peers)
@@ -210,10 +230,14 @@ def test_clock_skew_between_schedulers_runs_no_slot_twice(store_url, tmp_path, p
 @pytest.mark.timeout(240)
 def test_twenty_random_sigkills_among_three_schedulers_nothing_lost_nothing_twice(store_url, tmp_path, peers) -> None:
     rate, cron = str(tmp_path / "rate"), str(tmp_path / "cron")
-    cfg = {"store": store_url, "lease": 1.0, "tasks": [
-        {"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
-        {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
-    ]}  # fmt: skip
+    cfg = {
+        "store": store_url,
+        "lease": 1.0,
+        "tasks": [
+            {"kind": "rate", "key": "rate", "period": 0.1, "out": rate},
+            {"kind": "cron", "key": "cron", "expr": "* * * * * *", "out": cron},
+        ],
+    }
     live = {name: _start(peers, name, cfg, tmp_path) for name in ("p0", "p1", "p2")}
     rng = random.Random(int(os.environ.get("PROCSCHED_SEED", "11")))
     begin = time.monotonic()
@@ -263,7 +287,7 @@ def test_a_scheduler_that_lost_a_task_stands_by_until_its_claimer_stops(store_ur
     assert idle.ask("stats")["keys"]["s"] in ("pending", "running")  # the user paused nothing
     n = len(lines(out))
     wait_for(lambda: len(lines(out)) >= n + 11, 20, "s to run")
-    assert {row[3] for row in lines(out)[n + 1:]} == {busy.name}  # (the first may be idle's last claim)
+    assert {row[3] for row in lines(out)[n + 1 :]} == {busy.name}  # (the first may be idle's last claim)
     # the user's pause and resume, said on the standby scheduler
     assert idle.ask("pause s")
     wait_for(lambda: busy.ask("stats")["keys"]["s"] == "paused", 10, "the claimer to see s paused", [a, b])

@@ -15,8 +15,12 @@ def test_a_bad_lease_is_refused_at_the_call(lease, tmp_path) -> None:
 
 
 def test_a_task_held_elsewhere_is_next_claimed_at_a_slot_not_before_now() -> None:
-    from procsched._runtime._peers import not_before, store_next
+    from procsched._runtime._durable._peers import store_next
+    from procsched._runtime._durable._stored import schedule_of
     from procsched._store import StoredTask, TaskDefinition, TaskState
+
+    def not_before(schedule: dict, slot: int, floor: int) -> int | None:  # (the stored schedule's answer)
+        return schedule_of(TaskDefinition("k", "m:f", b"", schedule)).not_before(slot, floor)
 
     NS = 1_000_000_000
     rate = {"kind": "fixed_rate", "period_ns": NS, "initial_delay_ns": 0, "misfire": "catch_up"}

@@ -10,16 +10,20 @@ import subprocess
 import sys
 
 from procsched._store import TaskDefinition, TaskState
-from tests.store.conftest import store as store  # noqa: F401
-from tests.store.conftest import store_url as store_url  # noqa: F401
+from tests.store.conftest import store as store
+from tests.store.conftest import store_url as store_url
 
 NS = 1_000_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _task(store, key="k", period=NS, due=10 * NS) -> TaskDefinition:
-    d = TaskDefinition(key, "tests.durable.peer_jobs:mark", b"x", {"kind": "fixed_rate", "period_ns": period,
-                                                                   "initial_delay_ns": 0, "misfire": "catch_up"})
+    d = TaskDefinition(
+        key,
+        "tests.durable.peer_jobs:mark",
+        b"x",
+        {"kind": "fixed_rate", "period_ns": period, "initial_delay_ns": 0, "misfire": "catch_up"},
+    )
     b = store.batch()
     b.upsert(d, TaskState(0, due))
     b.commit()
@@ -86,11 +90,26 @@ def test_procsched_jobs_names_the_scheduler_holding_a_run(store, store_url) -> N
     a = store.register(host="hostA", pid=4242)
     assert store.claim_run(a, "k", 1, 1, 10 * NS)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "procsched", "jobs", "--store", store_url, "--json"],
-                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "procsched", "jobs", "--store", store_url, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["held_by"] == {"host": "hostA", "pid": 4242, "registered": True, "lease": "alive",
-                                                  "process": None}  # (another host: its process is not known here)
-    table = subprocess.run([sys.executable, "-m", "procsched", "jobs", "--store", store_url],
-                           capture_output=True, text=True, env=env, timeout=60).stdout  # fmt: skip
+    assert json.loads(out.stdout)["held_by"] == {
+        "host": "hostA",
+        "pid": 4242,
+        "registered": True,
+        "lease": "alive",
+        "process": None,  # (another host: its process is not known here)
+    }
+    table = subprocess.run(
+        [sys.executable, "-m", "procsched", "jobs", "--store", store_url],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    ).stdout
     assert "held_by" in table and "hostA/4242" in table

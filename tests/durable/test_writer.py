@@ -6,12 +6,19 @@ from __future__ import annotations
 import os
 import select
 
-from procsched._runtime._commit import Writer
+from procsched._runtime._durable._writer import Writer
 from procsched._store import TaskDefinition, TaskState, open_store
 from procsched._store._model import BatchResult
 
-OPTS = {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": None, "max_runs": None,
-        "retry": None, "until_wall_ns": None}  # fmt: skip
+OPTS = {
+    "priority": 0,
+    "timeout_ns": None,
+    "stop_on_error": False,
+    "name": None,
+    "max_runs": None,
+    "retry": None,
+    "until_wall_ns": None,
+}
 SCHED = {"kind": "fixed_rate", "period_ns": 10**9, "initial_delay_ns": 0, "misfire": "skip"}
 
 

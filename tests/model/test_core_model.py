@@ -28,15 +28,20 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import procsched
 from procsched import TaskState
-from procsched._core import CancelResult, Kind, Misfire, SchedulerCore
+from procsched._core import CancelResult, Kind, Misfire, Schedule, SchedulerCore
 
 NS = 1_000_000_000
 US = 1_000
 UNIT_US = 100_000  # one time unit: 100 ms
 POLICIES = ("priority", "due", "fifo")
 PENDING, RUNNING, DONE, FAILED, CANCELLED, PAUSED = (
-    TaskState.PENDING, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED, TaskState.PAUSED,
-)  # fmt: skip
+    TaskState.PENDING,
+    TaskState.RUNNING,
+    TaskState.DONE,
+    TaskState.FAILED,
+    TaskState.CANCELLED,
+    TaskState.PAUSED,
+)
 
 # A passing run takes a few seconds; a failing one spends minutes shrinking,
 # and should be reported shrunk rather than cut off by the default timeout.
@@ -171,7 +176,9 @@ class InlineMachine(RuleBasedStateMachine):
             elif what == "interrupt_self":
                 self.answers.append(scheduler.cancel(info.task_id, interrupt=True))
             elif what == "follow_up":
-                child = scheduler.schedule(self.job(("ok",)), timedelta(microseconds=behaviour[1]), priority=behaviour[2])
+                child = scheduler.schedule(
+                    self.job(("ok",)), timedelta(microseconds=behaviour[1]), priority=behaviour[2]
+                )
                 self.created.append(child)
             return what
 
@@ -240,43 +247,86 @@ class InlineMachine(RuleBasedStateMachine):
     @rule(delay=durations_us, priority=priorities, behaviour=behaviours, timeout=timeouts_us)
     def schedule_once(self, delay: int, priority: int, behaviour: tuple[Any, ...], timeout: int | None) -> None:
         handle = self.sched.schedule(
-            self.job(behaviour), timedelta(microseconds=delay), priority=priority,
+            self.job(behaviour),
+            timedelta(microseconds=delay),
+            priority=priority,
             timeout=None if timeout is None else timedelta(microseconds=timeout),
-        )  # fmt: skip
-        self.added(handle, self.model_add(Kind.ONCE, delay * US, priority, behaviour=behaviour,
-                                          timeout=None if timeout is None else timeout * US))  # fmt: skip
+        )
+        self.added(
+            handle,
+            self.model_add(
+                Kind.ONCE, delay * US, priority, behaviour=behaviour, timeout=None if timeout is None else timeout * US
+            ),
+        )
 
-    @rule(period=periods_us, initial=durations_us, misfire=misfires, stop=st.booleans(),
-          priority=priorities, behaviour=behaviours, timeout=timeouts_us)  # fmt: skip
+    @rule(
+        period=periods_us,
+        initial=durations_us,
+        misfire=misfires,
+        stop=st.booleans(),
+        priority=priorities,
+        behaviour=behaviours,
+        timeout=timeouts_us,
+    )
     def schedule_fixed_rate(
-        self, period: int, initial: int, misfire: Misfire, stop: bool, priority: int,
-        behaviour: tuple[Any, ...], timeout: int | None,
-    ) -> None:  # fmt: skip
+        self,
+        period: int,
+        initial: int,
+        misfire: Misfire,
+        stop: bool,
+        priority: int,
+        behaviour: tuple[Any, ...],
+        timeout: int | None,
+    ) -> None:
         handle = self.sched.schedule_at_fixed_rate(
-            self.job(behaviour), timedelta(microseconds=period), initial_delay=timedelta(microseconds=initial),
-            misfire=misfire.value, stop_on_error=stop, priority=priority,
+            self.job(behaviour),
+            timedelta(microseconds=period),
+            initial_delay=timedelta(microseconds=initial),
+            misfire=misfire.value,
+            stop_on_error=stop,
+            priority=priority,
             timeout=None if timeout is None else timedelta(microseconds=timeout),
-        )  # fmt: skip
+        )
         task = self.model_add(
-            Kind.FIXED_RATE, initial * US, priority, period=period * US, misfire=misfire, stop_on_error=stop,
-            behaviour=behaviour, timeout=None if timeout is None else timeout * US,
-        )  # fmt: skip
+            Kind.FIXED_RATE,
+            initial * US,
+            priority,
+            period=period * US,
+            misfire=misfire,
+            stop_on_error=stop,
+            behaviour=behaviour,
+            timeout=None if timeout is None else timeout * US,
+        )
         self.added(handle, task)
 
-    @rule(delay=periods_us, initial=durations_us, stop=st.booleans(), priority=priorities,
-          behaviour=behaviours, timeout=timeouts_us)  # fmt: skip
+    @rule(
+        delay=periods_us,
+        initial=durations_us,
+        stop=st.booleans(),
+        priority=priorities,
+        behaviour=behaviours,
+        timeout=timeouts_us,
+    )
     def schedule_fixed_delay(
         self, delay: int, initial: int, stop: bool, priority: int, behaviour: tuple[Any, ...], timeout: int | None
     ) -> None:
         handle = self.sched.schedule_with_fixed_delay(
-            self.job(behaviour), timedelta(microseconds=delay), initial_delay=timedelta(microseconds=initial),
-            stop_on_error=stop, priority=priority,
+            self.job(behaviour),
+            timedelta(microseconds=delay),
+            initial_delay=timedelta(microseconds=initial),
+            stop_on_error=stop,
+            priority=priority,
             timeout=None if timeout is None else timedelta(microseconds=timeout),
-        )  # fmt: skip
+        )
         task = self.model_add(
-            Kind.FIXED_DELAY, initial * US, priority, period=delay * US, stop_on_error=stop,
-            behaviour=behaviour, timeout=None if timeout is None else timeout * US,
-        )  # fmt: skip
+            Kind.FIXED_DELAY,
+            initial * US,
+            priority,
+            period=delay * US,
+            stop_on_error=stop,
+            behaviour=behaviour,
+            timeout=None if timeout is None else timeout * US,
+        )
         self.added(handle, task)
 
     @precondition(lambda self: self.model)
@@ -402,11 +452,17 @@ class CoreMachine(RuleBasedStateMachine):
     def due_now(self) -> list[MTask]:
         return [t for t in self.model.values() if t.state is PENDING and t.due <= self.now]
 
-    @rule(kind=st.sampled_from([Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY]), delay=units, priority=priorities, period=st.integers(1, 6),
-          misfire=misfires, stop=st.booleans())  # fmt: skip
+    @rule(
+        kind=st.sampled_from([Kind.ONCE, Kind.FIXED_RATE, Kind.FIXED_DELAY]),
+        delay=units,
+        priority=priorities,
+        period=st.integers(1, 6),
+        misfire=misfires,
+        stop=st.booleans(),
+    )
     def add(self, kind: Kind, delay: int, priority: int, period: int, misfire: Misfire, stop: bool) -> None:
         period_ns = 0 if kind is Kind.ONCE else period * UNIT_US * US + 1
-        tid = self.core.add(self.now + delay * UNIT_US * US, priority, kind, period_ns, misfire, stop)
+        tid = self.core.add(self.now + delay * UNIT_US * US, priority, Schedule(kind, period_ns, misfire, stop))
         assert tid not in self.model
         self.model[tid] = MTask(tid, kind, priority, self.now + delay * UNIT_US * US, period_ns, misfire, stop)
         self.order.append(tid)

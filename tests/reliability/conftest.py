@@ -7,10 +7,9 @@ from typing import Any
 
 import psutil
 import pytest
+from rel_helpers import alive, descendants, stop, wait_all_gone
 
 import procsched
-
-from rel_helpers import alive, descendants, stop, wait_all_gone
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import sys
 import threading
 import time
 
-import procsched
-
 from rel_tasks import append
+
+import procsched
 
 
 class RebuildsAsStr(Exception):

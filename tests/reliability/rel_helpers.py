@@ -9,7 +9,8 @@ deadline that only guards against a hang.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 

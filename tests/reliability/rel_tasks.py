@@ -93,14 +93,14 @@ def memory_bomb(headroom: int) -> int:
 def allocate(nbytes: int) -> int:
     """Allocate and touch ``nbytes`` (a healthy worker can); return the pid."""
     block = bytearray(nbytes)
-    block[:: 4096] = b"x" * len(block[:: 4096])
+    block[::4096] = b"x" * len(block[::4096])
     return os.getpid()
 
 
 def leak(nbytes: int) -> int:
     """Keep ``nbytes`` more alive in this worker forever; return the pid."""
     block = bytearray(nbytes)
-    block[:: 4096] = b"x" * len(block[:: 4096])
+    block[::4096] = b"x" * len(block[::4096])
     _LEAK.append(block)
     return os.getpid()
 

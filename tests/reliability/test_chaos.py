@@ -19,12 +19,11 @@ import threading
 
 import psutil
 import pytest
+import rel_tasks
+from rel_helpers import dispatcher, pool_whole, wait_for_lines, wait_until
 
 import procsched
 from procsched import Priority, TaskState, WorkerCrashedError
-
-import rel_tasks
-from rel_helpers import dispatcher, pool_whole, wait_for_lines, wait_until
 
 ONE_SHOTS = 4000
 PERIODIC = 20  # half fixed rate, half fixed delay
@@ -76,11 +75,13 @@ def test_chaos_sigkill_random_workers(new_scheduler, log_path):
     for k in range(PERIODIC):
         prio = rng.choice(PRIORITIES)
         if k % 2:
-            h = s.schedule_at_fixed_rate(rel_tasks.record_until, rng.uniform(0.005, 0.03),
-                                         args=(log_path, PERIODIC_RUNS), priority=prio)  # fmt: skip
+            h = s.schedule_at_fixed_rate(
+                rel_tasks.record_until, rng.uniform(0.005, 0.03), args=(log_path, PERIODIC_RUNS), priority=prio
+            )
         else:
-            h = s.schedule_with_fixed_delay(rel_tasks.record_until, rng.uniform(0.002, 0.02),
-                                            args=(log_path, PERIODIC_RUNS), priority=prio)  # fmt: skip
+            h = s.schedule_with_fixed_delay(
+                rel_tasks.record_until, rng.uniform(0.002, 0.02), args=(log_path, PERIODIC_RUNS), priority=prio
+            )
         periodic.append(h)
 
     every = [h for _, h in one_shots] + periodic
@@ -142,8 +143,10 @@ def test_chaos_sigkill_random_workers(new_scheduler, log_path):
     # The chaos was real: many kills, some of them mid-run.
     assert len(killer.killed) >= 20, len(killer.killed)
     assert crashed, "no run was ever hit: the killer did nothing useful"
-    print(f"\nchaos: {total_runs} runs, {len(killer.killed)} kills, {len(crashed)} crashed runs, "
-          f"{stats['spawned']} workers spawned")  # fmt: skip
+    print(
+        f"\nchaos: {total_runs} runs, {len(killer.killed)} kills, {len(crashed)} crashed runs, "
+        f"{stats['spawned']} workers spawned"
+    )
 
 
 @pytest.mark.timeout(60)

@@ -13,11 +13,10 @@ import statistics
 import time
 
 import pytest
-
-from procsched import TaskState
-
 import rel_tasks
 from rel_helpers import dispatcher, pool_whole, wait_until
+
+from procsched import TaskState
 
 DURATION = 10.0
 #: The dispatcher's CPU over the loop, as a share of one core. Respawning a
@@ -53,8 +52,10 @@ def test_segfault_loop_is_contained(new_scheduler):
 
     cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
     crashes = [r for r in loop.runs if r.outcome == "crashed"]
-    print(f"\ncrash loop: {len(crashes)} crashed runs in {elapsed:.1f}s, dispatcher CPU {cpu:.1%}, "
-          f"spawned {mid['spawned']}, workers {[(w['state'], w['restarts'], w['crash_streak']) for w in mid['workers']]}")  # fmt: skip
+    print(
+        f"\ncrash loop: {len(crashes)} crashed runs in {elapsed:.1f}s, dispatcher CPU {cpu:.1%}, "
+        f"spawned {mid['spawned']}, workers {[(w['state'], w['restarts'], w['crash_streak']) for w in mid['workers']]}"
+    )
 
     # The loop is contained: backoff keeps respawns (and dispatcher CPU) down.
     assert cpu < MAX_DISPATCHER_CPU, f"dispatcher used {cpu:.0%} of a core"
@@ -71,8 +72,10 @@ def test_segfault_loop_is_contained(new_scheduler):
         assert all(r.outcome == "ok" for r in h.runs), (h.name, [r.outcome for r in h.runs])
         lateness = [r.started_at - r.scheduled_for for r in h.runs]
         expected = {"rate-100ms": DURATION / 0.1, "delay-50ms": DURATION / 0.06, "cpu-250ms": DURATION / 0.25}[h.name]
-        print(f"  {h.name}: {len(h.runs)} runs (expected ~{expected:.0f}), lateness median "
-              f"{statistics.median(lateness) * 1e3:.1f} ms, max {max(lateness) * 1e3:.1f} ms")  # fmt: skip
+        print(
+            f"  {h.name}: {len(h.runs)} runs (expected ~{expected:.0f}), lateness median "
+            f"{statistics.median(lateness) * 1e3:.1f} ms, max {max(lateness) * 1e3:.1f} ms"
+        )
         assert len(h.runs) >= 0.8 * expected, (h.name, len(h.runs))
         assert max(lateness) < MAX_LATENESS, (h.name, max(lateness))
         assert statistics.median(lateness) < MAX_MEDIAN_LATENESS, (h.name, statistics.median(lateness))
@@ -104,9 +107,9 @@ def test_cancelling_a_held_task(new_scheduler):
     s = new_scheduler(2)
     for interrupt in (False, True):
         h = s.schedule_at_fixed_rate(rel_tasks.segfault, 0.01)
-        wait_until(lambda: s.stats()["crash_loops"].get(h.id, 0) >= 4, 30, "a crash loop")
+        wait_until(lambda h=h: s.stats()["crash_loops"].get(h.id, 0) >= 4, 30, "a crash loop")
         assert h.cancel(interrupt=interrupt)
-        wait_until(lambda: s.handle(h.id) is None, 10, "the task to end")
+        wait_until(lambda h=h: s.handle(h.id) is None, 10, "the task to end")
         assert h.state is TaskState.CANCELLED and h.cancelled()
         assert all(r.outcome in ("crashed", "cancelled") for r in h.runs)
     assert s.stats()["crash_loops"] == {}

@@ -13,12 +13,11 @@ import time
 
 import psutil
 import pytest
+import rel_tasks
+from rel_helpers import descendants, dispatcher, wait_all_gone, wait_for_lines
 
 import procsched
 from procsched import SchedulerError, TaskState
-
-import rel_tasks
-from rel_helpers import descendants, dispatcher, wait_all_gone, wait_for_lines
 
 #: How soon after the dispatcher dies every handle must have failed.
 PROMPT = 5.0

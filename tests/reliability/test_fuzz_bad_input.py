@@ -21,17 +21,17 @@ import numbers
 import re
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+import rel_tasks
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import procsched
 from procsched import InlineScheduler, ManualClock, Priority
-
-import rel_tasks
 
 VALID, INVALID, EITHER = "valid", "invalid", "either"
 NS = 1_000_000_000
@@ -61,16 +61,19 @@ weird = st.sampled_from([None, "1", "", b"1", [], {}, (), object(), 1j, Decimal(
 good_durations = st.one_of(
     st.integers(0, 10**6), st.floats(0, 1e6), st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=999))
 )
-durations = mostly(good_durations, st.one_of(
-    st.integers(-5, 10**6),
-    huge_ints,
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, 0.0, -0.0, 1e-12, 5e-10, 1e-9, 1e300, -1e-300, math.nan, math.inf, -math.inf]),
-    st.booleans(),
-    st.timedeltas(),
-    st.sampled_from([timedelta(0), timedelta(microseconds=1), timedelta.max, timedelta.min, -timedelta(seconds=1)]),
-    weird,
-))  # fmt: skip
+durations = mostly(
+    good_durations,
+    st.one_of(
+        st.integers(-5, 10**6),
+        huge_ints,
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([0, 0.0, -0.0, 1e-12, 5e-10, 1e-9, 1e300, -1e-300, math.nan, math.inf, -math.inf]),
+        st.booleans(),
+        st.timedeltas(),
+        st.sampled_from([timedelta(0), timedelta(microseconds=1), timedelta.max, timedelta.min, -timedelta(seconds=1)]),
+        weird,
+    ),
+)
 timeouts = st.one_of(st.none(), durations)
 priorities = mostly(
     st.one_of(st.integers(-1000, 1000), st.sampled_from(list(Priority) + [Color.RED])),
@@ -82,30 +85,42 @@ misfires = mostly(
     st.one_of(st.sampled_from(["CATCH_UP", "catchup", "", "skip "]), st.integers(), st.none(), st.text(max_size=10)),
 )
 flags = mostly(st.booleans(), st.one_of(st.integers(-1, 2), st.none(), st.sampled_from(["yes", "", 1.0])))
-zones = st.builds(timezone, st.timedeltas(min_value=-timedelta(hours=23, minutes=59), max_value=timedelta(hours=23, minutes=59)))
+zones = st.builds(
+    timezone, st.timedeltas(min_value=-timedelta(hours=23, minutes=59), max_value=timedelta(hours=23, minutes=59))
+)
 whens = mostly(
-    st.builds(lambda s, tz: (datetime.now(timezone.utc) + timedelta(seconds=s)).astimezone(tz), st.floats(-1e6, 1e6), zones),
+    st.builds(lambda s, tz: (datetime.now(UTC) + timedelta(seconds=s)).astimezone(tz), st.floats(-1e6, 1e6), zones),
     st.one_of(
         st.datetimes(timezones=zones),  # aware, years 1 to 9999
         st.datetimes(),  # naive
-        st.sampled_from([datetime.max.replace(tzinfo=timezone.utc), datetime.min.replace(tzinfo=timezone.utc), datetime.now()]),
-        st.integers(), st.floats(), st.none(), st.text(max_size=5), st.timedeltas(),
+        st.sampled_from([datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), datetime.now()]),
+        st.integers(),
+        st.floats(),
+        st.none(),
+        st.text(max_size=5),
+        st.timedeltas(),
     ),
-)  # fmt: skip
+)
 args_st = mostly(
     st.one_of(st.tuples(st.integers()), st.lists(st.integers(), max_size=3), st.just(())),
     st.one_of(
-        st.none(), st.text(max_size=3), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-        st.just((UNPICKLABLE,)), st.just([1, UNPICKLABLE]),
+        st.none(),
+        st.text(max_size=3),
+        st.integers(),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        st.just((UNPICKLABLE,)),
+        st.just([1, UNPICKLABLE]),
     ),
-)  # fmt: skip
+)
 kwargs_st = mostly(
     st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)),
     st.one_of(
-        st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2), st.lists(st.integers(), max_size=2),
-        st.text(max_size=3), st.just({"x": UNPICKLABLE}),
+        st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2),
+        st.lists(st.integers(), max_size=2),
+        st.text(max_size=3),
+        st.just({"x": UNPICKLABLE}),
     ),
-)  # fmt: skip
+)
 fns = mostly(st.sampled_from([sink, rel_tasks.nothing]), st.sampled_from([None, 3, "sink", [sink], print]))
 
 # -- the oracle --------------------------------------------------------------------
@@ -169,7 +184,7 @@ def when(value, wall_now=None):
         return INVALID, None
     if value.tzinfo is None:
         return INVALID, None
-    delay = (value - (wall_now or datetime.now(timezone.utc))).total_seconds()
+    delay = (value - (wall_now or datetime.now(UTC))).total_seconds()
     if delay > TEN_YEARS:
         return EITHER, None
     return VALID, max(0.0, delay)
@@ -240,7 +255,11 @@ def check(target: Target, method: str, verdicts: dict, expected_delay, call):
     if expected_delay is not None:
         slack = 1e-6 * max(1.0, expected_delay) + 0.05
         assert first is not None and t0 + expected_delay - slack <= first <= t1 + expected_delay + slack, (
-            method, expected_delay, first, t0)  # fmt: skip
+            method,
+            expected_delay,
+            first,
+            t0,
+        )
     if not handle.cancel():  # it is already running (due now): let it end
         concurrent.futures.wait([handle], timeout=30)
         assert handle.done()
@@ -288,8 +307,13 @@ def test_schedule(target, fn, delay, args, kwargs, prio, name_, timeout):
     verdicts["priority"] = priority(prio)
     verdicts["name"] = name(name_)
     verdicts["timeout"], _ = duration(timeout, positive=True, none_ok=True)
-    check(target, "schedule", verdicts, seconds, lambda: target.s.schedule(
-        fn, delay, args=args, kwargs=kwargs, priority=prio, name=name_, timeout=timeout))  # fmt: skip
+    check(
+        target,
+        "schedule",
+        verdicts,
+        seconds,
+        lambda: target.s.schedule(fn, delay, args=args, kwargs=kwargs, priority=prio, name=name_, timeout=timeout),
+    )
 
 
 @SETTINGS
@@ -300,8 +324,13 @@ def test_schedule_at(target, fn, when_, args, prio, name_):
     verdicts["when"], seconds = when(when_, clock.wall_now() if isinstance(clock, ManualClock) else None)
     verdicts["priority"] = priority(prio)
     verdicts["name"] = name(name_)
-    check(target, "schedule_at", verdicts, seconds, lambda: target.s.schedule_at(
-        fn, when_, args=args, priority=prio, name=name_))  # fmt: skip
+    check(
+        target,
+        "schedule_at",
+        verdicts,
+        seconds,
+        lambda: target.s.schedule_at(fn, when_, args=args, priority=prio, name=name_),
+    )
 
 
 @SETTINGS
@@ -314,8 +343,15 @@ def test_schedule_at_fixed_rate(target, fn, period, initial, mode, stop, prio, t
     verdicts["stop_on_error"] = flag(stop)
     verdicts["priority"] = priority(prio)
     verdicts["timeout"], _ = duration(timeout, positive=True, none_ok=True)
-    check(target, "schedule_at_fixed_rate", verdicts, seconds, lambda: target.s.schedule_at_fixed_rate(
-        fn, period, initial_delay=initial, misfire=mode, stop_on_error=stop, priority=prio, timeout=timeout))  # fmt: skip
+    check(
+        target,
+        "schedule_at_fixed_rate",
+        verdicts,
+        seconds,
+        lambda: target.s.schedule_at_fixed_rate(
+            fn, period, initial_delay=initial, misfire=mode, stop_on_error=stop, priority=prio, timeout=timeout
+        ),
+    )
 
 
 @SETTINGS
@@ -326,8 +362,15 @@ def test_schedule_with_fixed_delay(target, fn, delay, initial, stop, args, kwarg
     verdicts["initial_delay"], seconds = duration(initial)
     verdicts["stop_on_error"] = flag(stop)
     verdicts["name"] = name(name_)
-    check(target, "schedule_with_fixed_delay", verdicts, seconds, lambda: target.s.schedule_with_fixed_delay(
-        fn, delay, initial_delay=initial, stop_on_error=stop, args=args, kwargs=kwargs, name=name_))  # fmt: skip
+    check(
+        target,
+        "schedule_with_fixed_delay",
+        verdicts,
+        seconds,
+        lambda: target.s.schedule_with_fixed_delay(
+            fn, delay, initial_delay=initial, stop_on_error=stop, args=args, kwargs=kwargs, name=name_
+        ),
+    )
 
 
 @SETTINGS
@@ -364,11 +407,17 @@ def test_no_half_scheduled_task_in_the_dispatcher(process_scheduler):
     s = process_scheduler
     base = s.stats()["pending"]
     bad_calls = [
-        lambda: s.schedule(sink, -1), lambda: s.schedule(sink, math.nan), lambda: s.schedule(sink, args=(UNPICKLABLE,)),
-        lambda: s.schedule_at(sink, datetime.now()), lambda: s.schedule_at_fixed_rate(sink, 0),
-        lambda: s.schedule_at_fixed_rate(sink, 1, misfire="never"), lambda: s.schedule_with_fixed_delay(sink, math.inf),
-        lambda: s.schedule(sink, priority=1.5), lambda: s.schedule(None), lambda: s.submit(sink, UNPICKLABLE),
-    ]  # fmt: skip
+        lambda: s.schedule(sink, -1),
+        lambda: s.schedule(sink, math.nan),
+        lambda: s.schedule(sink, args=(UNPICKLABLE,)),
+        lambda: s.schedule_at(sink, datetime.now()),
+        lambda: s.schedule_at_fixed_rate(sink, 0),
+        lambda: s.schedule_at_fixed_rate(sink, 1, misfire="never"),
+        lambda: s.schedule_with_fixed_delay(sink, math.inf),
+        lambda: s.schedule(sink, priority=1.5),
+        lambda: s.schedule(None),
+        lambda: s.submit(sink, UNPICKLABLE),
+    ]
     for call in bad_calls:
         with pytest.raises((ValueError, TypeError)):
             call()

@@ -9,11 +9,10 @@ import os
 import tempfile
 
 import pytest
-
-import procsched
-
 import rel_tasks
 from rel_helpers import dispatcher, pool_whole, wait_until
+
+import procsched
 
 REPLACEMENTS = 2000
 MiB = 1 << 20

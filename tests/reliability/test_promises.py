@@ -18,18 +18,17 @@ import threading
 import time
 import weakref
 
+import hanging_import_task
+import promise_tasks as pt
 import psutil
 import pytest
+import rel_tasks
+import slow_import_task
+from rel_helpers import descendants, dispatcher, read_file, wait_all_gone, wait_for_lines, wait_until
 
 import procsched
 from procsched import SchedulerError, TaskState, TaskTimeoutError, WorkerCrashedError
 from procsched._errors import SchedulerClosedError
-
-import hanging_import_task
-import promise_tasks as pt
-import rel_tasks
-import slow_import_task
-from rel_helpers import alive, descendants, dispatcher, read_file, wait_all_gone, wait_for_lines, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,8 +42,12 @@ def _program(tmp_path, body: str, *args: str, **popen: object) -> subprocess.Pop
     )
     return subprocess.Popen(
         [sys.executable, str(script), *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 # -- 1. one task cannot break the scheduler --------------------------------------
@@ -161,12 +164,15 @@ def test_a_worker_that_takes_nothing_from_its_pipe_is_killed(new_scheduler):
 @pytest.mark.timeout(60)
 def test_shutdown_without_wait_then_exit_runs_every_one_shot(tmp_path):
     log = str(tmp_path / "runs")
-    proc = _program(tmp_path, f"""
+    proc = _program(
+        tmp_path,
+        f"""
         s = procsched.Scheduler(1)
         for i in range(4):
             s.submit(rel_tasks.touch_and_sleep, {log!r}, 0.1)
         s.shutdown(wait=False)
-    """)
+    """,
+    )
     out, err = proc.communicate(timeout=50)
     assert proc.returncode == 0, err
     assert len(read_file(log).splitlines()) == 4
@@ -177,7 +183,9 @@ def test_shutdown_without_wait_then_exit_runs_every_one_shot(tmp_path):
 def test_an_explicitly_shut_down_scheduler_logs_nothing_at_exit(tmp_path):
     """Issue 14.3: shutdown(wait=False, cancel_futures=True), result(), exit."""
     for _ in range(5):
-        proc = _program(tmp_path, """
+        proc = _program(
+            tmp_path,
+            """
             logging.basicConfig(level=logging.INFO)
             s = procsched.Scheduler(2)
             h = s.submit(rel_tasks.hello, 1)
@@ -186,7 +194,8 @@ def test_an_explicitly_shut_down_scheduler_logs_nothing_at_exit(tmp_path):
                 h.result(timeout=30)
             except Exception:
                 pass
-        """)
+        """,
+        )
         out, err = proc.communicate(timeout=50)
         assert proc.returncode == 0, err
         assert "ERROR" not in err and "WARNING" not in err, err
@@ -231,7 +240,9 @@ def test_no_timeout_no_started_message(new_scheduler):
 
 @pytest.mark.timeout(60)
 def test_user_sigkill_is_noticed_while_a_forked_child_lives(tmp_path, reaper):
-    proc = _program(tmp_path, """
+    proc = _program(
+        tmp_path,
+        """
         s = procsched.Scheduler(1)
         s.schedule_at_fixed_rate(rel_tasks.nothing, 0.05)
         s.submit(rel_tasks.hello).result(timeout=30)
@@ -241,7 +252,8 @@ def test_user_sigkill_is_noticed_while_a_forked_child_lives(tmp_path, reaper):
             os._exit(0)
         print(child, flush=True)
         sys.stdin.read()
-    """)
+    """,
+    )
     child = psutil.Process(int(proc.stdout.readline()))
     reaper.append(child)
     tree = [p for p in descendants(proc.pid) if p.pid != child.pid]
@@ -415,13 +427,16 @@ def test_a_dropped_scheduler_is_collected_and_its_processes_exit():
 
 @pytest.mark.timeout(60)
 def test_a_dropped_scheduler_logs_nothing_at_exit(tmp_path):
-    proc = _program(tmp_path, """
+    proc = _program(
+        tmp_path,
+        """
         logging.basicConfig(level=logging.INFO)
         def make():
             s = procsched.Scheduler(1)
             s.submit(rel_tasks.hello, 1).result(timeout=30)
         make()
-    """)
+    """,
+    )
     out, err = proc.communicate(timeout=50)
     assert proc.returncode == 0, err
     assert "ERROR" not in err and "WARNING" not in err, err
@@ -482,7 +497,9 @@ def test_killing_the_dispatcher_leaves_no_temporary_directory(tmp_path, monkeypa
 def test_ctrl_c_in_a_with_block_says_what_exit_waits_for(tmp_path):
     """Issue 14.10: the first Ctrl-C says what exit waits for and that a
     second one kills the runs; the second kills them."""
-    proc = _program(tmp_path, """
+    proc = _program(
+        tmp_path,
+        """
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
         import threading
         started = threading.Event()
@@ -492,7 +509,9 @@ def test_ctrl_c_in_a_with_block_says_what_exit_waits_for(tmp_path):
             started.wait(30)
             print(s.stats()["workers"][0]["pid"], flush=True)
             sys.stdin.read()
-    """, start_new_session=True)
+    """,
+        start_new_session=True,
+    )
     worker = psutil.Process(int(proc.stdout.readline()))
     proc.send_signal(signal.SIGINT)
     lines: list[str] = []
@@ -514,11 +533,14 @@ def test_ctrl_c_in_a_with_block_says_what_exit_waits_for(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_with_block_exit_waiting_for_a_one_shot_says_so(tmp_path):
-    proc = _program(tmp_path, """
+    proc = _program(
+        tmp_path,
+        """
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
         with procsched.Scheduler(1) as s:
             s.schedule(rel_tasks.hello, 1.5, name="later")
-    """)
+    """,
+    )
     out, err = proc.communicate(timeout=50)
     assert proc.returncode == 0, err
     assert "INFO exiting the Scheduler's with block: waiting for 1 pending task(s) (later, the next due in" in err, err

@@ -11,11 +11,10 @@ import time
 
 import psutil
 import pytest
-
-from procsched import TaskState, TaskTimeoutError, WorkerCrashedError
-
 import rel_tasks
 from rel_helpers import pool_whole, wait_all_gone, wait_for_lines, wait_until
+
+from procsched import TaskState, TaskTimeoutError, WorkerCrashedError
 
 MiB = 1 << 20
 

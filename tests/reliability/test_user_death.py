@@ -21,7 +21,6 @@ import time
 
 import psutil
 import pytest
-
 from rel_helpers import alive, descendants, read_file, wait_all_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,8 +62,11 @@ def _start(tmp_path, mode: str) -> tuple[subprocess.Popen, list[psutil.Process]]
     script.write_text(PROGRAM.format(here=HERE))
     proc = subprocess.Popen(
         [sys.executable, str(script), mode, str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if line != "ready\n":
         proc.kill()

@@ -90,13 +90,35 @@ def ray_cluster():
     env.pop("RAY_ADDRESS", None)
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     head = subprocess.Popen(
-        [ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--temp-dir", temp_dir, "--port", "0",
-         "--include-dashboard", "false", "--include-log-monitor", "false", "--disable-usage-stats",
-         "--object-store-memory", str(512 << 20),
-         # ports that default to fixed numbers: free ones, so clusters can coexist
-         *_client_port(), "--dashboard-agent-listen-port", str(_free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True,
-    )  # fmt: skip
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "2",
+            "--temp-dir",
+            temp_dir,
+            "--port",
+            "0",
+            "--include-dashboard",
+            "false",
+            "--include-log-monitor",
+            "false",
+            "--disable-usage-stats",
+            "--object-store-memory",
+            str(512 << 20),
+            # ports that default to fixed numbers: free ones, so clusters can coexist
+            *_client_port(),
+            "--dashboard-agent-listen-port",
+            str(_free_port()),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        text=True,
+    )
     started = _HeadOutput(head, os.path.join(temp_dir, "start.log"))
     _NOT_OURS.add(head.pid)
     try:

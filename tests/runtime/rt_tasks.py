@@ -144,11 +144,19 @@ def start_children(path):
     """Start a child, and a grandchild whose parent exits at once (an orphan);
     return without waiting for either."""
     child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
-    orphan_maker = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys; "
-        "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
-        "print(p.pid, flush=True)"
-    )], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    orphan_maker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys; "
+                "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
+                "print(p.pid, flush=True)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     orphan = int(orphan_maker.stdout.readline())
     orphan_maker.wait()
     _write(path, f"{child.pid} {orphan}\n")

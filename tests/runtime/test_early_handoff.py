@@ -6,12 +6,11 @@ racing the clock, even on a loaded machine."""
 
 from __future__ import annotations
 
+import prefetch_tasks as pt
 import pytest
+from prefetch_helpers import until_stats
 
 from procsched import TaskState
-
-import prefetch_tasks as pt
-from prefetch_helpers import until_stats
 
 
 @pytest.fixture(autouse=True)

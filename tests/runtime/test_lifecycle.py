@@ -11,10 +11,10 @@ import textwrap
 
 import psutil
 import pytest
-
-import procsched
 import rt_tasks as t
 from rt_helpers import Waiter
+
+import procsched
 
 pytestmark = pytest.mark.timeout(60)
 

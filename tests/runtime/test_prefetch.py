@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
-import procsched
-from procsched import TaskState, TaskTimeoutError, WorkerCrashedError
-
 import prefetch_tasks as pt
+import pytest
 from prefetch_helpers import until_stats
 from rt_helpers import Waiter, release
+
+from procsched import TaskState, TaskTimeoutError, WorkerCrashedError
 
 DEPTH = 2
 

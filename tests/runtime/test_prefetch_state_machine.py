@@ -17,14 +17,14 @@ import os
 import signal
 import tempfile
 
+import prefetch_tasks as pt
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 import procsched
 from procsched import TaskState, WorkerCrashedError
-
-import prefetch_tasks as pt
 
 
 class PrefetchMachine(RuleBasedStateMachine):
@@ -99,7 +99,9 @@ class PrefetchMachine(RuleBasedStateMachine):
 @pytest.mark.timeout(180)
 def test_prefetch_state_machine() -> None:
     PrefetchMachine.TestCase.settings = settings(
-        max_examples=8, stateful_step_count=25, deadline=None,
+        max_examples=8,
+        stateful_step_count=25,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
-    )  # fmt: skip
+    )
     PrefetchMachine.TestCase().runTest()

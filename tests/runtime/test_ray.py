@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psutil
 import pytest
-
-import procsched
 import rt_tasks as t
 from rt_helpers import Waiter
+
+import procsched
 
 pytestmark = pytest.mark.timeout(120)
 ray_cluster = pytest.mark.usefixtures("ray_cluster")
@@ -77,8 +77,7 @@ BAD_OPTIONS = [
 ]
 METHODS = {
     "schedule": lambda s, **kw: s.schedule(t.square, 0, args=(2,), **kw),
-    "schedule_at": lambda s, **kw: s.schedule_at(t.square, datetime.now(timezone.utc) + timedelta(seconds=1),
-                                                 args=(2,), **kw),
+    "schedule_at": lambda s, **kw: s.schedule_at(t.square, datetime.now(UTC) + timedelta(seconds=1), args=(2,), **kw),
     "schedule_at_fixed_rate": lambda s, **kw: s.schedule_at_fixed_rate(t.square, 1, args=(2,), **kw),
     "schedule_with_fixed_delay": lambda s, **kw: s.schedule_with_fixed_delay(t.square, 1, args=(2,), **kw),
 }
@@ -88,7 +87,7 @@ METHODS = {
 def test_bad_ray_options_are_refused_at_the_call(make_scheduler):
     s = make_scheduler(2, runner="ray")
     for options, error, match in BAD_OPTIONS:
-        for name, method in METHODS.items():
+        for method in METHODS.values():
             with pytest.raises(error, match=match):
                 method(s, ray_options=options)
     assert s.pending() == 0 and s.stats()["pending"] == 0  # nothing was scheduled
@@ -181,8 +180,14 @@ def test_user_process_dying_ends_its_ray_runs(how, tmp_path, fifo):
     # at a normal exit (here: an unhandled exception) procsched stops them.
     script = tmp_path / "user.py"
     script.write_text(USER_PROGRAM)
-    user = subprocess.Popen([sys.executable, str(script), fifo, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env(), text=True)  # fmt: skip
+    user = subprocess.Popen(
+        [sys.executable, str(script), fifo, how],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        text=True,
+    )
     try:
         with open(fifo) as reported:  # the run writes its pid here first thing
             ray_worker = int(reported.readline())
@@ -215,8 +220,9 @@ CONNECT_PROGRAM = textwrap.dedent("""
 
 @ray_cluster
 def test_a_scheduler_connects_through_ray_address_and_disconnects_at_shutdown():
-    out = subprocess.run([sys.executable, "-c", CONNECT_PROGRAM], env=_env(), capture_output=True, text=True,
-                         timeout=90)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", CONNECT_PROGRAM], env=_env(), capture_output=True, text=True, timeout=90
+    )
     assert out.stdout.split() == ["2", "16", "True", "False"], out.stderr[-3000:]
 
 
@@ -236,8 +242,12 @@ def test_cli_runs_a_jobs_file_on_ray(tmp_path):
     jobs.write_text(JOBS)
     out = subprocess.run(
         [sys.executable, "-m", "procsched", "run", str(jobs), "--runner", "ray", "--duration", "2", "--json"],
-        env=_env(), capture_output=True, text=True, timeout=90, cwd=str(tmp_path / ".."),
-    )  # fmt: skip
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=str(tmp_path / ".."),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert events[0]["event"] == "procsched_started" and events[0]["runner"] == "ray"

@@ -7,10 +7,10 @@ import random
 import threading
 
 import pytest
-
-import procsched
 import rt_tasks as t
 from rt_helpers import Waiter, release
+
+import procsched
 
 pytestmark = pytest.mark.timeout(60)
 TOLERANCE = 0.08  # seconds: generous, real time on a shared 2-core machine
@@ -181,7 +181,9 @@ def test_futures_api(runner, make_scheduler):
 
     s = make_scheduler(2, runner=runner)
     handles = [s.submit(t.square, i) for i in range(10)]
-    assert sorted(h.result() for h in concurrent.futures.as_completed(handles, timeout=30)) == [i * i for i in range(10)]
+    assert sorted(h.result() for h in concurrent.futures.as_completed(handles, timeout=30)) == [
+        i * i for i in range(10)
+    ]
     assert list(s.map(t.square, range(5), timeout=30)) == [0, 1, 4, 9, 16]
 
     async def main():

@@ -36,9 +36,10 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from .._store import open_store
+from ..._store import SQLiteStore, open_store
 
 #: The writer checkpoints the WAL after this many rows written (SQLite; a
 #: row is 2-3 pages of WAL: the WAL stays around 10 MB).
@@ -57,8 +58,10 @@ class Writer:
         self._done = threading.Event()
         self.fd, self._wfd = os.pipe()
         self._written = 0  # rows written since the last checkpoint
-        self._checkpoint = getattr(self.store, "manual_checkpoints", lambda: None)()
-        getattr(self.store, "gate_writes", lambda: None)()  # SQLite: writers of several schedulers queue, not nap
+        self._checkpoint: Callable[[], None] | None = None
+        if isinstance(self.store, SQLiteStore):  # (``manual_checkpoints``, ``gate_writes``: SQLite's alone today)
+            self._checkpoint = self.store.manual_checkpoints()
+            self.store.gate_writes()  # writers of several schedulers queue, not nap
         self._thread = threading.Thread(target=self._run, name="procsched-store-writer", daemon=True)
         self._thread.start()
 

@@ -1,8 +1,8 @@
 """Several schedulers on one store (issue 11): the dispatcher's view of its peers.
 
-    Journal.turn ──▶ Peers.due(now)? ──▶ store.peers_view(since - overlap)   (one read snapshot)
+    Journal.turn ──▶ Peers.turn(now) ──▶ store.peers_view(since - overlap)   (one read snapshot)
                         │                  ├─ changed rows ──▶ realign / pause / resume local keyed tasks
-                        │                  │                   unknown key ──▶ EV_ADOPT ──▶ facade adopts it
+                        │                  │                   unknown key ──▶ AdoptKey ──▶ facade adopts it
                         │                  ├─ fewer rows than known ──▶ keys() ──▶ drop tasks others deleted
                         │                  └─ expired leases ──▶ take_over(dead, me, reschedule) ──▶ realign
                         ├─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
@@ -30,56 +30,21 @@ Journal does not write them back (``quiet``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from .._core import TaskState
-from .._errors import StoreError
-from .._store import StoredTask
-from ._engine import EV_STATE
+from ..._core import Kind, TaskState
+from ..._core._units import NS
+from ..._errors import StoreError
+from ..._store import Holder, SQLStore, StoredTask
+from .._engine import Engine
+from .._messages import AdoptKey, Message
+from ._stored import resume_point, schedule_of
 
-NS = 1_000_000_000
 #: The longest interval between two re-reads of the store.
 SYNC_MAX_NS = NS
 #: Re-read rows written this long before the last read too: a transaction
 #: may commit a little after the store-clock time it stamped.
 OVERLAP_NS = 2 * NS
-#: Event to the facade: adopt the stored task ``key`` (another scheduler added it).
-EV_ADOPT = "adopt"  # (tag, key)
-
-
-def next_after(schedule: dict[str, Any], slot_ns: int, now_wall: int) -> int | None:
-    """The regular slot after ``slot_ns`` (UTC ns) of a task with this
-    stored schedule; None for a one-shot. (Fixed delay: a period after the
-    slot - the run's end is not known yet; the holder's reschedule, read at
-    the next sync, corrects it.)"""
-    kind = schedule["kind"]
-    if kind == "once":
-        return None
-    if kind in ("fixed_rate", "fixed_delay"):
-        return slot_ns + schedule["period_ns"]
-    from .. import _validate as v
-
-    tz = schedule["tz"]
-    if isinstance(tz, (int, float)):
-        from datetime import timedelta, timezone
-
-        tz = timezone(timedelta(seconds=tz))
-    trigger, _ = v.cron(schedule["expr"], tz, now_wall)
-    return trigger.next_ns(slot_ns)
-
-
-def not_before(schedule: dict[str, Any], due: int, floor: int) -> int:
-    """The first regular slot at or after ``floor``, from ``due`` on (UTC ns)."""
-    if due >= floor:
-        return due
-    kind = schedule["kind"]
-    if kind == "fixed_rate":
-        period = schedule["period_ns"]
-        return due + -(-(floor - due) // period) * period
-    if kind == "cron":
-        following = next_after(schedule, floor - 1, floor)
-        return floor if following is None else following
-    return floor
 
 
 def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
@@ -93,15 +58,35 @@ def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
     if st.next_due_ns is None:
         return None
     if task.holder is not None:  # a run in flight: next_due_ns is its slot
-        due = next_after(task.definition.schedule, st.next_due_ns, now_wall)
-        return None if due is None else (st.run_count, 1, not_before(task.definition.schedule, due, now_wall))
+        schedule = schedule_of(task.definition)
+        due = schedule.next_after(st.next_due_ns)
+        if due is None:
+            return None
+        following = schedule.not_before(due, now_wall)
+        return st.run_count, 1, now_wall if following is None else following
     return st.run_count, st.next_attempt, st.next_due_ns
+
+
+class Journalled(Protocol):
+    """What peers read and change of the dispatcher's journal (``_journal.Journal``)."""
+
+    store: SQLStore
+    holder: Holder
+    keys: dict[int, str]  # live keyed task id -> key
+    runs: dict[str, int]  # key -> the last run number claimed
+    cancelled: list[int]
+
+    def expecting(self, key: str) -> bool: ...
+
+    def sync(self, events: list[Message]) -> None: ...
+
+    def pass_over(self, events: list[Message]) -> None: ...
 
 
 class Peers:
     """One dispatcher's dealings with the other schedulers on its store."""
 
-    def __init__(self, journal: Any, lease_ns: int) -> None:
+    def __init__(self, journal: Journalled, lease_ns: int) -> None:
         self.journal = journal
         self.interval = max(1, min(SYNC_MAX_NS, lease_ns // 3))
         self.sync_at: int | None = None  # monotonic: the next re-read (the first turn sets it)
@@ -117,9 +102,22 @@ class Peers:
         #: scheduler claims it again: its claimer stopped claiming it.
         self.grace = self.interval
 
+    def turn(self, engine: Engine, now: int, offset: int, dead: bool) -> int:
+        """A turn of the dispatcher: re-read the store if it is time (not
+        once the store is closing); when the next re-read is due."""
+        if self.sync_at is None:
+            self.sync_at = now + self.interval
+        elif now >= self.sync_at and not dead:
+            self.sync(engine, now, offset)
+        return self.sync_at
+
+    def sync_soon(self) -> None:
+        """Re-read at the next turn."""
+        self.sync_at = 0
+
     # -- a lost claim ------------------------------------------------------------
 
-    def lost(self, engine: Any, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
+    def lost(self, engine: Engine, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
         """Another scheduler won this run's claim: skip it, then realign the task from its row."""
         engine.skip(worker, run, now)
         try:
@@ -128,11 +126,11 @@ class Peers:
                 self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
                 self.stand_by(engine, run.task_id, task)
         except Exception as exc:  # noqa: BLE001 - the next re-read tries again
-            engine._log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
+            engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
     # -- standby: one claimer per task -----------------------------------------------
 
-    def stand_by(self, engine: Any, tid: int, task: StoredTask) -> None:
+    def stand_by(self, engine: Engine, tid: int, task: StoredTask) -> None:
         """Another scheduler claims this task: stop claiming it here.
 
         Without this, every scheduler tries every slot of every shared task
@@ -146,24 +144,24 @@ class Peers:
         A claimer that dies holding a run is taken over by its lease, which
         wakes the task too. Claims still decide who runs each slot."""
         me = self.journal.holder.id
-        if tid in self.standby or task.state.paused or engine.core.state(tid) is not TaskState.PENDING:
+        if tid in self.standby or task.state.paused or engine.state(tid) is not TaskState.PENDING:
             return
         if task.holder == me or not any(h.id != me for h in self.holders):
             return  # lost to its own run in flight (a run given ahead), not to another scheduler
-        if engine.core.pause(tid):
+        if engine.stand_by(tid):
             self._note(tid, task)
 
     def _note(self, tid: int, task: StoredTask) -> None:
         """What the re-read checks for a task on standby: its next due time, None while a run is in flight."""
         self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
 
-    def wake(self, engine: Any, tid: int, now: int) -> bool:
+    def wake(self, engine: Engine, tid: int, now: int) -> bool:
         """Take ``tid`` off standby (quietly: the core resumes it; the caller
         realigns it with the store). True if it was on standby."""
         if tid not in self.standby:
             return False
         del self.standby[tid]
-        engine.core.resume(tid, now)
+        engine.wake(tid, now)
         return True
 
     def _kept_up(self, task: StoredTask, store_now: int) -> bool:
@@ -177,12 +175,12 @@ class Peers:
 
     # -- the bounded re-read ---------------------------------------------------------
 
-    def sync(self, engine: Any, now: int, offset: int, full: bool = False) -> None:
+    def sync(self, engine: Engine, now: int, offset: int, full: bool = False) -> None:
         """Re-read what other schedulers changed; take over expired ones."""
         journal = self.journal
         store = journal.store
         self.sync_at = now + self.interval
-        journal.sync(engine)  # the engine's own changes are journalled first; ours below are not
+        journal.sync(engine.events)  # the engine's own changes are journalled first; ours below are not
         try:
             changed, count, holders, store_now = store.peers_view(0 if full else self.since - OVERLAP_NS)
             self.since = store_now
@@ -197,7 +195,7 @@ class Peers:
                     self.apply(engine, tid, task, now, offset, store_now=store_now)
                 elif task.unloadable is None and task.key not in self.asked and not journal.expecting(task.key):
                     self.asked.add(task.key)
-                    engine.events.append((EV_ADOPT, task.key))
+                    engine.emit(AdoptKey.wire(task.key))
             if count != len(self.known):
                 keys = store.keys()
                 for key in self.known - keys:
@@ -211,23 +209,21 @@ class Peers:
                 if dead.id != me.id and dead.lease_until_ns < store_now:
                     self.take_over(engine, dead, now, offset, by_key)
             for tid, due in list(self.standby.items()):
-                if engine.core.state(tid) is None:  # cancelled here, or ended
+                if engine.state(tid) is None:  # cancelled here, or ended
                     del self.standby[tid]
                 elif tid in seen or due is None or due + self.grace >= store_now:
                     continue  # read just now, a run in flight (its lease guards it), or not late yet
-                elif (task := store.get(journal.keys[tid]) if tid in journal.keys else None) is None:
+                elif (stored := store.get(journal.keys[tid]) if tid in journal.keys else None) is None:
                     del self.standby[tid]
                 else:
-                    self.apply(engine, tid, task, now, offset, store_now=store_now)
+                    self.apply(engine, tid, stored, now, offset, store_now=store_now)
         except StoreError as exc:
-            engine._log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
+            engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
-            engine._log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
-        journal.seen = len(engine.events)  # what this pass did to local tasks is the store's already
+            engine.log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
+        journal.pass_over(engine.events)  # what this pass did to local tasks is the store's already
 
-    def take_over(self, engine: Any, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
-        from ._durable import resume_point
-
+    def take_over(self, engine: Engine, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
         wall = now + offset
 
         def reschedule(task: StoredTask, crashed: Any) -> dict[str, Any] | None:
@@ -241,8 +237,11 @@ class Peers:
         if runs is None:
             return  # another survivor took it over (or we were fenced out)
         self.takeovers += 1
-        engine._log(30, f"scheduler {dead.id} (host {dead.host}, pid {dead.pid}) let its lease expire: taken over, "
-                        f"{len(runs)} run(s) in flight recorded crashed")  # fmt: skip
+        engine.log(
+            30,
+            f"scheduler {dead.id} (host {dead.host}, pid {dead.pid}) let its lease expire: taken over, "
+            f"{len(runs)} run(s) in flight recorded crashed",
+        )
         for record in runs:
             tid = by_key.get(record.key)
             task = self.journal.store.get(record.key)
@@ -255,9 +254,17 @@ class Peers:
 
     # -- local tasks follow the store ---------------------------------------------------
 
-    def apply(self, engine: Any, tid: int, task: StoredTask, now: int, offset: int,
-              lost: tuple[int, int] | None = None, force: bool = False, store_now: int | None = None,
-              ) -> None:  # fmt: skip
+    def apply(
+        self,
+        engine: Engine,
+        tid: int,
+        task: StoredTask,
+        now: int,
+        offset: int,
+        lost: tuple[int, int] | None = None,
+        force: bool = False,
+        store_now: int | None = None,
+    ) -> None:
         """Bring the local task ``tid`` to where the stored ``task`` is.
         ``lost``: the (run, attempt) whose claim was just lost; realigning to
         that very claim again is not before now (no tight loop of claims the
@@ -266,8 +273,7 @@ class Peers:
         task just scheduled here, on a grid of its own). A task on standby
         stays there while the store (read at ``store_now``) shows it kept
         up; otherwise it wakes and is realigned."""
-        core = engine.core
-        state = core.state(tid)
+        state = engine.state(tid)
         if state is None or task.holder == self.journal.holder.id:
             return
         if tid in self.standby:
@@ -275,13 +281,13 @@ class Peers:
                 self._note(tid, task)
                 return
             self.wake(engine, tid, now)
-            state, force = core.state(tid), True
+            state, force = engine.state(tid), True
         if task.state.paused and state is TaskState.PENDING:
             engine.pause(tid)
             return
         if not task.state.paused and state is TaskState.PAUSED:
             engine.resume(tid, now)
-            state = core.state(tid)
+            state = engine.state(tid)
         if state is not TaskState.PENDING:
             return
         point = store_next(task, now + offset)
@@ -289,19 +295,20 @@ class Peers:
             return
         runs, attempt, due_wall = point
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
-        if core.next_claim(tid) == claim and not force:
+        if engine.next_claim(tid) == claim and not force:
             return  # the same claim next: leave its due time (clock readings differ by microseconds)
+        schedule = schedule_of(task.definition)
         if claim == lost:
-            due_wall = not_before(task.definition.schedule, due_wall, now + offset)
-        calendar = task.definition.schedule["kind"] == "cron"
-        core.realign(tid, runs, attempt, due_wall - offset, due_wall if calendar and attempt == 1 else None)
-        self.journal.runs[task.key] = runs
-        engine.events.append((EV_STATE, tid, TaskState.PENDING.value, core.due(tid), core.next_wall(tid)))
+            following = schedule.not_before(due_wall, now + offset)
+            due_wall = now + offset if following is None else following
+        calendar = schedule.kind is Kind.CALENDAR
+        if engine.realign(tid, runs, attempt, due_wall - offset, due_wall if calendar and attempt == 1 else None):
+            self.journal.runs[task.key] = runs
 
-    def drop(self, engine: Any, tid: int, key: str, now: int) -> None:
+    def drop(self, engine: Engine, tid: int, key: str, now: int) -> None:
         """Another scheduler cancelled ``key`` (or it ended there): end it here."""
         self.standby.pop(tid, None)
-        if engine.core.state(tid) is not TaskState.RUNNING:
+        if engine.state(tid) is not TaskState.RUNNING:
             self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
         engine.cancel(tid, False, now)
         self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
-import procsched
-from procsched import Retry, TaskState
-
 import rt_tasks
 from rt_helpers import Waiter
+
+from procsched import Retry, TaskState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,7 +33,7 @@ def test_cron_every_second_with_max_runs(make_scheduler, runner) -> None:
     assert handle.key == "tick" and s.get("tick") is handle and s.get(handle.id) is handle
     first = handle.next_run_at
     assert first is not None and first.tzinfo is not None and first.microsecond == 0
-    assert timedelta(0) < first - datetime.now(timezone.utc) <= timedelta(seconds=1)
+    assert timedelta(0) < first - datetime.now(UTC) <= timedelta(seconds=1)
     assert handle.result(30) is None  # a periodic task that reached max_runs ends DONE with None
     assert handle.state is TaskState.DONE
     assert [r.run for r in handle.runs] == [1, 2, 3]
@@ -124,7 +122,7 @@ def test_dispatcher_recomputes_calendar_tasks_after_a_wall_clock_step(make_sched
     handle = s.schedule_cron(rt_tasks.square, "0 * * * *", args=(5,), tz="UTC", max_runs=1)
     slot = handle.next_run_at
     assert slot is not None
-    ahead = (slot - datetime.now(timezone.utc)).total_seconds()
+    ahead = (slot - datetime.now(UTC)).total_seconds()
     with caplog.at_level(logging.INFO, logger="procsched"):
         s._step_wall(ahead - 0.5)  # the wall clock now reads half a second before the slot
         assert handle.result(15) is None

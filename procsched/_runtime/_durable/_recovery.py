@@ -1,0 +1,220 @@
+"""The user process's side of a store: a keyed task's definition at the
+call, and recovery at start-up (before the dispatcher owns the store).
+
+    Scheduler(store=...) ─ open_store ─▶ recover(store): take over dead schedulers
+                                           (their runs in flight -> crashed)
+                           plan(tasks): per stored task its resume point, per
+                           shape (function, arguments, schedule, options) one
+                           import, one pickled call, one AdoptShape
+                        ─▶ the facade makes the handles and sends Adopt chunks
+    schedule(key=...) ──▶ definition(spec): the stored form ─▶ Define + Add
+
+See ``_journal.py`` for the dispatcher's side.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from ... import _tz
+from ..._core import Schedule
+from ..._core._schedule import upgrade_record
+from ..._core._units import NS
+from ..._retry import Retry
+from ..._store import RunRecord, StoredTask, TaskDefinition, dead_here, function_ref, resolve_ref
+from ..._validate import TaskSpec
+from .._messages import AdoptShape, Message
+from .._wire import carried_classes, pack_call
+from ._stored import resume_point, stored_hash
+
+logger = logging.getLogger("procsched")
+
+
+def definition(spec: TaskSpec, fn: Any, arg_blob: bytes, wall_now: int) -> TaskDefinition:
+    """A keyed task's stored definition (its ``until`` counted from
+    ``wall_now``, the call). Raises TypeError (why) for a function that
+    cannot be stored by reference (a lambda, a closure...)."""
+    assert spec.key is not None
+    ref = function_ref(fn)
+    retry = None
+    if spec.retry is not None:
+        r = spec.retry.policy()
+        retry = [
+            r.attempts,
+            r.delay_ns,
+            r.backoff,
+            r.max_delay_ns,
+            r.jitter,
+            sorted(r.outcomes),
+            [f"{c.__module__}:{c.__qualname__}" for c in spec.retry.classes],
+        ]
+    options = {"priority": spec.priority, "timeout_ns": spec.timeout_ns, "name": spec.name, "retry": retry}
+    return TaskDefinition(spec.key, ref, arg_blob, spec.schedule.to_record(spec.delay_ns, wall_now), options)
+
+
+def spec_of(d: TaskDefinition, wall_now: int) -> TaskSpec:
+    """The request a stored definition was made from, as of ``wall_now``
+    (its ``until`` counts from then; a cron task's first slot is the first
+    after it)."""
+    schedule, delay = Schedule.from_record(d.schedule, d.options, wall_now, _tz.zone)
+    o = upgrade_record(d.schedule, d.options)[1]
+    retry = None
+    if o.get("retry") is not None:
+        attempts, delay_ns, backoff, max_delay_ns, jitter, outcomes, classes = o["retry"]
+        retry = Retry(
+            attempts,
+            timedelta(microseconds=delay_ns / 1000),
+            backoff,
+            timedelta(microseconds=max_delay_ns / 1000),
+            jitter,
+            (*outcomes, *(resolve_ref(c) for c in classes)),
+        )
+        retry.delay, retry.max_delay = delay_ns / NS, max_delay_ns / NS
+    return TaskSpec(
+        schedule, delay, o["priority"], o["timeout_ns"], o["name"], start_wall_ns=wall_now, retry=retry, key=d.key
+    )
+
+
+def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[str, int]]:
+    """Start-up: record the runs of dead schedulers ``crashed`` (once) and
+    return the stored tasks, per key its crashed run, and per key whose
+    current run is a retry, that run's regular slot (its first attempt's
+    scheduled time: the grid goes on from it)."""
+    loaded = store.load()
+    dead = dead_here(loaded.schedulers)
+    crashed: dict[str, RunRecord] = {}
+    for holder in dead + [h for h in store.expired_holders() if h not in dead]:
+        runs = store.take_over(holder, None, force=holder in dead)
+        for record in runs or ():
+            crashed[record.key] = record
+    tasks = store.load().tasks if crashed else loaded.tasks
+    # A crash recorded by an earlier start that died before it wrote the
+    # task's reschedule (its state still points at the crashed run): the
+    # same crash again, so recovery does not depend on surviving itself.
+    for task in tasks:
+        st = task.state
+        if task.last_outcome == "crashed" and task.key not in crashed and st.next_attempt == 1 and st.run_count:
+            last = store.history(task.key, 1)
+            if (
+                last
+                and last[0].outcome == "crashed"
+                and last[0].error_type == "SchedulerDied"
+                and last[0].run == st.run_count
+                and last[0].scheduled_ns == st.next_due_ns
+            ):
+                crashed[task.key] = last[0]
+    slots: dict[str, int] = {}
+    for task in tasks:
+        record = crashed.get(task.key)
+        run = (
+            record.run
+            if record is not None and record.attempt > 1
+            else (task.state.run_count if task.state.next_attempt > 1 else None)
+        )
+        if run is not None:
+            first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
+            if first:
+                slots[task.key] = first[0].scheduled_ns
+    return tasks, crashed, slots
+
+
+class Row(NamedTuple):
+    """One stored task of a plan (an ``AdoptRow`` once it has an id)."""
+
+    key: str
+    shape: int
+    """An index into the plan's shapes."""
+    runs: int
+    attempt: int
+    due_wall_ns: int
+    slot_wall_ns: int
+    paused: bool
+    write: bool
+    name: str | None
+
+
+class Plan(NamedTuple):
+    """How to adopt stored tasks (see :func:`plan`)."""
+
+    shapes: list[Message]
+    """``AdoptShape`` messages."""
+    rows: list[Row]
+    ended: list[str]
+    """Keys of one-shots that ended (their only run crashed): to delete."""
+    adopted: dict[str, str]
+    """Key -> its definition's hash (``stored_hash``): the same task scheduled again goes on."""
+    unloadable: dict[str, str]
+    """Key -> why its function or arguments did not load here (logged; kept in the store)."""
+
+
+def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str, int], wall: int) -> Plan:
+    """What to adopt stored tasks with, as of ``wall``.
+
+    A *shape* is what tasks of one function, arguments, schedule and
+    options share - the import, the unpickled and re-pickled call, the
+    schedule and the dispatcher's add are made once per shape, not once per
+    task (100,000 stored tasks are typically of a few shapes; ``load()``
+    shares equal schedule and options dicts, so a shape is found by
+    identity)."""
+    result = Plan([], [], [], {}, {})
+    by_shape: dict[tuple[Any, ...], int | str] = {}  # -> index into shapes, or why it cannot load
+    names: list[str | None] = []
+    fns: dict[str, Any] = {}
+    for task in tasks:
+        d = task.definition
+        if task.holder is not None and d.schedule["kind"] == "once":  # (a store's word for it, in every version)
+            continue  # its only run is another live scheduler's
+        shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))
+        index = by_shape.get(shape)
+        if index is None:
+            try:
+                fn = fns.get(d.fn_ref)
+                if fn is None:
+                    fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
+                args, kwargs = pickle.loads(d.args)
+                spec = spec_of(d, wall)
+                payload = pack_call(fn, tuple(args), dict(kwargs))  # the processes runner's (the only one with a store)
+                retry = None if spec.retry is None else spec.retry.policy().to_wire()
+                index = len(result.shapes)
+                result.shapes.append(
+                    AdoptShape.wire(
+                        spec.schedule.to_wire(),
+                        wall,
+                        spec.priority,
+                        spec.timeout_ns,
+                        spec.name,
+                        payload,
+                        retry,
+                        carried_classes(spec.retry, True),
+                    )
+                )
+                names.append(spec.name)
+            except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
+                index = f"{type(exc).__name__}: {exc}"
+            by_shape[shape] = index
+        if isinstance(index, str):
+            logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, index)
+            result.unloadable[d.key] = index
+            continue
+        resume = resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
+        if resume is None:
+            logger.warning(
+                "stored one-shot task %r: its run was in flight when its scheduler died (recorded crashed); it ends",
+                d.key,
+            )
+            result.ended.append(d.key)
+            continue
+        runs, attempt, due, slot, paused = resume
+        st = task.state
+        write = task.unloadable is not None or (runs, due, attempt, paused) != (
+            st.run_count,
+            st.next_due_ns,
+            st.next_attempt,
+            st.paused,
+        )  # adopted unchanged: nothing to write
+        result.rows.append(Row(d.key, index, runs, attempt, due or 0, slot, paused, write, names[index]))
+        result.adopted[d.key] = stored_hash(d)
+    return result

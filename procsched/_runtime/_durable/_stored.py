@@ -1,0 +1,76 @@
+"""A stored task's schedule, and where a stored task goes on.
+
+Pure functions over the store's records and the core's ``Schedule``, used
+by both sides of durability (the user process's recovery, the dispatcher's
+peers): a definition's schedule (read once per definition), the hash that
+says "the same task" whatever the record's version, and a stored task's
+resume point.
+
+A definition's ``schedule`` is ``Schedule.to_record()`` (versioned; the
+first release's form is read too: ``Schedule.from_record``), its
+``options`` what a request holds beyond its schedule (``_recovery.definition``).
+"""
+
+from __future__ import annotations
+
+from ... import _tz
+from ..._core import Kind, Schedule
+from ..._core._schedule import upgrade_record
+from ..._store import RunRecord, StoredTask, TaskDefinition, definition_hash
+
+#: Definitions whose schedule is kept decoded (``schedule_of``).
+SCHEDULES_KEPT = 1024
+_schedules: dict[str, Schedule] = {}
+
+
+def schedule_of(d: TaskDefinition) -> Schedule:
+    """A stored task's schedule, for questions about its slots (decoded once
+    per definition; its ``until`` counts from the epoch: do not ask it)."""
+    schedule = _schedules.get(d.def_hash)
+    if schedule is None:
+        if len(_schedules) >= SCHEDULES_KEPT:
+            _schedules.clear()
+        schedule = _schedules[d.def_hash] = Schedule.from_record(d.schedule, d.options, 0, _tz.zone)[0]
+    return schedule
+
+
+def stored_hash(d: TaskDefinition) -> str:
+    """The hash of ``d`` as this version writes it: equal for the same task
+    whether its record was written now or by the first release (whose
+    hash was taken over the older form)."""
+    if "v" in d.schedule:
+        return d.def_hash
+    schedule, options = upgrade_record(d.schedule, d.options)
+    return definition_hash(d.fn_ref, d.args, schedule, options)
+
+
+def resume_point(
+    task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None = None
+) -> tuple[int, int, int | None, int, bool] | None:
+    """Where a stored task goes on: (runs claimed so far, next attempt, its
+    due time (UTC ns), the regular slot of a retried run, paused), or None if
+    it has ended (a one-shot whose only run crashed with no retry left).
+    Missed slots follow the task's misfire policy (``Schedule.resume``)."""
+    d, st = task.definition, task.state
+    schedule = schedule_of(d)
+    kind = schedule.kind
+    runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
+    if crashed is None and task.holder is not None and attempt == 1 and due is not None and kind is not Kind.ONCE:
+        due = schedule.next_after(due)  # its run in flight is another scheduler's: the slot after it
+    retry = upgrade_record(d.schedule, d.options)[1].get("retry")
+    if crashed is not None:
+        base = crashed.scheduled_ns if slot is None else slot
+        if retry is not None and "crashed" in retry[5] and crashed.attempt < retry[0]:
+            return crashed.run, crashed.attempt + 1, now_wall, base, st.paused
+        runs, attempt = crashed.run, 1
+        if kind is Kind.ONCE:
+            return None
+        due = now_wall if kind is Kind.FIXED_DELAY else schedule.next_after(base)
+    if attempt > 1:
+        due = now_wall if due is None else due
+        return runs, attempt, due, due if slot is None else slot, st.paused
+    if due is None:  # paused with no slot yet, or stopped at shutdown: from now
+        due = schedule.first(now_wall)
+    elif due < now_wall:
+        due = schedule.resume(due, now_wall)
+    return runs, 1, due, due or 0, st.paused

@@ -1,0 +1,935 @@
+"""Every message that crosses a seam of the runtime, as a named record.
+
+    user process ──commands──▶ dispatcher ──orders──▶ worker
+                 ◀──events───            ◀─reports──
+    (threads, Ray: the same commands and events through queues; carriers
+    report to their dispatcher thread with in-process records)
+
+Each message is a ``NamedTuple`` whose first field is its tag (a short
+string); its fields are documented under the class. Records travel as
+*plain tuples* of the same layout (``Record.wire(...)`` builds one,
+``view(Record, message)`` reads one as the record, without copying a field):
+the standard pickle writes and reads a plain tuple several times faster
+than a tuple subclass, and a message crosses a pipe for every run. So
+positions are known in this file alone: the encoders (``wire``), the views
+(``of``), and the check of what an untrusted worker sends
+(:func:`check_report`), which runs before the engine sees a report, so a
+forged one cannot leave it half-updated. ``tests/runtime/test_messages.py``
+round-trips every record through the real framing and checks that each
+encoder's parameters are its record's fields.
+
+Times are integer ns (``*_ns``: monotonic, ``*_wall_ns``: since the epoch,
+UTC). User code (functions, arguments, results, exceptions) is opaque
+bytes here (``_wire.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import timezone
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
+
+from .._core import KIND_OF, MISFIRE_OF
+
+if TYPE_CHECKING:
+    from .._validate import TaskSpec
+
+#: A message as it travels: a plain tuple, its tag first.
+Message = tuple[Any, ...]
+#: A call's pickled function and pickled (args, kwargs) (``_wire.pack_call``);
+#: on Ray, with the run's Ray options after them; in-process, (fn, args, kwargs).
+Payload = tuple[Any, ...]
+
+# What a run's result blob holds (``RunEnded.blob_kind``, ``Done.blob_kind``).
+BLOB_NONE: Final = 0
+"""No value (a periodic run, a cancelled run)."""
+BLOB_VALUE: Final = 1
+"""The return value (pickled bytes, or the object itself in-process)."""
+BLOB_ERROR: Final = 2
+"""(exception, traceback text) (pickled bytes, or the tuple in-process)."""
+BLOB_EXC: Final = 3
+"""An exception object the engine made (a crash, a timeout)."""
+
+_R = TypeVar("_R", bound=tuple[Any, ...])
+
+
+class _View(Protocol):
+    def __call__(self, record: type[_R], message: Message, /) -> _R: ...
+
+
+#: ``view(Record, message)``: ``message`` read as ``record``, its fields by
+#: name (``tuple.__new__`` itself: one C call; the tuple is copied, no field is).
+view: _View = tuple.__new__
+
+
+# -- commands: the user process (and the worker, for ``Add``/``Cancel``) to the dispatcher --
+
+
+class Add(NamedTuple):
+    """Schedule a task: the one add record of every sender (the user
+    process, a task's follow-up from a worker, a Ray run's)."""
+
+    tag: str
+    task_id: int | None
+    """The task's id; None: the dispatcher numbers it (a task's follow-up) and answers it."""
+    due_ns: int | None
+    """The first due time on the dispatcher's monotonic clock; None from a
+    sender on another clock (a Ray node): ``delay_ns`` after receipt."""
+    delay_ns: int
+    """How long after the call the first run is due (the call was at ``due_ns - delay_ns``:
+    the schedule's ``until`` counts from then)."""
+    start_wall_ns: int
+    """The call's wall-clock time (a calendar schedule's ``until`` counts from it)."""
+    first_slot_wall_ns: int | None
+    """A calendar task's first slot (None: the first after ``start_wall_ns``)."""
+    schedule: Any
+    """``Schedule.to_wire()``: None for a plain one-shot."""
+    priority: int
+    timeout_ns: int | None
+    name: str | None
+    payload: Payload
+    retry: tuple[Any, ...] | None
+    """``RetryPolicy.to_wire()``, or None."""
+    retry_on: Any
+    """``Retry.on``'s exception classes: cloudpickled bytes that only a worker
+    unpickles (the classes themselves in-process), or None."""
+    key: str | None
+    """A follow-up's key, registered by the user process when it hears of the task."""
+
+    @staticmethod
+    def wire(
+        task_id: int | None,
+        due_ns: int | None,
+        delay_ns: int,
+        start_wall_ns: int,
+        first_slot_wall_ns: int | None,
+        schedule: Any,
+        priority: int,
+        timeout_ns: int | None,
+        name: str | None,
+        payload: Payload,
+        retry: tuple[Any, ...] | None,
+        retry_on: Any,
+        key: str | None,
+    ) -> Message:
+        return (
+            ADD,
+            task_id,
+            due_ns,
+            delay_ns,
+            start_wall_ns,
+            first_slot_wall_ns,
+            schedule,
+            priority,
+            timeout_ns,
+            name,
+            payload,
+            retry,
+            retry_on,
+            key,
+        )
+
+    @staticmethod
+    def of_spec(
+        spec: TaskSpec,
+        task_id: int | None,
+        due_ns: int | None,
+        first_slot_wall_ns: int | None,
+        payload: Payload,
+        retry_on: Any,
+    ) -> Message:
+        """The add of a validated request (``retry_on``: its ``Retry.on``
+        classes as this sender carries them)."""
+        retry = spec.retry
+        return (
+            ADD,
+            task_id,
+            due_ns,
+            spec.delay_ns,
+            spec.start_wall_ns,
+            first_slot_wall_ns,
+            spec.schedule.to_wire(),
+            spec.priority,
+            spec.timeout_ns,
+            spec.name,
+            payload,
+            None if retry is None else retry.policy().to_wire(),
+            retry_on,
+            spec.key,
+        )
+
+
+class Define(NamedTuple):
+    """The stored definition of the keyed task the next ``Add`` of
+    ``task_id`` adds (the dispatcher stores it with the add)."""
+
+    tag: str
+    task_id: int
+    key: str
+    fn_ref: str
+    args: bytes
+    schedule: dict[str, Any]
+    """``Schedule.to_record()``."""
+    options: dict[str, Any]
+    def_hash: str
+
+    @staticmethod
+    def wire(
+        task_id: int,
+        key: str,
+        fn_ref: str,
+        args: bytes,
+        schedule: dict[str, Any],
+        options: dict[str, Any],
+        def_hash: str,
+    ) -> Message:
+        return (DEFINE, task_id, key, fn_ref, args, schedule, options, def_hash)
+
+
+class AdoptShape(NamedTuple):
+    """What stored tasks of one function, arguments, schedule and options
+    share (made once per shape at a restart, not once per task)."""
+
+    tag: str
+    schedule: Any
+    """``Schedule.to_wire()``, read at ``start_wall_ns`` (its ``until`` counts from then)."""
+    start_wall_ns: int
+    priority: int
+    timeout_ns: int | None
+    name: str | None
+    payload: Payload
+    retry: tuple[Any, ...] | None
+    retry_on: Any
+
+    @staticmethod
+    def wire(
+        schedule: Any,
+        start_wall_ns: int,
+        priority: int,
+        timeout_ns: int | None,
+        name: str | None,
+        payload: Payload,
+        retry: tuple[Any, ...] | None,
+        retry_on: Any,
+    ) -> Message:
+        return (ADOPT_SHAPE, schedule, start_wall_ns, priority, timeout_ns, name, payload, retry, retry_on)
+
+
+class AdoptRow(NamedTuple):
+    """One stored task to adopt: where it goes on."""
+
+    tag: str
+    key: str
+    shape: int
+    """Its shape: an index into every shape sent so far, in order."""
+    runs: int
+    """Runs claimed so far (the next is ``runs + 1``, unless a retry)."""
+    attempt: int
+    """1: the next claim is a new run; k > 1: attempt k of run ``runs``."""
+    due_wall_ns: int
+    """When that next claim is due."""
+    slot_wall_ns: int
+    """The regular slot of the run a retry retries (its grid goes on from it)."""
+    paused: bool
+    write: bool
+    """The store's state is not this yet: write it."""
+    task_id: int
+
+    @staticmethod
+    def wire(
+        key: str,
+        shape: int,
+        runs: int,
+        attempt: int,
+        due_wall_ns: int,
+        slot_wall_ns: int,
+        paused: bool,
+        write: bool,
+        task_id: int,
+    ) -> Message:
+        return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id)
+
+
+class Adopt(NamedTuple):
+    """A chunk of a restart's stored tasks, handed to the dispatcher."""
+
+    tag: str
+    shapes: list[Message]
+    """``AdoptShape`` messages not sent before."""
+    rows: list[Message]
+    """``AdoptRow`` messages."""
+
+    @staticmethod
+    def wire(shapes: list[Message], rows: list[Message]) -> Message:
+        return (ADOPT, shapes, rows)
+
+
+class Unloadable(NamedTuple):
+    """A stored task whose function or arguments did not load here: keep it, marked."""
+
+    tag: str
+    key: str
+    why: str
+
+    @staticmethod
+    def wire(key: str, why: str) -> Message:
+        return (UNLOADABLE, key, why)
+
+
+class Pause(NamedTuple):
+    """Pause a task (answered with ``Answer``: True if it is, or will be, paused)."""
+
+    tag: str
+    request: int
+    task_id: int
+
+    @staticmethod
+    def wire(request: int, task_id: int) -> Message:
+        return (PAUSE, request, task_id)
+
+
+class Resume(NamedTuple):
+    """Resume a paused task at its next slot from now (answered: True if it was paused)."""
+
+    tag: str
+    request: int
+    task_id: int
+
+    @staticmethod
+    def wire(request: int, task_id: int) -> Message:
+        return (RESUME, request, task_id)
+
+
+class Cancel(NamedTuple):
+    """Cancel a task (answered: ``cancel()``'s bool); from a worker, ``request`` is 0
+    and the answer is a ``Reply`` on its pipe."""
+
+    tag: str
+    request: int
+    task_id: int
+    interrupt: bool
+
+    @staticmethod
+    def wire(request: int, task_id: int, interrupt: bool) -> Message:
+        return (CANCEL, request, task_id, interrupt)
+
+
+class Stats(NamedTuple):
+    """Ask for ``Scheduler.stats()`` (answered with the dict)."""
+
+    tag: str
+    request: int
+
+    @staticmethod
+    def wire(request: int) -> Message:
+        return (STATS, request)
+
+
+class Shutdown(NamedTuple):
+    """No more work: see ``Engine.shutdown``."""
+
+    tag: str
+    cancel_futures: bool
+
+    @staticmethod
+    def wire(cancel_futures: bool) -> Message:
+        return (SHUTDOWN, cancel_futures)
+
+
+class WallStep(NamedTuple):
+    """Tests: step the dispatcher's wall clock by ``ns`` (as an NTP step would)."""
+
+    tag: str
+    ns: int
+
+    @staticmethod
+    def wire(ns: int) -> Message:
+        return (WALL_STEP, ns)
+
+
+# -- orders: the dispatcher to a worker ------------------------------------------------
+
+
+class RunOrder(NamedTuple):
+    """Run this run (when its ticket is still there: see ``ProcessCarrier``).
+    A large payload travels as ``RunHeader`` and two raw frames instead."""
+
+    tag: str
+    task_id: int
+    run: int
+    scheduled_ns: int
+    report_start: bool
+    """Send ``Started`` (the run has a timeout, which counts from there)."""
+    attempt: int
+    wall_ns: int | None
+    """The slot's wall-clock time (calendar); None: ``scheduled_ns`` on the wall clock."""
+    retry_on: bytes | None
+    fn_blob: bytes
+    arg_blob: bytes
+
+    @staticmethod
+    def wire(
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        report_start: bool,
+        attempt: int,
+        wall_ns: int | None,
+        retry_on: bytes | None,
+        fn_blob: bytes,
+        arg_blob: bytes,
+    ) -> Message:
+        return (RUN, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, fn_blob, arg_blob)
+
+
+class RunHeader(NamedTuple):
+    """``RunOrder`` without its blobs, which follow as two raw frames
+    (written from the task's own bytes, never copied by the dispatcher)."""
+
+    tag: str
+    task_id: int
+    run: int
+    scheduled_ns: int
+    report_start: bool
+    attempt: int
+    wall_ns: int | None
+    retry_on: bytes | None
+
+    @staticmethod
+    def wire(
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        report_start: bool,
+        attempt: int,
+        wall_ns: int | None,
+        retry_on: bytes | None,
+    ) -> Message:
+        return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on)
+
+
+class Reply(NamedTuple):
+    """The answer to a worker's (or a Ray run's) ``Add`` or ``Cancel``."""
+
+    tag: str
+    value: Any
+    """``Add``: (task id, due time or None); ``Cancel``: the bool."""
+
+    @staticmethod
+    def wire(value: Any) -> Message:
+        return (REPLY, value)
+
+
+class Refusal(NamedTuple):
+    """A worker's (or a Ray run's) request refused: the exception to raise there."""
+
+    tag: str
+    error: BaseException
+
+    @staticmethod
+    def wire(error: BaseException) -> Message:
+        return (REFUSAL, error)
+
+
+# -- reports: a worker to the dispatcher -----------------------------------------------------
+
+
+class Started(NamedTuple):
+    """The run's code starts now (sent only with ``report_start``)."""
+
+    tag: str
+    task_id: int
+    run: int
+    at_ns: int
+
+    @staticmethod
+    def wire(task_id: int, run: int, at_ns: int) -> Message:
+        return (STARTED, task_id, run, at_ns)
+
+
+class Skipped(NamedTuple):
+    """The worker passed over a revoked run (its ticket was taken back)."""
+
+    tag: str
+
+    @staticmethod
+    def wire() -> Message:
+        return (SKIPPED,)
+
+
+class Done(NamedTuple):
+    """A run ended in the worker (or a thread, or a Ray task)."""
+
+    tag: str
+    task_id: int
+    run: int
+    outcome: str
+    """"ok" or "error" (a worker cannot report its own crash)."""
+    started_ns: int
+    finished_ns: int
+    blob_kind: int
+    """``BLOB_VALUE`` or ``BLOB_ERROR``."""
+    blob: Any
+    matched: bool
+    """An "error" whose exception is one of the classes ``Retry.on`` names (decided in the worker)."""
+    unfit: str | None
+    """Why the worker must be replaced before another run (a MemoryError), or None."""
+
+    @staticmethod
+    def wire(
+        task_id: int,
+        run: int,
+        outcome: str,
+        started_ns: int,
+        finished_ns: int,
+        blob_kind: int,
+        blob: Any,
+        matched: bool,
+        unfit: str | None,
+    ) -> Message:
+        return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit)
+
+
+# -- in-process reports: a thread or Ray carrier to its dispatcher thread -------------------------
+
+
+class Finished(NamedTuple):
+    """``worker`` reports ``done`` (a ``Done`` message)."""
+
+    tag: str
+    worker: Any
+    done: Message
+
+    @staticmethod
+    def wire(worker: Any, done: Message) -> Message:
+        return (FINISHED, worker, done)
+
+
+class Exited(NamedTuple):
+    """``worker`` (a thread, a virtual Ray worker) is gone."""
+
+    tag: str
+    worker: Any
+    exitcode: int | None
+    detail: str | None
+    """How it went, where the carrier knows better than an exit code (Ray's error)."""
+
+    @staticmethod
+    def wire(worker: Any, exitcode: int | None, detail: str | None) -> Message:
+        return (EXITED, worker, exitcode, detail)
+
+
+class Landed(NamedTuple):
+    """Ray: the run ``worker`` carries ended (its ObjectRef's future is done)."""
+
+    tag: str
+    worker: Any
+    task_id: int
+    run: int
+    sent_ns: int
+    """When the run was submitted."""
+    future: Any
+    now_ns: int
+    """When Ray said so (its callback thread's clock reading)."""
+
+    @staticmethod
+    def wire(worker: Any, task_id: int, run: int, sent_ns: int, future: Any, now_ns: int) -> Message:
+        return (LANDED, worker, task_id, run, sent_ns, future, now_ns)
+
+
+class Mail(NamedTuple):
+    """Ray: requests from runs (``current_scheduler()``) came in (the mailbox's future)."""
+
+    tag: str
+    future: Any
+
+    @staticmethod
+    def wire(future: Any) -> Message:
+        return (MAIL, future)
+
+
+class Abort(NamedTuple):
+    """Ray: stop at once (the user process is exiting)."""
+
+    tag: str
+
+    @staticmethod
+    def wire() -> Message:
+        return (ABORT,)
+
+
+# -- events: the engine to the user process --------------------------------------------------------
+
+
+class RunStarted(NamedTuple):
+    """A run was handed to a worker."""
+
+    tag: str
+    task_id: int
+    run: int
+    worker: Any
+    """The worker's pid (processes), thread name, or Ray slot."""
+
+    @staticmethod
+    def wire(task_id: int, run: int, worker: Any) -> Message:
+        return (RUN_STARTED, task_id, run, worker)
+
+
+class RunEnded(NamedTuple):
+    """A run ended, and what its task does next."""
+
+    tag: str
+    task_id: int
+    run: int
+    scheduled_ns: int
+    started_ns: int
+    finished_ns: int
+    worker: Any
+    outcome: str
+    """"ok", "error", "crashed", "timeout" or "cancelled"."""
+    state: str
+    """The task's state after the run (a ``TaskState`` value)."""
+    next_due_ns: int | None
+    missed: int
+    """Slots the misfire policy dropped."""
+    ended: bool
+    """The task ended with this run (``blob`` is its result)."""
+    blob_kind: int
+    blob: Any
+    output: str | None
+    """The run's captured output (its tail), or None."""
+    attempt: int
+    scheduled_wall_ns: int
+    next_wall_ns: int | None
+    retrying: bool
+    """The next run is a retry of this one."""
+
+    @staticmethod
+    def wire(
+        task_id: int,
+        run: int,
+        scheduled_ns: int,
+        started_ns: int,
+        finished_ns: int,
+        worker: Any,
+        outcome: str,
+        state: str,
+        next_due_ns: int | None,
+        missed: int,
+        ended: bool,
+        blob_kind: int,
+        blob: Any,
+        output: str | None,
+        attempt: int,
+        scheduled_wall_ns: int,
+        next_wall_ns: int | None,
+        retrying: bool,
+    ) -> Message:
+        return (
+            RUN_ENDED,
+            task_id,
+            run,
+            scheduled_ns,
+            started_ns,
+            finished_ns,
+            worker,
+            outcome,
+            state,
+            next_due_ns,
+            missed,
+            ended,
+            blob_kind,
+            blob,
+            output,
+            attempt,
+            scheduled_wall_ns,
+            next_wall_ns,
+            retrying,
+        )
+
+
+class TaskCancelled(NamedTuple):
+    """The task was cancelled (its last run may still be in flight)."""
+
+    tag: str
+    task_id: int
+
+    @staticmethod
+    def wire(task_id: int) -> Message:
+        return (TASK_CANCELLED, task_id)
+
+
+class TaskAdded(NamedTuple):
+    """A task was added from inside a task (the user process makes its handle)."""
+
+    tag: str
+    task_id: int
+    name: str | None
+    due_ns: int
+    key: str | None
+    next_wall_ns: int | None
+
+    @staticmethod
+    def wire(task_id: int, name: str | None, due_ns: int, key: str | None, next_wall_ns: int | None) -> Message:
+        return (TASK_ADDED, task_id, name, due_ns, key, next_wall_ns)
+
+
+class TaskChanged(NamedTuple):
+    """A task was paused, resumed or realigned (not by a run's end)."""
+
+    tag: str
+    task_id: int
+    state: str
+    """"paused" or "pending"."""
+    next_due_ns: int | None
+    next_wall_ns: int | None
+
+    @staticmethod
+    def wire(task_id: int, state: str, next_due_ns: int | None, next_wall_ns: int | None) -> Message:
+        return (TASK_CHANGED, task_id, state, next_due_ns, next_wall_ns)
+
+
+class Answer(NamedTuple):
+    """The answer to a request (``Pause``, ``Resume``, ``Cancel``, ``Stats``)."""
+
+    tag: str
+    request: int
+    value: Any
+
+    @staticmethod
+    def wire(request: int, value: Any) -> Message:
+        return (ANSWER, request, value)
+
+
+class WorkerChanged(NamedTuple):
+    """A worker started, exited (retired or killed by the engine) or crashed."""
+
+    tag: str
+    what: str
+    """"started", "exited" or "crashed"."""
+    slot: int | None
+    worker: Any
+    exitcode: int | None
+
+    @staticmethod
+    def wire(what: str, slot: int | None, worker: Any, exitcode: int | None) -> Message:
+        return (WORKER_CHANGED, what, slot, worker, exitcode)
+
+
+class Log(NamedTuple):
+    """A line for the user process's ``procsched`` logger."""
+
+    tag: str
+    level: int
+    message: str
+
+    @staticmethod
+    def wire(level: int, message: str) -> Message:
+        return (LOG, level, message)
+
+
+class AdoptKey(NamedTuple):
+    """Another scheduler on the store added the keyed task ``key``: adopt it."""
+
+    tag: str
+    key: str
+
+    @staticmethod
+    def wire(key: str) -> Message:
+        return (ADOPT_KEY, key)
+
+
+class Closed(NamedTuple):
+    """The last event: the dispatcher has stopped."""
+
+    tag: str
+
+    @staticmethod
+    def wire() -> Message:
+        return (CLOSED,)
+
+
+# Tags. Each channel's are distinct; a message's tag is its first item.
+# commands
+ADD: Final = "add"
+DEFINE: Final = "define"
+ADOPT: Final = "adopt"
+ADOPT_SHAPE: Final = "shape"
+ADOPT_ROW: Final = "row"
+UNLOADABLE: Final = "unloadable"
+PAUSE: Final = "pause"
+RESUME: Final = "resume"
+CANCEL: Final = "cancel"
+STATS: Final = "stats"
+SHUTDOWN: Final = "shutdown"
+WALL_STEP: Final = "wall_step"
+# orders
+RUN: Final = "run"
+RUN_HEADER: Final = "run+"
+REPLY: Final = "reply"
+REFUSAL: Final = "error"
+# reports (and ADD, CANCEL)
+STARTED: Final = "started"
+SKIPPED: Final = "skipped"
+DONE: Final = "done"
+# in-process reports
+FINISHED: Final = "finished"
+EXITED: Final = "exited"
+LANDED: Final = "landed"
+MAIL: Final = "mail"
+ABORT: Final = "abort"
+# events
+RUN_STARTED: Final = "started"
+RUN_ENDED: Final = "run"
+TASK_CANCELLED: Final = "cancelled"
+TASK_ADDED: Final = "added"
+TASK_CHANGED: Final = "state"
+ANSWER: Final = "answer"
+WORKER_CHANGED: Final = "worker"
+LOG: Final = "log"
+ADOPT_KEY: Final = "adopt_key"
+CLOSED: Final = "closed"
+
+#: Every record by channel, for the tests' round trip (and the reader's map).
+COMMANDS: Final = (
+    Add,
+    Define,
+    Adopt,
+    AdoptShape,
+    AdoptRow,
+    Unloadable,
+    Pause,
+    Resume,
+    Cancel,
+    Stats,
+    Shutdown,
+    WallStep,
+)
+ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal)
+REPORTS: Final = (Started, Skipped, Done, Add, Cancel)
+IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort)
+EVENTS: Final = (
+    RunStarted,
+    RunEnded,
+    TaskCancelled,
+    TaskAdded,
+    TaskChanged,
+    Answer,
+    WorkerChanged,
+    Log,
+    AdoptKey,
+    Closed,
+)
+
+
+# -- the check of untrusted input --------------------------------------------------------------
+
+
+def check_report(message: Any) -> str:
+    """The tag of a well-formed report from a worker; TypeError (what is
+    wrong) otherwise. A worker's pipe is written by user code too (a task
+    may write to the descriptor it inherited): nothing is trusted."""
+    if type(message) is not tuple or not message or type(message[0]) is not str:
+        raise TypeError(f"not a message: {type(message).__name__}")
+    tag: str = message[0]
+    if tag == DONE:
+        # (one per run: spelled out, no generator)
+        if not (
+            len(message) == len(Done._fields)
+            and type(message[1]) is int
+            and type(message[2]) is int
+            and message[3] in ("ok", "error")
+            and type(message[4]) is int
+            and type(message[5]) is int
+            and message[6] in (BLOB_VALUE, BLOB_ERROR)
+            and isinstance(message[7], bytes)
+            and type(message[8]) is bool
+            and (message[9] is None or isinstance(message[9], str))
+        ):
+            raise TypeError("malformed done")
+    elif tag == STARTED:
+        if len(message) != len(Started._fields) or not all(type(x) is int for x in message[1:]):
+            raise TypeError("malformed started")
+    elif tag == SKIPPED:
+        if len(message) != len(Skipped._fields):
+            raise TypeError("malformed skipped")
+    elif tag == ADD:
+        _check_add(message)
+    elif tag == CANCEL:
+        if not (
+            len(message) == len(Cancel._fields)
+            and type(message[1]) is int
+            and type(message[2]) is int
+            and type(message[3]) is bool
+        ):
+            raise TypeError("malformed cancel")
+    else:
+        raise TypeError(f"unknown tag {tag[:20]!r}")
+    return tag
+
+
+def _check_add(message: Message) -> None:
+    if len(message) != len(Add._fields):
+        raise TypeError("malformed add")
+    add = view(Add, message)
+    payload = add.payload
+    if not (type(payload) is tuple and len(payload) == 2 and all(type(b) is bytes for b in payload)):
+        raise TypeError("malformed add: payload")
+    if not (
+        add.task_id is None
+        and (add.due_ns is None or type(add.due_ns) is int)
+        and type(add.delay_ns) is int
+        and type(add.start_wall_ns) is int
+        and (add.first_slot_wall_ns is None or type(add.first_slot_wall_ns) is int)
+        and type(add.priority) is int
+        and (add.timeout_ns is None or type(add.timeout_ns) is int)
+        and (add.name is None or type(add.name) is str)
+        and (add.key is None or type(add.key) is str)
+        and (add.retry_on is None or type(add.retry_on) is bytes)
+    ):
+        raise TypeError("malformed add")
+    _check_schedule(add.schedule)
+    _check_retry(add.retry)
+
+
+def _check_schedule(schedule: Any) -> None:
+    """``Schedule.to_wire()``'s shape (the values are checked where they are used)."""
+    if schedule is None:
+        return
+    ints = (int, type(None))
+    if not (type(schedule) is tuple and len(schedule) == 8):
+        raise TypeError("malformed add: schedule")
+    kind, period, misfire, stop_on_error, expr, zone, until, max_runs = schedule
+    if not (
+        kind in KIND_OF
+        and type(period) is int
+        and misfire in MISFIRE_OF
+        and type(stop_on_error) is bool
+        and (expr is None or type(expr) is str)
+        and (zone is None or isinstance(zone, (str, timezone)))
+        and type(until) in ints
+        and type(max_runs) in ints
+    ):
+        raise TypeError("malformed add: schedule")
+
+
+def _check_retry(retry: Any) -> None:
+    if retry is None:
+        return
+    if not (
+        type(retry) is tuple
+        and len(retry) == 6
+        and type(retry[0]) is int
+        and type(retry[1]) is int
+        and isinstance(retry[2], float)
+        and type(retry[3]) is int
+        and isinstance(retry[4], float)
+        and type(retry[5]) is tuple
+        and all(o in ("error", "crashed", "timeout") for o in retry[5])
+    ):
+        raise TypeError("malformed add: retry")
+
+
+def tag_of(record: type[Any]) -> str:
+    """A record's tag: the first item of the message its encoder makes."""
+    sample = record.wire(*[None] * (len(record._fields) - 1))
+    return str(sample[0])
