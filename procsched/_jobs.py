@@ -121,8 +121,11 @@ class Job:
             parts.append(f"max {self.options['max_runs']} runs")
         until = self.options.get("until")
         if until is not None:
-            parts.append(f"until {until.isoformat(timespec='seconds')}" if isinstance(until, datetime)
-                         else f"for {_seconds(v.duration_ns('until', until) / NS)}")  # fmt: skip
+            parts.append(
+                f"until {until.isoformat(timespec='seconds')}"
+                if isinstance(until, datetime)
+                else f"for {_seconds(v.duration_ns('until', until) / NS)}"
+            )
         return ", ".join(parts)
 
     def start(self, scheduler: SchedulingAPI, key: str | None = None) -> TaskHandle:
@@ -227,9 +230,11 @@ def cron(
         raise TypeError('cron() needs an expression: write @cron("0 3 * * *"), not @cron')
     v.cron(expr, tz, time.time_ns())
     options: dict[str, Any] = {
-        "expr": expr, "tz": tz, "misfire": v.choice("misfire", misfire, Misfire).value,
+        "expr": expr,
+        "tz": tz,
+        "misfire": v.choice("misfire", misfire, Misfire).value,
         "stop_on_error": v.flag("stop_on_error", stop_on_error),
-    }  # fmt: skip
+    }
     options.update(_limits(retry, until, max_runs))
     return _declare("cron", None, options, priority, timeout, name, args, kwargs, scheduler)
 
@@ -286,9 +291,16 @@ def once(
 
 
 def _declare(
-    kind: str, period: Seconds | None, options: dict[str, Any], priority: int, timeout: Seconds | None,
-    name: str | None, args: Sequence[Any], kwargs: Mapping[str, Any] | None, scheduler: SchedulingAPI | None,
-) -> Callable[[F], F]:  # fmt: skip
+    kind: str,
+    period: Seconds | None,
+    options: dict[str, Any],
+    priority: int,
+    timeout: Seconds | None,
+    name: str | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    scheduler: SchedulingAPI | None,
+) -> Callable[[F], F]:
     v.priority(priority)
     v.optional_timeout_ns(timeout)
     v.name(name)
@@ -299,10 +311,19 @@ def _declare(
     def decorate(fn: F) -> F:
         call_args = v.call(fn, args, kwargs)[1:]
         job_name = name if name is not None else getattr(fn, "__name__", None) or repr(fn)
-        job = Job(fn, kind, period_s, {
-            **options, "args": call_args[0], "kwargs": call_args[1],
-            "priority": priority, "timeout": timeout, "name": job_name,
-        })  # fmt: skip
+        job = Job(
+            fn,
+            kind,
+            period_s,
+            {
+                **options,
+                "args": call_args[0],
+                "kwargs": call_args[1],
+                "priority": priority,
+                "timeout": timeout,
+                "name": job_name,
+            },
+        )
         if scheduler is not None:
             job.start(scheduler)
         else:

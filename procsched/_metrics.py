@@ -49,19 +49,34 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.runs = Counter("procsched_runs", "Finished runs, by job and the outcome of their last attempt.",
-                            ["job", "outcome"], registry=self.registry)  # fmt: skip
-        self.retries = Counter("procsched_retries", "Failed attempts that were tried again, by job and outcome.",
-                               ["job", "outcome"], registry=self.registry)  # fmt: skip
+        self.runs = Counter(
+            "procsched_runs",
+            "Finished runs, by job and the outcome of their last attempt.",
+            ["job", "outcome"],
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "procsched_retries",
+            "Failed attempts that were tried again, by job and outcome.",
+            ["job", "outcome"],
+            registry=self.registry,
+        )
         #: Job name -> its Retry's attempts (jobs whose failed attempts may be tried again).
         self.attempts: dict[str, int] = {}
         self._held: dict[int, tuple[str, int, str]] = {}  # task id -> (job, run, outcome) of a failed attempt
-        self.duration = Histogram("procsched_run_duration_seconds", "Run durations, by job.", ["job"],
-                                  buckets=BUCKETS, registry=self.registry)  # fmt: skip
-        self.lateness = Histogram("procsched_run_lateness_seconds", "Start minus scheduled start, by job.", ["job"],
-                                  buckets=BUCKETS, registry=self.registry)  # fmt: skip
-        self.missed = Counter("procsched_missed_runs", "Fixed-rate slots dropped by the misfire policy.", ["job"],
-                              registry=self.registry)  # fmt: skip
+        self.duration = Histogram(
+            "procsched_run_duration_seconds", "Run durations, by job.", ["job"], buckets=BUCKETS, registry=self.registry
+        )
+        self.lateness = Histogram(
+            "procsched_run_lateness_seconds",
+            "Start minus scheduled start, by job.",
+            ["job"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.missed = Counter(
+            "procsched_missed_runs", "Fixed-rate slots dropped by the misfire policy.", ["job"], registry=self.registry
+        )
         self.crashes = Counter("procsched_worker_crashes", "Workers that died on their own.", registry=self.registry)
         self._lock = threading.Lock()
         self._stats: dict[str, Any] | None = None
@@ -151,13 +166,20 @@ class _StatsCollector:
         workers = stats.get("workers", [])
         alive = sum(1 for w in workers if w.get("pid") is not None and w.get("state") not in ("down", "stopped"))
         yield GaugeMetricFamily("procsched_workers_alive", "Workers with a live process or thread.", value=alive)
-        yield CounterMetricFamily("procsched_worker_restarts", "Workers replaced (crash, timeout, recycling).",
-                                  value=sum(w.get("restarts", 0) for w in workers))  # fmt: skip
-        yield GaugeMetricFamily("procsched_pending_tasks", "Tasks not yet finished or cancelled.",
-                                value=stats.get("pending", 0))  # fmt: skip
+        yield CounterMetricFamily(
+            "procsched_worker_restarts",
+            "Workers replaced (crash, timeout, recycling).",
+            value=sum(w.get("restarts", 0) for w in workers),
+        )
+        yield GaugeMetricFamily(
+            "procsched_pending_tasks", "Tasks not yet finished or cancelled.", value=stats.get("pending", 0)
+        )
         yield GaugeMetricFamily("procsched_running_runs", "Runs in progress.", value=stats.get("running", 0))
-        yield GaugeMetricFamily("procsched_crash_loop_holds", "Periodic tasks held back after crashing in a row.",
-                                value=len(stats.get("crash_loops", {})))  # fmt: skip
+        yield GaugeMetricFamily(
+            "procsched_crash_loop_holds",
+            "Periodic tasks held back after crashing in a row.",
+            value=len(stats.get("crash_loops", {})),
+        )
 
 
 def _job(event: dict[str, Any]) -> str:

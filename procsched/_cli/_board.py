@@ -187,8 +187,9 @@ class Board:
                     self.recent.append(f"{row.name} {which} failed: {shorten(event['error'] or '?', 300)}")
                 shown = run_output(event, self.tracebacks)
                 if shown:
-                    entry = RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
-                                      event["outcome"] != "ok")  # fmt: skip
+                    entry = RunOutput(
+                        f"{row.name} run {event['run']} {outcome_text(event)}", shown, event["outcome"] != "ok"
+                    )
                     self.outputs.append(entry)
                     if entry.bad:
                         self.last_failure = entry
@@ -244,11 +245,20 @@ class Board:
         outcomes = self.outcomes()
         merged = merged_header(outcomes)
         with self.lock:
-            return [{
-                "job": r.name, "schedule": r.schedule, "next run": r.next_run(now, off), "runs": str(r.runs),
-                **{o: str(r.counts[o]) for o in outcomes}, merged: "/".join(str(r.counts[o]) for o in outcomes),
-                "retries": str(r.retries), "last duration": duration(r.last_duration), "lateness p99": duration(r.p99()),
-            } for r in self.rows]  # fmt: skip
+            return [
+                {
+                    "job": r.name,
+                    "schedule": r.schedule,
+                    "next run": r.next_run(now, off),
+                    "runs": str(r.runs),
+                    **{o: str(r.counts[o]) for o in outcomes},
+                    merged: "/".join(str(r.counts[o]) for o in outcomes),
+                    "retries": str(r.retries),
+                    "last duration": duration(r.last_duration),
+                    "lateness p99": duration(r.p99()),
+                }
+                for r in self.rows
+            ]
 
     def layouts(self) -> list[list[str]]:
         """Job-table columns, most informative first: a view shows the first that fits
@@ -279,10 +289,16 @@ class Board:
         headers = ["worker", "pid", "state", "RSS", "runs", "restarts"]
         with self.lock:
             rows = [
-                [str(w["slot"]), "-" if w["pid"] is None else str(w["pid"]), str(w["state"]),
-                 "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB", str(w["runs"]), str(w["restarts"])]
+                [
+                    str(w["slot"]),
+                    "-" if w["pid"] is None else str(w["pid"]),
+                    str(w["state"]),
+                    "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB",
+                    str(w["runs"]),
+                    str(w["restarts"]),
+                ]
                 for w in self.workers
-            ]  # fmt: skip
+            ]
         return headers, rows
 
     def failing_jobs(self) -> tuple[list[str], list[str]]:

@@ -67,6 +67,9 @@ def verdict(board: Board, elapsed: float, stopped_at: float, width: int | None =
         text_table(*shown),
         "",
         *wrap(f"Healthy jobs {headline}: {', '.join(healthy)} runs; worst lateness p99 {duration(worst)}.", width),
-        *wrap(f"{crashes} segfault(s) and {timeouts} timeout(s) each cost one run of their own job; "
-              f"{replaced} worker process(es) were replaced; {others}.", width),
-    ]  # fmt: skip
+        *wrap(
+            f"{crashes} segfault(s) and {timeouts} timeout(s) each cost one run of their own job; "
+            f"{replaced} worker process(es) were replaced; {others}.",
+            width,
+        ),
+    ]

@@ -25,8 +25,12 @@ from . import _times
 from ._board import Board, duration, outcome_text, run_output, shorten
 
 #: Event fields that are monotonic seconds -> the wall-clock field they become.
-WALL_FIELDS = {"scheduled_for": "scheduled_at", "started_at": "started_at", "finished_at": "finished_at",
-               "next_run": "next_run_at"}  # fmt: skip
+WALL_FIELDS = {
+    "scheduled_for": "scheduled_at",
+    "started_at": "started_at",
+    "finished_at": "finished_at",
+    "next_run": "next_run_at",
+}
 
 
 class Lines:
@@ -87,8 +91,10 @@ class Lines:
             return f"{stamp}  worker {e['worker']} {what}"
         name = shorten(e["name"] or f"task {e['task_id']}", 20)
         if kind in RUN_END.values():
-            text = (f"{stamp}  {name:<20} run {e['run']:<4} {e['outcome']:<9} {duration(e['duration']):>9}"
-                    f"  late {duration(e['lateness']):>9}  worker {e['worker']}")  # fmt: skip
+            text = (
+                f"{stamp}  {name:<20} run {e['run']:<4} {e['outcome']:<9} {duration(e['duration']):>9}"
+                f"  late {duration(e['lateness']):>9}  worker {e['worker']}"
+            )
             text += f"  attempt {e['attempt']}" if e.get("attempt", 1) > 1 else ""
             text += f"  {e['error']}" if e["error"] else ""
             shown = run_output(e, self.tracebacks)
@@ -116,8 +122,9 @@ def json_record(event: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def guard_streams(mode: str, on_stray: Callable[[str], None], *, ray: bool = False
-                  ) -> tuple[TextIO, TextIO, Callable[[], None]]:  # fmt: skip
+def guard_streams(
+    mode: str, on_stray: Callable[[str], None], *, ray: bool = False
+) -> tuple[TextIO, TextIO, Callable[[], None]]:
     """Give the CLI a stream of its own and point fds 1 and 2 elsewhere.
 
     JSON: fd 1 becomes a copy of stderr (stray prints go there). Live: fds 1

@@ -39,8 +39,14 @@ class LiveView:
         self.title = title
         self.console = console or Console(file=lines.stdout)
         self._fd = _fileno(lines.stdout)
-        self.live = Live(console=self.console, auto_refresh=False, transient=False,
-                         redirect_stdout=True, redirect_stderr=True, vertical_overflow="crop")  # fmt: skip
+        self.live = Live(
+            console=self.console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            vertical_overflow="crop",
+        )
         lines.live = self.live
 
     def start(self) -> None:
@@ -81,8 +87,9 @@ class LiveView:
             store = self.board.store_status
         if store:
             parts.append(Text("\n".join(textwrap.wrap(store, width, subsequent_indent="  ")), style="dim"))
-        used = sum(len(self.console.render_lines(p, self.console.options.update(width=width), pad=False))
-                   for p in parts)  # fmt: skip
+        used = sum(
+            len(self.console.render_lines(p, self.console.options.update(width=width), pad=False)) for p in parts
+        )
         lines = recent_lines(recent, width, max(0, height - used - 1))
         if lines:
             parts.append(Text("\n".join(lines), style="dim"))
@@ -124,13 +131,19 @@ def _table(columns: list[str], cells: list[dict[str, str]], merged: str, *, wrap
     table = Table(expand=False)
     for column in columns:
         wraps = wrap_schedule and column == "schedule"
-        table.add_column(column, justify="left" if column in _LEFT else "right", no_wrap=not wraps,
-                         min_width=max((len(c[column]) for c in cells), default=0) if column == "job" else None)  # fmt: skip
+        table.add_column(
+            column,
+            justify="left" if column in _LEFT else "right",
+            no_wrap=not wraps,
+            min_width=max((len(c[column]) for c in cells), default=0) if column == "job" else None,
+        )
     bad = (*OUTCOME_COLUMNS[1:], "cancelled")
     for row in cells:
         styled = [row[c] for c in columns]
         for i, column in enumerate(columns):
-            failed = row[column] != "0" if column in bad else column == merged and any(row.get(o, "0") != "0" for o in bad)
+            failed = (
+                row[column] != "0" if column in bad else column == merged and any(row.get(o, "0") != "0" for o in bad)
+            )
             if failed:
                 styled[i] = f"[bold red]{row[column]}[/]"
         table.add_row(*styled)
@@ -171,7 +184,7 @@ def recent_lines(recent: list[str], width: int, room: int) -> list[str]:
         left -= len(wrapped)
     lines = [indent + line for wrapped in chosen for line in wrapped]
     if lines:
-        lines[0] = RECENT + lines[0][len(RECENT):]
+        lines[0] = RECENT + lines[0][len(RECENT) :]
     return lines
 
 
@@ -207,8 +220,12 @@ def _output_pane(outputs: list[Any], room: int, width: int) -> Any:
             start = len(shown.lines) - take
         if take < len(shown.lines):
             which = "last" if start + take == len(shown.lines) else f"lines {start + 1}-{start + take}"
-            out.append(f"  ({which} {take} of {len(shown.lines)} lines)" if which == "last"
-                       else f"  ({which} of {len(shown.lines)})", style="dim")  # fmt: skip
+            out.append(
+                f"  ({which} {take} of {len(shown.lines)} lines)"
+                if which == "last"
+                else f"  ({which} of {len(shown.lines)})",
+                style="dim",
+            )
         for line in shown.lines[start : start + take]:
             out.append("\n│ " + line.expandtabs()[: width - 3])
     return out

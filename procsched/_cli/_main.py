@@ -15,7 +15,6 @@ import sys
 import traceback
 from collections.abc import Callable
 
-
 from .._jobs import Job, JobsFileError, load_jobs_file
 from . import _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
@@ -54,7 +53,7 @@ def run_command(args: argparse.Namespace) -> int:
     except JobsFileError as exc:
         print(f"procsched: cannot load {args.file}: {exc}", file=sys.stderr)
         return EXIT_LOAD
-    except (Exception, SystemExit) as exc:  # the file's own error: show where it happened
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the file's own error: show where it happened
         print(_traceback_from(exc, args.file), end="", file=sys.stderr)
         print(f"procsched: cannot load {args.file}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LOAD
@@ -102,65 +101,142 @@ def parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     top = argparse.ArgumentParser(
-        prog="procsched", description="Run Python jobs on a schedule, on a crash-proof pool of worker processes.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        prog="procsched",
+        description="Run Python jobs on a schedule, on a crash-proof pool of worker processes.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     top.add_argument("--version", action="version", version=f"procsched {__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     # -- procsched run FILE.py
-    run = commands.add_parser("run", help="run the jobs declared in a jobs file", epilog=EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter, description=(
-        "Import FILE.py, start the jobs its @every, @cron and @once decorators declare, and show them live."))  # fmt: skip
+    run = commands.add_parser(
+        "run",
+        help="run the jobs declared in a jobs file",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Import FILE.py, start the jobs its @every, @cron and @once decorators declare, and show them live."
+        ),
+    )
     run.set_defaults(handler=run_command)
     run.add_argument("file", metavar="FILE.py", help="the jobs file")
-    run.add_argument("--workers", type=_positive_int("--workers"), default=None, metavar="N",
-                     help="how many workers (default: the CPU count)")  # fmt: skip
+    run.add_argument(
+        "--workers",
+        type=_positive_int("--workers"),
+        default=None,
+        metavar="N",
+        help="how many workers (default: the CPU count)",
+    )
     run.add_argument("--runner", choices=RUNNERS, default="processes", help="where runs happen (default: processes)")
-    run.add_argument("--policy", choices=POLICIES, default=None,
-                     help="which due task goes first (default: priority)")  # fmt: skip
-    run.add_argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S",
-                     help="default per-run timeout in seconds, for jobs without their own (default: none)")  # fmt: skip
-    run.add_argument("--store", default=None, metavar="PATH_OR_URL",
-                     help="keep the jobs in a durable store (a SQLite file path, sqlite:///path or "
-                     "postgresql://...): each job is a keyed task named by its name; a restart goes on "
-                     "where it stopped; stored jobs the file no longer declares are removed at start "
-                     "(their history is kept)")  # fmt: skip
-    run.add_argument("--keep-others", action="store_true",
-                     help="with --store: keep (and run) the stored jobs this file does not declare, for a "
-                     "store shared with programs that declare other jobs")  # fmt: skip
-    run.add_argument("--lease", type=_seconds("--lease"), default=None, metavar="S",
-                     help="with --store: how long another instance on the store waits before it takes over "
-                     "the runs of this one if it dies (default 30, or lease= in the store URL)")  # fmt: skip
-    run.add_argument("--mp-context", choices=("forkserver", "spawn", "fork"), default=None, dest="mp_context",
-                     help="how worker processes are started (default: forkserver)")  # fmt: skip
-    run.add_argument("--max-tasks-per-worker", type=_positive_int("--max-tasks-per-worker"), default=None,
-                     metavar="N", help="replace a worker process after N runs (default: never)")  # fmt: skip
-    run.add_argument("--max-worker-memory", type=_size, default=None, metavar="SIZE",
-                     help="replace a worker process whose memory (RSS) after a run exceeds SIZE: bytes, "
-                     "or with K, M, G (KiB, MiB, GiB) or KB, MB, GB (default: never)")  # fmt: skip
-    run.add_argument("--no-capture", action="store_true",
-                     help="let runs write straight to this process's output as they go (to stderr with "
-                     "--json), instead of showing each run's output (its last 64 KiB) under its line")  # fmt: skip
+    run.add_argument("--policy", choices=POLICIES, default=None, help="which due task goes first (default: priority)")
+    run.add_argument(
+        "--timeout",
+        type=_seconds("--timeout"),
+        default=None,
+        metavar="S",
+        help="default per-run timeout in seconds, for jobs without their own (default: none)",
+    )
+    run.add_argument(
+        "--store",
+        default=None,
+        metavar="PATH_OR_URL",
+        help="keep the jobs in a durable store (a SQLite file path, sqlite:///path or "
+        "postgresql://...): each job is a keyed task named by its name; a restart goes on "
+        "where it stopped; stored jobs the file no longer declares are removed at start "
+        "(their history is kept)",
+    )
+    run.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="with --store: keep (and run) the stored jobs this file does not declare, for a "
+        "store shared with programs that declare other jobs",
+    )
+    run.add_argument(
+        "--lease",
+        type=_seconds("--lease"),
+        default=None,
+        metavar="S",
+        help="with --store: how long another instance on the store waits before it takes over "
+        "the runs of this one if it dies (default 30, or lease= in the store URL)",
+    )
+    run.add_argument(
+        "--mp-context",
+        choices=("forkserver", "spawn", "fork"),
+        default=None,
+        dest="mp_context",
+        help="how worker processes are started (default: forkserver)",
+    )
+    run.add_argument(
+        "--max-tasks-per-worker",
+        type=_positive_int("--max-tasks-per-worker"),
+        default=None,
+        metavar="N",
+        help="replace a worker process after N runs (default: never)",
+    )
+    run.add_argument(
+        "--max-worker-memory",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="replace a worker process whose memory (RSS) after a run exceeds SIZE: bytes, "
+        "or with K, M, G (KiB, MiB, GiB) or KB, MB, GB (default: never)",
+    )
+    run.add_argument(
+        "--no-capture",
+        action="store_true",
+        help="let runs write straight to this process's output as they go (to stderr with "
+        "--json), instead of showing each run's output (its last 64 KiB) under its line",
+    )
     _common(run, None)
     _web.add_run_options(run)
-    run.add_argument("--fail-on-error", action="store_true",
-                     help="exit 4 if any run failed, 5 if every run of some job failed (see exit status)")  # fmt: skip
-    run.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
-                     help="serve Prometheus metrics on PORT (0: any free port; needs procsched[metrics])")  # fmt: skip
-    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
-                     help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for every interface)")  # fmt: skip
+    run.add_argument(
+        "--fail-on-error",
+        action="store_true",
+        help="exit 4 if any run failed, 5 if every run of some job failed (see exit status)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT (0: any free port; needs procsched[metrics])",
+    )
+    run.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
 
     # -- procsched demo
-    demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones",
-                               description="A jobs file of healthy, segfaulting and hanging jobs, on worker "
-                               "processes: the bad jobs cost their own runs only.")  # fmt: skip
-    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False, store=None, keep_others=False,
-                      policy=None, timeout=None, mp_context=None, lease=None, max_tasks_per_worker=None,
-                      max_worker_memory=None, no_capture=False)  # fmt: skip
-    demo.add_argument("--workers", type=_positive_int("--workers", MIN_WORKERS), default=None, metavar="N",
-                      help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, "
-                      f"at least {MIN_WORKERS})")  # fmt: skip
+    demo = commands.add_parser(
+        "demo",
+        help="watch healthy jobs keep their schedule next to crashing and hanging ones",
+        description="A jobs file of healthy, segfaulting and hanging jobs, on worker "
+        "processes: the bad jobs cost their own runs only.",
+    )
+    demo.set_defaults(
+        handler=run_demo,
+        metrics_port=None,
+        fail_on_error=False,
+        store=None,
+        keep_others=False,
+        policy=None,
+        timeout=None,
+        mp_context=None,
+        lease=None,
+        max_tasks_per_worker=None,
+        max_worker_memory=None,
+        no_capture=False,
+    )
+    demo.add_argument(
+        "--workers",
+        type=_positive_int("--workers", MIN_WORKERS),
+        default=None,
+        metavar="N",
+        help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, at least {MIN_WORKERS})",
+    )
     _common(demo, DEMO_SECONDS)
     _web.add_run_options(demo)
 
@@ -173,22 +249,31 @@ def parser() -> argparse.ArgumentParser:
 
 def _common(p: argparse.ArgumentParser, duration: float | None) -> None:
     until = f"default {duration:g}" if duration else "default: run until stopped"
-    p.add_argument("--duration", type=_seconds("--duration"), default=duration, metavar="S",
-                   help=f"stop after S seconds ({until})")  # fmt: skip
-    p.add_argument("--grace", type=_seconds("--grace"), default=10.0, metavar="S",
-                   help="on stop, wait at most S seconds for running tasks (default 10)")  # fmt: skip
+    p.add_argument(
+        "--duration", type=_seconds("--duration"), default=duration, metavar="S", help=f"stop after S seconds ({until})"
+    )
+    p.add_argument(
+        "--grace",
+        type=_seconds("--grace"),
+        default=10.0,
+        metavar="S",
+        help="on stop, wait at most S seconds for running tasks (default 10)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON event per line (times in ISO 8601 UTC)")
     out.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
-    p.add_argument("--tracebacks", action="store_true",
-                   help="show a failed run's whole traceback (default: one line)")  # fmt: skip
+    p.add_argument("--tracebacks", action="store_true", help="show a failed run's whole traceback (default: one line)")
     level = p.add_mutually_exclusive_group()
-    level.add_argument("--log-level", choices=LOG_LEVELS, default=None,
-                       help="procsched's own log messages (default: info in the live view, else warning)")  # fmt: skip
-    level.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
-                       help="--log-level debug")  # fmt: skip
-    level.add_argument("-q", "--quiet", dest="log_level", action="store_const", const="error",
-                       help="--log-level error")  # fmt: skip
+    level.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=None,
+        help="procsched's own log messages (default: info in the live view, else warning)",
+    )
+    level.add_argument(
+        "-v", "--verbose", dest="log_level", action="store_const", const="debug", help="--log-level debug"
+    )
+    level.add_argument("-q", "--quiet", dest="log_level", action="store_const", const="error", help="--log-level error")
 
 
 def _positive_int(option: str, minimum: int = 1) -> Callable[[str], int]:
@@ -220,8 +305,18 @@ def _seconds(option: str) -> Callable[[str], float]:
 
 
 #: --max-worker-memory units: binary (K, KiB, ...) and decimal (KB, ...).
-_UNITS = {"": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gib": 2**30,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+}
 
 
 def _size(text: str) -> int:
@@ -244,5 +339,3 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
     return value
-
-

@@ -16,27 +16,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 EXIT_BAD_INPUT = 2
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``next`` command to the ``procsched`` parser's subparsers."""
-    parser = subparsers.add_parser(
-        "next", help="print the next fire times of a cron expression",
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "next",
+        help="print the next fire times of a cron expression",
         description="Print the next times a cron expression fires (five fields, six with seconds first, "
         "or an alias such as @daily), with cron's DST rules, to check it before deploying it.",
-    )  # fmt: skip
+    )
     parser.add_argument("expr", metavar="EXPR", help='the cron expression, quoted: "0 3 * * *"')
     parser.add_argument("--tz", default=None, metavar="ZONE", help="IANA zone (default: this machine's zone)")
     parser.add_argument("-n", type=int, default=5, metavar="N", help="how many fire times (default 5)")
-    parser.add_argument("--after", default=None, metavar="ISO",
-                        help="start from this ISO 8601 time instead of now (without an offset: "
-                        "a wall time in --tz)")  # fmt: skip
+    parser.add_argument(
+        "--after",
+        default=None,
+        metavar="ISO",
+        help="start from this ISO 8601 time instead of now (without an offset: a wall time in --tz)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.set_defaults(handler=run)
     return parser
@@ -69,18 +73,23 @@ def run(args: argparse.Namespace) -> int:
             if shown:
                 print("procsched next: no later fire time: Python's calendar ends in the year 9999", file=sys.stderr)
                 return 0
-            print(f"procsched next: cannot compute fire times from {after.isoformat()} in {tz}: "
-                  "Python's calendar runs from the year 1 to 9999", file=sys.stderr)  # fmt: skip
+            print(
+                f"procsched next: cannot compute fire times from {after.isoformat()} in {tz}: "
+                "Python's calendar runs from the year 1 to 9999",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
         if when is None:
             print("procsched next: the expression never fires again", file=sys.stderr)
             break
-        utc = when.astimezone(timezone.utc)
+        utc = when.astimezone(UTC)
         if args.json:
             print(json.dumps({"local": when.isoformat(), "utc": utc.isoformat().replace("+00:00", "Z")}))
         else:
-            print(f"{when:%Y-%m-%d %H:%M:%S} {when.tzname()} ({offset_text(when.utcoffset())})   "
-                  f"{utc:%Y-%m-%dT%H:%M:%SZ}{note}")  # fmt: skip
+            print(
+                f"{when:%Y-%m-%d %H:%M:%S} {when.tzname()} ({offset_text(when.utcoffset())})   "
+                f"{utc:%Y-%m-%dT%H:%M:%SZ}{note}"
+            )
         shown += 1
     return 0
 
@@ -88,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 def _after(text: str | None, tz: tzinfo) -> datetime:
     """``--after`` as an aware datetime: now, an aware ISO time, or a naive one read in ``tz``."""
     if text is None:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     try:
         after = datetime.fromisoformat(text)
     except ValueError:
@@ -96,7 +105,7 @@ def _after(text: str | None, tz: tzinfo) -> datetime:
     if after.tzinfo is None:
         after = after.replace(tzinfo=tz)
     try:
-        after.astimezone(timezone.utc)
+        after.astimezone(UTC)
     except OverflowError:
         raise ValueError(f"--after is out of the calendar's range in this zone: {text!r}") from None
     return after
@@ -118,7 +127,7 @@ def _dst_note(expr: str, when: datetime) -> str:
     if when.fold:
         return "   (a repeated local time, second occurrence: DST)"
     wall = when.replace(tzinfo=None)
-    before = (when.astimezone(timezone.utc) - _SECOND).astimezone(when.tzinfo).replace(tzinfo=None)
+    before = (when.astimezone(UTC) - _SECOND).astimezone(when.tzinfo).replace(tzinfo=None)
     if wall - before <= _SECOND or _names(expr, wall):
         return ""  # no gap just before it, or the expression names this very time
     skipped = _first_named(expr, before + _SECOND)
@@ -137,6 +146,6 @@ def _first_named(expr: str, wall: datetime) -> datetime | None:
     (read on a calendar without DST: UTC)."""
     from .._core._calendar import CronTrigger
 
-    start = wall.replace(tzinfo=timezone.utc) - _SECOND
-    instant = CronTrigger(expr, timezone.utc).next_ns((start - _EPOCH) // _SECOND * 10**9)
+    start = wall.replace(tzinfo=UTC) - _SECOND
+    instant = CronTrigger(expr, UTC).next_ns((start - _EPOCH) // _SECOND * 10**9)
     return None if instant is None else (_EPOCH + timedelta(seconds=instant // 10**9)).replace(tzinfo=None)

@@ -139,8 +139,10 @@ class Session:
             try:
                 self.metrics = Metrics.serve(args.metrics_port, args.metrics_host)
             except (ImportError, OSError) as exc:
-                print(f"procsched: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"procsched: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
+                    file=sys.stderr,
+                )
                 return EXIT_LOAD
         if self.store is not None:
             snapshot = sync_jobs(self.store, [job.name for job in self.jobs], keep_others=args.keep_others)
@@ -172,8 +174,9 @@ class Session:
         if self.mode != "live":
             listeners.append(self.out.on_event)
         if self.metrics is not None:
-            self.metrics.attempts = {job.name: job.options["retry"].attempts for job in self.jobs
-                                     if job.options.get("retry") is not None}  # fmt: skip
+            self.metrics.attempts = {
+                job.name: job.options["retry"].attempts for job in self.jobs if job.options.get("retry") is not None
+            }
             listeners.append(self.metrics.on_event)
             self.metrics.stats_source = scheduler.stats
         for listener in listeners:
@@ -202,11 +205,17 @@ class Session:
         where = pool_text(scheduler.workers, args.runner)
         self.title = f"procsched - {what} on {where}"
         if out.mode == "json":
-            out.json_line({"event": "procsched_started", "name": None, "jobs": [
-                {"name": job.name, "schedule": schedule_text(job)} for job in self.jobs
-            ], "workers": scheduler.workers, "runner": args.runner,
-                "store": None if self.store is None else store_label(self.store),
-                "metrics": None if self.metrics is None else self.metrics.url})  # fmt: skip
+            out.json_line(
+                {
+                    "event": "procsched_started",
+                    "name": None,
+                    "jobs": [{"name": job.name, "schedule": schedule_text(job)} for job in self.jobs],
+                    "workers": scheduler.workers,
+                    "runner": args.runner,
+                    "store": None if self.store is None else store_label(self.store),
+                    "metrics": None if self.metrics is None else self.metrics.url,
+                }
+            )
         elif out.mode == "plain":
             stop = f"for {args.duration:g} s" if args.duration else "until stopped (Ctrl-C)"
             out.note(f"starting {what} on {where}, {stop}")
@@ -354,16 +363,30 @@ class Session:
         if out.mode == "json":
             with board.lock:
                 jobs = [self._job_summary(r, stopped_at) for r in board.rows]
-            out.json_line({"event": "procsched_summary", "name": None, "seconds": round(elapsed, 3), "jobs": jobs,
-                           "worker_crashes": board.worker_exits["crashed"], "every_run_failed": every,
-                           "exit_status": status_code})  # fmt: skip
+            out.json_line(
+                {
+                    "event": "procsched_summary",
+                    "name": None,
+                    "seconds": round(elapsed, 3),
+                    "jobs": jobs,
+                    "worker_crashes": board.worker_exits["crashed"],
+                    "every_run_failed": every,
+                    "exit_status": status_code,
+                }
+            )
             return
         width = self._width()
         lines = []
         if out.mode == "plain":
             headers, rows = board.job_table(time.monotonic(), width)
-            lines += ["", self.title, text_table(headers, rows), "", "workers (last seen)",
-                      text_table(*board.worker_table())]  # fmt: skip
+            lines += [
+                "",
+                self.title,
+                text_table(headers, rows),
+                "",
+                "workers (last seen)",
+                text_table(*board.worker_table()),
+            ]
         lines.append("")
         if self.demo:
             from ._demo import verdict
@@ -387,9 +410,16 @@ class Session:
 
     def _job_summary(self, row: JobRow, until: float) -> dict[str, Any]:
         expected = row.expected(until)
-        return {"name": row.name, "schedule": row.schedule, "runs": row.runs,
-                "expected": None if expected is None else expected[0], **row.counts, "retries": row.retries,
-                "missed": row.missed, "lateness_p99": row.p99()}  # fmt: skip
+        return {
+            "name": row.name,
+            "schedule": row.schedule,
+            "runs": row.runs,
+            "expected": None if expected is None else expected[0],
+            **row.counts,
+            "retries": row.retries,
+            "missed": row.missed,
+            "lateness_p99": row.p99(),
+        }
 
     def _run_verdict(self, elapsed: float) -> str:
         with self.board.lock:

@@ -26,7 +26,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .._errors import StoreError
@@ -35,32 +35,45 @@ EXIT_STORE = 1
 
 
 def add_parsers(commands: Any) -> None:
-    jobs = commands.add_parser("jobs", help="list the keyed tasks a durable store holds",
-                               description="List the keyed tasks in a store (key, schedule, next run, "
-                               "last outcome, paused, who holds a run in flight, and why a task cannot be "
-                               "loaded).")  # fmt: skip
+    jobs = commands.add_parser(
+        "jobs",
+        help="list the keyed tasks a durable store holds",
+        description="List the keyed tasks in a store (key, schedule, next run, "
+        "last outcome, paused, who holds a run in flight, and why a task cannot be "
+        "loaded).",
+    )
     jobs.set_defaults(handler=jobs_command)
     _store_option(jobs)
     jobs.add_argument("--json", action="store_true", help="one JSON object per line")
-    history = commands.add_parser("history", help="print past runs from a durable store",
-                                  description="Print the last runs of one keyed task, or of all of them.")  # fmt: skip
+    history = commands.add_parser(
+        "history",
+        help="print past runs from a durable store",
+        description="Print the last runs of one keyed task, or of all of them.",
+    )
     history.set_defaults(handler=history_command)
     _store_option(history)
     history.add_argument("key", nargs="?", default=None, metavar="KEY", help="one task's key (default: every task)")
     history.add_argument("-n", type=_count, default=20, metavar="N", help="the last N runs (default 20)")
     history.add_argument("--json", action="store_true", help="one JSON object per line")
-    remove = commands.add_parser("remove", help="remove a keyed task from a durable store (its history is kept)",
-                                 description="Remove the keyed task KEY from the store: no instance runs it "
-                                 "any more (an instance running it drops it within a second; a run in flight "
-                                 "finishes). Its past runs stay in the history.")  # fmt: skip
+    remove = commands.add_parser(
+        "remove",
+        help="remove a keyed task from a durable store (its history is kept)",
+        description="Remove the keyed task KEY from the store: no instance runs it "
+        "any more (an instance running it drops it within a second; a run in flight "
+        "finishes). Its past runs stay in the history.",
+    )
     remove.set_defaults(handler=remove_command)
     remove.add_argument("key", metavar="KEY", help="the task's key")
     _store_option(remove)
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, metavar="PATH_OR_URL",
-                   help="the store: a SQLite file path, sqlite:///path or postgresql://...")  # fmt: skip
+    p.add_argument(
+        "--store",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="the store: a SQLite file path, sqlite:///path or postgresql://...",
+    )
 
 
 def _count(text: str) -> int:
@@ -76,7 +89,7 @@ def _count(text: str) -> int:
 def iso(ns: int | None) -> str | None:
     if ns is None:
         return None
-    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="milliseconds")
 
 
 def schedule_words(s: dict[str, Any]) -> str:
@@ -161,11 +174,20 @@ def jobs_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"procsched: cannot read the store: {one_line(exc)}", file=sys.stderr)
         return EXIT_STORE
-    rows = [{
-        "key": t.key, "schedule": schedule_words(t.definition.schedule), "function": t.definition.fn_ref,
-        "next_run": iso(t.state.next_due_ns), "runs": t.state.run_count, "last_outcome": t.last_outcome,
-        "paused": t.state.paused, "unloadable": t.unloadable, "held_by": holder_of(t.holder, schedulers, store_now),
-    } for t in tasks]  # fmt: skip
+    rows = [
+        {
+            "key": t.key,
+            "schedule": schedule_words(t.definition.schedule),
+            "function": t.definition.fn_ref,
+            "next_run": iso(t.state.next_due_ns),
+            "runs": t.state.run_count,
+            "last_outcome": t.last_outcome,
+            "paused": t.state.paused,
+            "unloadable": t.unloadable,
+            "held_by": holder_of(t.holder, schedulers, store_now),
+        }
+        for t in tasks
+    ]
     if args.json:
         for row in rows:
             print(json.dumps(row))
@@ -196,8 +218,13 @@ def holder_of(holder_id: str | None, schedulers: dict[str, Any], store_now: int)
         pid_text = rest.partition(":")[0]
         pid = int(pid_text) if pid_text.isdigit() else None
         lease, since = "gone", None
-    return {"host": host, "pid": pid, "registered": h is not None, "lease": lease,
-            "process": _process_state(host, pid, since)}  # fmt: skip
+    return {
+        "host": host,
+        "pid": pid,
+        "registered": h is not None,
+        "lease": lease,
+        "process": _process_state(host, pid, since),
+    }
 
 
 def _process_state(host: str, pid: int | None, heartbeat_ns: int | None) -> str | None:
@@ -246,12 +273,20 @@ def history_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"procsched: cannot read the store: {one_line(exc)}", file=sys.stderr)
         return EXIT_STORE
-    rows = [{
-        "key": r.key, "run": r.run, "attempt": r.attempt, "scheduled": iso(r.scheduled_ns),
-        "started": iso(r.started_ns), "finished": iso(r.finished_ns), "outcome": r.outcome,
-        "instance": None if r.host is None else {"host": r.host, "pid": r.pid},
-        "error": None if r.error_type is None else f"{r.error_type}: {r.error_message}",
-    } for r in records]  # fmt: skip
+    rows = [
+        {
+            "key": r.key,
+            "run": r.run,
+            "attempt": r.attempt,
+            "scheduled": iso(r.scheduled_ns),
+            "started": iso(r.started_ns),
+            "finished": iso(r.finished_ns),
+            "outcome": r.outcome,
+            "instance": None if r.host is None else {"host": r.host, "pid": r.pid},
+            "error": None if r.error_type is None else f"{r.error_type}: {r.error_message}",
+        }
+        for r in records
+    ]
     if args.json:
         for row in rows:
             print(json.dumps(row))
@@ -278,8 +313,10 @@ def remove_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"procsched: cannot write the store: {one_line(exc)}", file=sys.stderr)
         return EXIT_STORE
-    print(f"procsched: removed {args.key!r} from the store (its history is kept); "
-          "an instance running it drops it within a second")  # fmt: skip
+    print(
+        f"procsched: removed {args.key!r} from the store (its history is kept); "
+        "an instance running it drops it within a second"
+    )
     return 0
 
 
@@ -317,8 +354,11 @@ def sync_jobs(target: str, names: list[str], *, keep_others: bool) -> StoreSnaps
             if removed:
                 remove_keys(store, removed)
             now = store.now_ns()
-            live = {h.id: h for h in store.schedulers()  # (a dead one on this host is taken over at start)
-                    if h.lease_until_ns >= now and _process_state(h.host, h.pid, h.heartbeat_ns) != "dead"}  # fmt: skip
+            live = {
+                h.id: h
+                for h in store.schedulers()  # (a dead one on this host is taken over at start)
+                if h.lease_until_ns >= now and _process_state(h.host, h.pid, h.heartbeat_ns) != "dead"
+            }
     except StoreError as exc:
         print(f"procsched: cannot open the store: {one_line(exc)}", file=sys.stderr)
         return None
@@ -328,6 +368,6 @@ def sync_jobs(target: str, names: list[str], *, keep_others: bool) -> StoreSnaps
 def _table(columns: list[str], rows: list[dict[str, Any]]) -> None:
     cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip())
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip())

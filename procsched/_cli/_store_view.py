@@ -43,28 +43,51 @@ def startup_notes(store: str, snapshot: StoreSnapshot, jobs: list[Job]) -> list[
     notes = []
     if snapshot.removed:
         names = ", ".join(snapshot.removed)
-        notes.append(Note("procsched_store_removed", None,
-                          f"removed {_count(len(snapshot.removed), 'stored job')} the jobs file no longer declares "
-                          f"from {store}: {names} (history kept; --keep-others keeps such jobs)",
-                          {"keys": snapshot.removed}))  # fmt: skip
+        notes.append(
+            Note(
+                "procsched_store_removed",
+                None,
+                f"removed {_count(len(snapshot.removed), 'stored job')} the jobs file no longer declares "
+                f"from {store}: {names} (history kept; --keep-others keeps such jobs)",
+                {"keys": snapshot.removed},
+            )
+        )
     declared = {job.name: job for job in jobs}
     resumed = [job.name for job in jobs if job.name in snapshot.tasks]
     if snapshot.live:
         others = sorted(f"{h.host}/{h.pid}" for h in snapshot.live.values())
-        notes.append(Note("procsched_peers", None, f"{_count(len(others), 'other instance')} "
-                          f"{'runs' if len(others) == 1 else 'run'} on {store}: {', '.join(others)}; each run of "
-                          "a stored job runs once among the instances", {"instances": others}))  # fmt: skip
+        notes.append(
+            Note(
+                "procsched_peers",
+                None,
+                f"{_count(len(others), 'other instance')} "
+                f"{'runs' if len(others) == 1 else 'run'} on {store}: {', '.join(others)}; each run of "
+                "a stored job runs once among the instances",
+                {"instances": others},
+            )
+        )
     if resumed:
         words = ", ".join(f"{key} (run {snapshot.tasks[key].state.run_count + 1} next)" for key in resumed)
         verb = "found" if snapshot.live else "resumed"
-        notes.append(Note("procsched_resumed", None, f"{verb} {_count(len(resumed), 'stored job')} in {store}: "
-                          f"{words}", {"keys": resumed}))  # fmt: skip
+        notes.append(
+            Note(
+                "procsched_resumed",
+                None,
+                f"{verb} {_count(len(resumed), 'stored job')} in {store}: {words}",
+                {"keys": resumed},
+            )
+        )
     others = sorted(set(snapshot.tasks) - set(declared))
     if others:
-        notes.append(Note("procsched_resumed", None,
-                          f"{_count(len(others), 'stored job')} the jobs file does not declare "
-                          f"{'runs' if len(others) == 1 else 'run'} here too (--keep-others): {', '.join(others)}",
-                          {"keys": others, "declared": False}))  # fmt: skip
+        notes.append(
+            Note(
+                "procsched_resumed",
+                None,
+                f"{_count(len(others), 'stored job')} the jobs file does not declare "
+                f"{'runs' if len(others) == 1 else 'run'} here too (--keep-others): {', '.join(others)}",
+                {"keys": others, "declared": False},
+            )
+        )
     for key in resumed:
         note = missed_note(declared[key], snapshot.tasks[key], snapshot)
         if note is not None:
@@ -87,15 +110,21 @@ def missed_note(job: Job, task: Any, snapshot: StoreSnapshot) -> Note | None:
     makes_up = {"catch_up": missed, "coalesce": 1, "skip": 0}[misfire]
     since = datetime.fromtimestamp(due / 1e9).astimezone().strftime("%H:%M:%S %Z").strip()
     what = {
-        "catch_up": "misfire catch_up runs every one of them now, back to back (misfire=\"coalesce\" would run "
-                    "one for all)",
+        "catch_up": 'misfire catch_up runs every one of them now, back to back (misfire="coalesce" would run '
+        "one for all)",
         "coalesce": "misfire coalesce runs one run for all of them, then keeps the schedule",
         "skip": "misfire skip skips them: the next run is at the next slot",
-    }[misfire]  # fmt: skip
-    text = f"{job.name}: {missed if missed < MAX_COUNTED else f'over {MAX_COUNTED:,}'} slots missed since {since} " \
-           f"({_ago((now - due) / 1e9)} ago) while no instance ran it; {what}"
-    return Note("procsched_catching_up", job.name, text,
-                {"missed": missed, "makes_up": makes_up, "misfire": misfire, "since": iso(due)})  # fmt: skip
+    }[misfire]
+    text = (
+        f"{job.name}: {missed if missed < MAX_COUNTED else f'over {MAX_COUNTED:,}'} slots missed since {since} "
+        f"({_ago((now - due) / 1e9)} ago) while no instance ran it; {what}"
+    )
+    return Note(
+        "procsched_catching_up",
+        job.name,
+        text,
+        {"missed": missed, "makes_up": makes_up, "misfire": misfire, "since": iso(due)},
+    )
 
 
 def _slots(job: Job, due: int, now: int) -> int:
@@ -125,10 +154,15 @@ def recovered_notes(scheduler: Any, jobs: list[Job], since: float) -> list[Note]
             continue
         for info in runs:
             if info.outcome == "crashed" and info.finished_at is not None and info.finished_at >= since:
-                notes.append(Note("procsched_recovered", job.name,
-                                  f"{job.name} run {info.run} (attempt {info.attempt}) was in flight when its "
-                                  "instance stopped: recorded crashed", {"run": info.run, "attempt": info.attempt,
-                                                                         "outcome": "crashed"}))  # fmt: skip
+                notes.append(
+                    Note(
+                        "procsched_recovered",
+                        job.name,
+                        f"{job.name} run {info.run} (attempt {info.attempt}) was in flight when its "
+                        "instance stopped: recorded crashed",
+                        {"run": info.run, "attempt": info.attempt, "outcome": "crashed"},
+                    )
+                )
     return notes
 
 
@@ -154,28 +188,58 @@ class StoreWatch:
             peers = dict(self.peers)  # its first re-read of the store may not have come yet
         self.seen = True
         for ident in peers.keys() - self.peers.keys():
-            notes.append(Note("procsched_peer_joined", None, f"instance {peers[ident]} joined {self.store}",
-                              {"instance": peers[ident]}))  # fmt: skip
+            notes.append(
+                Note(
+                    "procsched_peer_joined",
+                    None,
+                    f"instance {peers[ident]} joined {self.store}",
+                    {"instance": peers[ident]},
+                )
+            )
         for ident in self.peers.keys() - peers.keys():
-            notes.append(Note("procsched_peer_left", None, f"instance {self.peers[ident]} left {self.store} "
-                              "(stopped, or taken over after its lease expired)",
-                              {"instance": self.peers[ident]}))  # fmt: skip
+            notes.append(
+                Note(
+                    "procsched_peer_left",
+                    None,
+                    f"instance {self.peers[ident]} left {self.store} (stopped, or taken over after its lease expired)",
+                    {"instance": self.peers[ident]},
+                )
+            )
         if stats["taken_over"] > self.taken_over:
             count = stats["taken_over"] - self.taken_over
-            notes.append(Note("procsched_took_over", None,
-                              f"took over from {_count(count, 'instance')} whose lease expired: its runs in flight "
-                              "are recorded crashed, and its jobs run here now", {"instances": count}))  # fmt: skip
+            notes.append(
+                Note(
+                    "procsched_took_over",
+                    None,
+                    f"took over from {_count(count, 'instance')} whose lease expired: its runs in flight "
+                    "are recorded crashed, and its jobs run here now",
+                    {"instances": count},
+                )
+            )
         standby = set(stats["standby"])
         others = ", ".join(peers.values()) or "another instance"
         if standby - self.standby:
             keys = sorted(standby - self.standby)
-            notes.append(Note("procsched_standby", None,
-                              f"on standby for {', '.join(keys)}: {others} runs {'it' if len(keys) == 1 else 'them'}; "
-                              "this instance takes over if that stops", {"keys": keys, "held_by": sorted(peers.values())}))  # fmt: skip
+            notes.append(
+                Note(
+                    "procsched_standby",
+                    None,
+                    f"on standby for {', '.join(keys)}: {others} runs {'it' if len(keys) == 1 else 'them'}; "
+                    "this instance takes over if that stops",
+                    {"keys": keys, "held_by": sorted(peers.values())},
+                )
+            )
         if self.standby - standby:
             keys = sorted(self.standby - standby)
-            notes.append(Note("procsched_active", None, f"no longer on standby for {', '.join(keys)}: "
-                              f"{'it runs' if len(keys) == 1 else 'they run'} here now", {"keys": keys}))  # fmt: skip
+            notes.append(
+                Note(
+                    "procsched_active",
+                    None,
+                    f"no longer on standby for {', '.join(keys)}: "
+                    f"{'it runs' if len(keys) == 1 else 'they run'} here now",
+                    {"keys": keys},
+                )
+            )
         self.peers, self.standby, self.taken_over = peers, standby, stats["taken_over"]
         here = f"store {self.store}: this instance {me['host']}/{me['pid']}, lease {me['lease']:g} s"
         if peers:

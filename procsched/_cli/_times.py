@@ -13,7 +13,7 @@ When the runtime reports wall times itself (``RunInfo.scheduled_at``,
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def offset() -> float:
@@ -25,7 +25,7 @@ def wall(mono: float | None, off: float) -> datetime | None:
     """A monotonic time (seconds) -> an aware UTC datetime, given :func:`offset`."""
     if mono is None:
         return None
-    return datetime.fromtimestamp(mono + off, timezone.utc)
+    return datetime.fromtimestamp(mono + off, UTC)
 
 
 def iso(mono: float | None, off: float) -> str | None:
@@ -35,7 +35,7 @@ def iso(mono: float | None, off: float) -> str | None:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def clock_text(when: datetime) -> str:

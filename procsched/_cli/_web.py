@@ -26,23 +26,38 @@ def add_parser(commands: Any) -> None:
     """Register ``procsched web``."""
     from .._web._server import DEFAULT_HOST, DEFAULT_PORT
 
-    web = commands.add_parser("web", help="serve the web console over a store (every instance sharing it)",
-                              description="Serve the web console over a durable store: the jobs of every "
-                              "instance that shares it, their runs, the instances; pause, resume, cancel. "
-                              "Prints a login link (its token is random per start, or PROCSCHED_WEB_TOKEN).")  # fmt: skip
+    web = commands.add_parser(
+        "web",
+        help="serve the web console over a store (every instance sharing it)",
+        description="Serve the web console over a durable store: the jobs of every "
+        "instance that shares it, their runs, the instances; pause, resume, cancel. "
+        "Prints a login link (its token is random per start, or PROCSCHED_WEB_TOKEN).",
+    )
     web.set_defaults(handler=web_command)
-    web.add_argument("--store", required=True, metavar="PATH_OR_URL",
-                     help="the store: a SQLite file path, sqlite:///path or postgresql://...")  # fmt: skip
-    web.add_argument("--host", default=DEFAULT_HOST,
-                     help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")  # fmt: skip
-    web.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    web.add_argument(
+        "--store",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="the store: a SQLite file path, sqlite:///path or postgresql://...",
+    )
+    web.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)"
+    )
+    web.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)"
+    )
     web.add_argument("--read-only", action="store_true", help="show, but offer and take no actions")
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
     """``--web [HOST:]PORT`` and ``--web-read-only`` for ``procsched run`` (and ``demo``)."""
-    run.add_argument("--web", type=_address, default=None, metavar="[HOST:]PORT",
-                     help="serve the web console for this program (host default 127.0.0.1; needs procsched[web])")  # fmt: skip
+    run.add_argument(
+        "--web",
+        type=_address,
+        default=None,
+        metavar="[HOST:]PORT",
+        help="serve the web console for this program (host default 127.0.0.1; needs procsched[web])",
+    )
     run.add_argument("--web-read-only", action="store_true", help="the --web console shows, but takes no actions")
 
 

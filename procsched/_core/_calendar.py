@@ -80,8 +80,10 @@ def _invalid(expr: str, parts: list[str], why: str) -> str:
 
     given = expr.split()
     if why == "Bad day-of-week" and len(given) == 6 and given[5].isdigit() and len(given[5]) == 4:
-        return (f"expr has six fields, read seconds first (second minute hour day-of-month month day-of-week); "
-                f"cron has no year field, and {given[5]!r} is not a day of the week: {expr!r}")  # fmt: skip
+        return (
+            f"expr has six fields, read seconds first (second minute hour day-of-month month day-of-week); "
+            f"cron has no year field, and {given[5]!r} is not a day of the week: {expr!r}"
+        )
     if why == "Bad day-of-month":
         try:  # the days are valid on their own: no month named has them
             CronSim(" ".join([*parts[:4], "*", parts[5]]), datetime(2000, 1, 1))

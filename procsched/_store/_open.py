@@ -39,8 +39,9 @@ class StoreURLError(StoreError, ValueError):
     the argument itself is wrong."""
 
 
-def open_store(target: str | os.PathLike[str], *, read_only: bool = False, secret: Any = None,
-               **options: Any) -> SQLStore:  # fmt: skip
+def open_store(
+    target: str | os.PathLike[str], *, read_only: bool = False, secret: Any = None, **options: Any
+) -> SQLStore:
     """Open the store ``target`` names (creating it if needed, unless ``read_only``).
 
     ``target``: a file path or ``"sqlite:///path"`` (``sqlite:////abs/path``
@@ -90,8 +91,9 @@ def open_store(target: str | os.PathLike[str], *, read_only: bool = False, secre
             raise StoreURLError(f"a SQLite URL is sqlite:///path, got {redact(text)!r}")
         text = path[1:]  # "/rel" -> "rel", "//abs" -> "/abs"
     elif "://" in text:
-        raise StoreURLError(f"store URL scheme not supported: {redact(text)!r} "
-                            "(use a path, sqlite:///path or postgresql://...)")  # fmt: skip
+        raise StoreURLError(
+            f"store URL scheme not supported: {redact(text)!r} (use a path, sqlite:///path or postgresql://...)"
+        )
     return SQLiteStore(text, read_only=read_only, secret=secret, **options)
 
 
@@ -107,8 +109,10 @@ def _url_options(url: str, options: dict[str, Any]) -> str:
         name, _, value = item.partition("=")
         if name not in ("keep_runs", "lease") and not (sqlite and name in ("synchronous", "busy_timeout")):
             if sqlite:
-                raise StoreURLError(f"a SQLite URL takes the options synchronous=FULL|NORMAL, busy_timeout=SECONDS, "
-                                    f"keep_runs=N and lease=SECONDS, not {_item(name, value)!r}: {redact(url)}")  # fmt: skip
+                raise StoreURLError(
+                    f"a SQLite URL takes the options synchronous=FULL|NORMAL, busy_timeout=SECONDS, "
+                    f"keep_runs=N and lease=SECONDS, not {_item(name, value)!r}: {redact(url)}"
+                )
             rest.append(item)
             continue
         if name in seen:
@@ -174,12 +178,16 @@ def check_schema(store: SQLStore) -> None:
         raise StoreError(f"{store.describe}: the procsched_version table is empty: not a procsched store")
     version, written_by = row
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{store.describe} has schema version {version} (written by {written_by}); this procsched "
-                         f"reads up to version {SCHEMA_VERSION}: upgrade procsched")  # fmt: skip
+        raise StoreError(
+            f"{store.describe} has schema version {version} (written by {written_by}); this procsched "
+            f"reads up to version {SCHEMA_VERSION}: upgrade procsched"
+        )
     if version < SCHEMA_VERSION:
-        raise StoreError(f"{store.describe} has schema version {version} (written by {written_by}), older than this "
-                         f"procsched's {SCHEMA_VERSION}: opened read-only, it cannot be migrated; open it once "
-                         "read-write (a scheduler on it does) to migrate it")  # fmt: skip
+        raise StoreError(
+            f"{store.describe} has schema version {version} (written by {written_by}), older than this "
+            f"procsched's {SCHEMA_VERSION}: opened read-only, it cannot be migrated; open it once "
+            "read-write (a scheduler on it does) to migrate it"
+        )
 
 
 # -- secrets in URLs -------------------------------------------------------------

@@ -39,6 +39,7 @@ if not os.read(fd, 1) and os.path.isdir(d):
 def find_binaries(pattern: str = "/usr/lib/postgresql/*/bin") -> str | None:
     """The directory holding initdb, pg_ctl and postgres, or None: the
     newest of ``pattern``, else where ``initdb`` on PATH really lives."""
+
     def version(d: str) -> tuple[int, ...]:
         name = os.path.basename(os.path.dirname(d))
         return tuple(int(p) for p in name.split(".") if p.isdigit())
@@ -57,10 +58,13 @@ class ThrowawayCluster:
     """One PostgreSQL server in a temp dir; ``stop()`` removes every trace."""
 
     def __init__(self, *, fsync: bool = True, bindir: str | None = None) -> None:
-        self.bindir = bindir or find_binaries()
-        if self.bindir is None:
-            raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in "
-                                    "/usr/lib/postgresql/*/bin or on PATH")  # fmt: skip
+        found = bindir or find_binaries()
+        if found is None:
+            raise FileNotFoundError(
+                "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in "
+                "/usr/lib/postgresql/*/bin or on PATH"
+            )
+        self.bindir: str = found
         self.fsync = fsync
         self.dir: str | None = None
         self.url = ""
@@ -81,13 +85,35 @@ class ThrowawayCluster:
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
         data = os.path.join(self.dir, "data")
         try:
-            self._run(os.path.join(self.bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",  # type: ignore[arg-type]
-                      "-E", "UTF8", "--locale=C", "--no-sync")  # fmt: skip
+            self._run(
+                os.path.join(self.bindir, "initdb"),
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            )
             opts = f"-c listen_addresses='' -k {self.dir} -p {PORT} -c fsync={'on' if self.fsync else 'off'}"
             if not self.fsync:
                 opts += " -c synchronous_commit=off -c full_page_writes=off"
-            self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"),  # type: ignore[arg-type]
-                      "-w", "-t", "60", "-o", opts, "start")  # fmt: skip
+            self._run(
+                os.path.join(self.bindir, "pg_ctl"),
+                "-D",
+                data,
+                "-l",
+                os.path.join(self.dir, "log"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                opts,
+                "start",
+            )
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -101,9 +127,22 @@ class ThrowawayCluster:
         signal to our process group does not take it along."""
         r, self._watch_w = os.pipe()
         as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.Popen([sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir,  # type: ignore[arg-type,list-item]
-                          *as_postgres], pass_fds=(r,), start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _WATCH,
+                str(r),
+                os.path.join(self.bindir, "pg_ctl"),
+                self.dir,  # type: ignore[list-item]
+                *as_postgres,
+            ],
+            pass_fds=(r,),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(r)
 
     def url_for(self, dbname: str) -> str:
@@ -113,8 +152,15 @@ class ThrowawayCluster:
         if self.dir is None:
             return
         try:
-            self._run(os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.dir, "data"),  # type: ignore[arg-type]
-                      "-m", "immediate", "-w", "stop")  # fmt: skip
+            self._run(
+                os.path.join(self.bindir, "pg_ctl"),
+                "-D",
+                os.path.join(self.dir, "data"),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            )
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None

@@ -15,7 +15,8 @@ the call that saw it break raises StoreError, with nothing written.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._errors import StoreError
 from ._open import check_schema, lease_ns, redact, scrub, seconds
@@ -29,9 +30,7 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError as exc:
-        raise StoreError(
-            "a postgresql:// store needs psycopg 3: pip install 'procsched[postgres]'"
-        ) from exc
+        raise StoreError("a postgresql:// store needs psycopg 3: pip install 'procsched[postgres]'") from exc
     return psycopg
 
 
@@ -67,16 +66,12 @@ class PostgresStore(SQLStore):
         self.psycopg = _psycopg()
         self.url = url
         connect_timeout = seconds("connect_timeout", connect_timeout)
-        self.connect_timeout = max(
-            2, int(connect_timeout + 0.999)
-        )  # libpq: whole seconds, at least 2
+        self.connect_timeout = max(2, int(connect_timeout + 0.999))  # libpq: whole seconds, at least 2
         self.lease_ns = lease_ns(lease)
         self.read_only = read_only
         self.describe = f"PostgreSQL store {redact(url)}"
         # Session settings, made again on every new connection (a reconnect must not drop them).
-        self._session: dict[str, str] = (
-            {"default_transaction_read_only": "on"} if read_only else {}
-        )
+        self._session: dict[str, str] = {"default_transaction_read_only": "on"} if read_only else {}
         self.conn: Any = None
         self._connect()
         try:
@@ -91,9 +86,7 @@ class PostgresStore(SQLStore):
     def _connect(self) -> None:
         psycopg = self.psycopg
         try:
-            conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=self.connect_timeout
-            )
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
             try:
                 for name, value in self._session.items():
                     conn.execute("SELECT set_config(%s, %s, false)", (name, value))
@@ -104,9 +97,7 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             message = str(exc).strip()
             clean = scrub(message, self.url)
-            raise StoreError(f"{self.describe}: cannot connect: {clean}") from (
-                exc if clean == message else None
-            )
+            raise StoreError(f"{self.describe}: cannot connect: {clean}") from (exc if clean == message else None)
 
     def bound_idle_transactions(self, ms: int) -> None:
         """Have the server end this session if it sits inside a transaction
@@ -129,22 +120,16 @@ class PostgresStore(SQLStore):
         return self.conn.cursor()
 
     def _begin(self, cur: Any, write: bool) -> None:
-        cur.execute(
-            "BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ"
-        )  # reads: one snapshot
+        cur.execute("BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ")  # reads: one snapshot
 
     def _has_schema(self, cur: Any) -> bool:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
-        return (
-            cur.execute("SELECT to_regclass('procsched_version')").fetchone()[0]
-            is not None
-        )
+        return cur.execute("SELECT to_regclass('procsched_version')").fetchone()[0] is not None
 
     def _now(self, cur: Any) -> int:
         if self._clock is not None:
             return self._clock()
-        return int(cur.execute(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000").fetchone()[0])  # fmt: skip
+        return int(cur.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000").fetchone()[0])
 
     def _q(self, sql: str) -> str:
         return _pg_sql(sql)

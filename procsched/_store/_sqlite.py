@@ -23,7 +23,8 @@ import contextlib
 import os
 import sqlite3
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .._errors import StoreError
 from ._open import check_schema, lease_ns, seconds
@@ -71,9 +72,7 @@ class SQLiteStore(SQLStore):
     ) -> None:
         super().__init__(keep_runs=keep_runs, clock=clock, secret=secret)
         if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(
-                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}"
-            )
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         busy_timeout = seconds("busy_timeout", busy_timeout)
         self.lease_ns = lease_ns(lease)
         self.read_only = read_only
@@ -84,21 +83,18 @@ class SQLiteStore(SQLStore):
             try:
                 os.stat(self.path)
             except (FileNotFoundError, NotADirectoryError):
-                raise StoreError(
-                    f"no store at {self.path} (opened read-only: nothing was created)"
-                ) from None
+                raise StoreError(f"no store at {self.path} (opened read-only: nothing was created)") from None
             except OSError as exc:
                 raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         if not os.path.isdir(directory):
-            raise StoreError(
-                f"{self.describe}: the directory {directory} does not exist"
-            )
+            raise StoreError(f"{self.describe}: the directory {directory} does not exist")
         if os.path.isdir(self.path):
             raise StoreError(f"{self.describe}: is a directory, not a database file")
         try:
             if read_only:
-                self.conn = _connect(self._read_only_uri(), uri=True, isolation_level=None, timeout=busy_timeout,
-                                     check_same_thread=False)  # fmt: skip
+                self.conn = _connect(
+                    self._read_only_uri(), uri=True, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+                )
             else:
                 _create_private(self.path)
                 self.conn = _connect(
@@ -112,24 +108,18 @@ class SQLiteStore(SQLStore):
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             if read_only:
-                self.conn.execute(
-                    "PRAGMA schema_version"
-                ).fetchone()  # reads the header: is it a database?
+                self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
                 check_schema(self)
                 return
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StoreError(
-                    f"{self.describe}: cannot use WAL mode (journal_mode is {mode})"
-                )
+                raise StoreError(f"{self.describe}: cannot use WAL mode (journal_mode is {mode})")
             self.conn.execute(f"PRAGMA synchronous = {synchronous}")
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             if "not a database" in str(exc) or "malformed" in str(exc):
-                raise StoreError(
-                    f"{self.describe}: not a SQLite database, or corrupted: {exc}"
-                ) from exc
+                raise StoreError(f"{self.describe}: not a SQLite database, or corrupted: {exc}") from exc
             raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         except BaseException:
             self.conn.close()
@@ -142,9 +132,11 @@ class SQLiteStore(SQLStore):
         if not os.path.exists(self.path + "-wal"):
             return f"file:{quote(self.path)}?immutable=1"
         if not os.path.exists(self.path + "-shm"):
-            raise StoreError(f"{self.describe}: has a write-ahead log ({self.path}-wal) but no {self.path}-shm: "
-                             "reading the log needs one, and opened read-only nothing is created; copy the "
-                             "store with its -wal and -shm files, or open it read-write")  # fmt: skip
+            raise StoreError(
+                f"{self.describe}: has a write-ahead log ({self.path}-wal) but no {self.path}-shm: "
+                "reading the log needs one, and opened read-only nothing is created; copy the "
+                "store with its -wal and -shm files, or open it read-write"
+            )
         return f"file:{quote(self.path)}?mode=ro"
 
     def __repr__(self) -> str:
@@ -215,9 +207,7 @@ class SQLiteStore(SQLStore):
         return checkpoint
 
     def _has_schema(self, cur: Any) -> bool:
-        row = cur.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procsched_version'"
-        ).fetchone()
+        row = cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procsched_version'").fetchone()
         return row is not None
 
     def _now(self, cur: Any) -> int:

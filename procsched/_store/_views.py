@@ -141,8 +141,8 @@ def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
         last_runs,
         last_skipped,
         merge(last_runs, last_skipped, n),
-        dict(zip(OUTCOMES, totals[:_RUNS])),
-        dict(zip(SKIP_REASONS, totals[_RUNS:])),
+        dict(zip(OUTCOMES, totals[:_RUNS], strict=False)),
+        dict(zip(SKIP_REASONS, totals[_RUNS:], strict=False)),
     )
 
 
@@ -230,7 +230,7 @@ def counts(store: SQLStore) -> StoreCounts:
     skipped_total = dict.fromkeys(SKIP_REASONS, 0)
     by_job = {}
     for key, *values in rows:
-        r, s = dict(zip(OUTCOMES, values[:_RUNS])), dict(zip(SKIP_REASONS, values[_RUNS:]))
+        r, s = dict(zip(OUTCOMES, values[:_RUNS], strict=False)), dict(zip(SKIP_REASONS, values[_RUNS:], strict=False))
         for name, v in r.items():
             runs_total[name] += v
         for name, v in s.items():

@@ -363,7 +363,7 @@ def _claim_plain_sqlite(store: SQLStore, cur: Any, c: Commit, plain: list[Starte
     claims = [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id, c.now) for op in plain]
     cur.executemany(
         _CLAIM_PLAIN,
-        [(*claim, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS) for claim, op in zip(claims, plain)],
+        [(*claim, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS) for claim, op in zip(claims, plain, strict=False)],
     )
     if cur.rowcount != len(plain):
         cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
@@ -517,7 +517,7 @@ def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[
     values, params = _values(rows, tuple(types.split()))
     counters = ", ".join(
         f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
-        for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES)
+        for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES, strict=False)
     )
     other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
         AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""

@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -62,8 +62,7 @@ MARK_INTERVAL = 1.0
 #: Rows the jobs page shows at most (the API answers them all).
 PAGE_ROWS = 500
 STATES = ("pending", "running", "paused", "done", "failed", "cancelled", "unloadable")
-OUTCOME_CLASS = {"ok": "ok", "error": "bad", "crashed": "bad", "timeout": "bad", "cancelled": "warn",
-                 "skipped": "warn"}  # fmt: skip
+OUTCOME_CLASS = {"ok": "ok", "error": "bad", "crashed": "bad", "timeout": "bad", "cancelled": "warn", "skipped": "warn"}
 
 
 class Live:
@@ -116,8 +115,11 @@ class Live:
                 mark = await run_in_threadpool(self.source.change_mark)
             except Exception as exc:  # noqa: BLE001 - a store fault: say so once, try again in a second
                 if not failing:
-                    logger.warning("console: reading the change mark failed (retried every second): %s: %s",
-                                   type(exc).__name__, exc)  # fmt: skip
+                    logger.warning(
+                        "console: reading the change mark failed (retried every second): %s: %s",
+                        type(exc).__name__,
+                        exc,
+                    )
                 failing, mark = True, last
             else:
                 if failing:
@@ -133,17 +135,21 @@ class Live:
 def make_app(source: ConsoleSource, access: Access) -> Guard:
     """The console as an ASGI app: the routes behind the security layer."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("procsched._web", "templates"), autoescape=True, trim_blocks=True,
-        lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
+        loader=jinja2.PackageLoader("procsched._web", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters.update(when=when_text, relative=relative_text, duration=duration, iso=_iso)
     env.globals.update(outcome_class=OUTCOME_CLASS, states=STATES, read_only=access.read_only, title=source.title)
     live = Live(source)
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         session = request.scope.get("state", {}).get("session")
-        html = env.get_template(name).render(csrf="" if session is None else session.csrf, path=request.url.path,
-                                             **context)  # fmt: skip
+        html = env.get_template(name).render(
+            csrf="" if session is None else session.csrf, path=request.url.path, **context
+        )
         return HTMLResponse(html, status)
 
     async def call(fn: Any, *args: Any) -> Any:
@@ -174,8 +180,15 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         state = request.query_params.get("state", "")
         shown = filter_jobs(jobs, q, state)
         query = urllib.parse.urlencode({k: v for k, v in (("q", q), ("state", state)) if v})
-        return {"jobs": shown[:PAGE_ROWS], "matching": len(shown), "total": len(jobs), "q": q, "state": state,
-                "query": query, "now": datetime.now(timezone.utc)}  # fmt: skip
+        return {
+            "jobs": shown[:PAGE_ROWS],
+            "matching": len(shown),
+            "total": len(jobs),
+            "q": q,
+            "state": state,
+            "query": query,
+            "now": datetime.now(UTC),
+        }
 
     async def jobs_page(request: Request) -> Response:
         return page(request, "jobs.html", **await jobs_context(request))
@@ -183,11 +196,20 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     async def jobs_fragment(request: Request) -> Response:
         return page(request, "_jobs_table.html", **await jobs_context(request))
 
-    async def job_context(ref: str, message: str = "", error: str = "", backfill: Any = None,
-                          fresh: bool = False) -> dict[str, Any]:  # fmt: skip
+    async def job_context(
+        ref: str, message: str = "", error: str = "", backfill: Any = None, fresh: bool = False
+    ) -> dict[str, Any]:
         detail: JobDetail = await (call(source.job, ref) if fresh else read(source.job, ref))
-        return {"d": detail, "j": detail.job, "chart": _chart.chart(detail.runs), "message": message, "error": error,
-                "backfill": backfill, "now": datetime.now(timezone.utc), "ref": ref}  # fmt: skip
+        return {
+            "d": detail,
+            "j": detail.job,
+            "chart": _chart.chart(detail.runs),
+            "message": message,
+            "error": error,
+            "backfill": backfill,
+            "now": datetime.now(UTC),
+            "ref": ref,
+        }
 
     async def job_page(request: Request) -> Response:
         ref = request.path_params["ref"]
@@ -203,12 +225,10 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             return page(request, "missing.html", 404, message=exc.message)
 
     async def instances_page(request: Request) -> Response:
-        return page(request, "instances.html", instances=await read(source.instances),
-                    now=datetime.now(timezone.utc))  # fmt: skip
+        return page(request, "instances.html", instances=await read(source.instances), now=datetime.now(UTC))
 
     async def instances_fragment(request: Request) -> Response:
-        return page(request, "_instances.html", instances=await read(source.instances),
-                    now=datetime.now(timezone.utc))  # fmt: skip
+        return page(request, "_instances.html", instances=await read(source.instances), now=datetime.now(UTC))
 
     async def workers_page(request: Request) -> Response:
         return page(request, "workers.html", instances=await read(source.instances))
@@ -228,12 +248,19 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
                 dry_run = form.get("dry_run", ["1"])[0] not in ("0", "false", "")
                 backfill = await call(source.backfill, ref, start, end, dry_run)
                 backfill = {"result": backfill, "start": start, "end": end}
-                message = (f"{len(backfill['result'].slots)} slot(s) would run" if dry_run
-                           else f"backfill started: {len(backfill['result'].slots)} slot(s)")  # fmt: skip
+                message = (
+                    f"{len(backfill['result'].slots)} slot(s) would run"
+                    if dry_run
+                    else f"backfill started: {len(backfill['result'].slots)} slot(s)"
+                )
             else:
                 await act(ref, action)
-                message = {"pause": "paused", "resume": "resumed", "cancel": "cancelled",
-                           "run-now": "started a run now"}[action]  # fmt: skip
+                message = {
+                    "pause": "paused",
+                    "resume": "resumed",
+                    "cancel": "cancelled",
+                    "run-now": "started a run now",
+                }[action]
         except NotFound as exc:
             return page(request, "missing.html", 404, message=exc.message)
         except ConsoleError as exc:
@@ -283,8 +310,10 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             if not 1 <= limit <= 1000:
                 raise ValueError
         except ValueError:
-            return _json({"error": f"limit must be a whole number from 1 to 1000, not "
-                                   f"{request.query_params.get('limit')!r}"}, 400)  # fmt: skip
+            return _json(
+                {"error": f"limit must be a whole number from 1 to 1000, not {request.query_params.get('limit')!r}"},
+                400,
+            )
         try:
             detail = await read(source.job, request.path_params["ref"], limit)
         except ConsoleError as exc:
@@ -361,10 +390,11 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
 def filter_jobs(jobs: list[Job], q: str, state: str) -> list[Job]:
     q = q.strip().lower()
     return [
-        j for j in jobs
-        if (not state or j.state == state) and (not q or q in j.name.lower() or q in (j.key or "").lower()
-                                                 or q in j.schedule.lower())
-    ]  # fmt: skip
+        j
+        for j in jobs
+        if (not state or j.state == state)
+        and (not q or q in j.name.lower() or q in (j.key or "").lower() or q in j.schedule.lower())
+    ]
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -425,9 +455,14 @@ def relative_text(when: datetime | None, now: datetime) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    return "-" if seconds is None else _words.duration_text(max(0.0, seconds)) if seconds >= 0 else \
-        "-" + _words.duration_text(-seconds)  # fmt: skip
+    return (
+        "-"
+        if seconds is None
+        else _words.duration_text(max(0.0, seconds))
+        if seconds >= 0
+        else "-" + _words.duration_text(-seconds)
+    )
 
 
 def _iso(when: datetime | None) -> str:
-    return "" if when is None else when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return "" if when is None else when.astimezone(UTC).isoformat(timespec="seconds")

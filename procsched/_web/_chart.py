@@ -34,14 +34,17 @@ def chart(runs: list[Slot]) -> Markup:
         f'aria-label="durations and lateness of the last {len(done)} runs">',
         f'<line class="axis" x1="{PAD_LEFT}" y1="{PAD_TOP + plot_h}" x2="{WIDTH - 8}" y2="{PAD_TOP + plot_h}"/>',
         f'<line class="axis" x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" y2="{PAD_TOP + plot_h}"/>',
-        f'<text class="tick" x="{PAD_LEFT - 6}" y="{PAD_TOP + 10}" text-anchor="end">{escape(duration_text(top))}</text>',
+        f'<text class="tick" x="{PAD_LEFT - 6}" y="{PAD_TOP + 10}" text-anchor="end">'
+        f"{escape(duration_text(top))}</text>",
         f'<text class="tick" x="{PAD_LEFT - 6}" y="{PAD_TOP + plot_h}" text-anchor="end">0</text>',
-    ]  # fmt: skip
-    for i, (r, d) in enumerate(zip(done, durations)):
+    ]
+    for i, (r, d) in enumerate(zip(done, durations, strict=False)):
         x = PAD_LEFT + i * step + (step - bar) / 2
         title = f"run {r.run}: {duration_text(d)}, {r.outcome}"
-        parts.append(f'<rect class="bar o-{escape(r.outcome or "")}" x="{x:.1f}" y="{y(d):.1f}" width="{bar:.1f}" '
-                     f'height="{PAD_TOP + plot_h - y(d):.1f}"><title>{escape(title)}</title></rect>')  # fmt: skip
+        parts.append(
+            f'<rect class="bar o-{escape(r.outcome or "")}" x="{x:.1f}" y="{y(d):.1f}" width="{bar:.1f}" '
+            f'height="{PAD_TOP + plot_h - y(d):.1f}"><title>{escape(title)}</title></rect>'
+        )
     points = " ".join(f"{PAD_LEFT + i * step + step / 2:.1f},{y(v):.1f}" for i, v in enumerate(lateness))
     parts.append(f'<polyline class="late" points="{points}"/>')
     parts.append(f'<text class="tick" x="{PAD_LEFT}" y="{HEIGHT - 6}">oldest</text>')

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 #: Outcomes a run or a slot may show (DESIGN: RunInfo.outcome, and "skipped").
@@ -69,11 +69,19 @@ class Job:
 
     def api(self) -> dict[str, Any]:
         return {
-            "key": self.key, "ref": self.ref, "name": self.name, "state": self.state, "paused": self.paused,
-            "schedule": self.schedule, "zone": self.zone, "next_run_at": iso(self.next_run_at),
-            "last_outcome": self.last_outcome, "held_by": self.held_by, "runs": self.runs,
+            "key": self.key,
+            "ref": self.ref,
+            "name": self.name,
+            "state": self.state,
+            "paused": self.paused,
+            "schedule": self.schedule,
+            "zone": self.zone,
+            "next_run_at": iso(self.next_run_at),
+            "last_outcome": self.last_outcome,
+            "held_by": self.held_by,
+            "runs": self.runs,
             "unloadable": self.unloadable,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +122,21 @@ class Slot:
 
     def api(self) -> dict[str, Any]:
         return {
-            "run": self.run, "attempt": self.attempt, "outcome": self.outcome, "reason": self.reason,
-            "cause": self.cause, "scheduled_at": iso(self.scheduled_at), "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at), "duration": self.duration, "lateness": self.lateness,
-            "worker": self.worker, "error": self.error, "traceback": self.traceback, "output": self.output,
-        }  # fmt: skip
+            "run": self.run,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "cause": self.cause,
+            "scheduled_at": iso(self.scheduled_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "duration": self.duration,
+            "lateness": self.lateness,
+            "worker": self.worker,
+            "error": self.error,
+            "traceback": self.traceback,
+            "output": self.output,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +152,12 @@ class JobDetail:
 
     def api(self) -> dict[str, Any]:
         return {
-            **self.job.api(), "function": self.function, "next_slots": [iso(t) for t in self.next_slots],
-            "runs": [s.api() for s in self.runs], "slots": [s.api() for s in self.slots],
-        }  # fmt: skip
+            **self.job.api(),
+            "function": self.function,
+            "next_slots": [iso(t) for t in self.next_slots],
+            "runs": [s.api() for s in self.runs],
+            "slots": [s.api() for s in self.slots],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +174,16 @@ class Worker:
     task: str | None = None
 
     def api(self) -> dict[str, Any]:
-        return {"instance": self.instance, "slot": self.slot, "pid": self.pid, "state": self.state,
-                "rss": self.rss, "runs": self.runs, "restarts": self.restarts, "task": self.task}  # fmt: skip
+        return {
+            "instance": self.instance,
+            "slot": self.slot,
+            "pid": self.pid,
+            "state": self.state,
+            "rss": self.rss,
+            "runs": self.runs,
+            "restarts": self.restarts,
+            "task": self.task,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +202,16 @@ class Instance:
 
     def api(self) -> dict[str, Any]:
         return {
-            "id": self.id, "host": self.host, "pid": self.pid, "lease": self.lease,
-            "lease_until": iso(self.lease_until), "alive": self.alive, "holding": self.holding,
-            "standby": self.standby, "workers": None if self.workers is None else [w.api() for w in self.workers],
-        }  # fmt: skip
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "lease": self.lease,
+            "lease_until": iso(self.lease_until),
+            "alive": self.alive,
+            "holding": self.holding,
+            "standby": self.standby,
+            "workers": None if self.workers is None else [w.api() for w in self.workers],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +272,7 @@ class ConsoleSource(abc.ABC):
     def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
         raise Refused("this console cannot backfill tasks")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a source that holds nothing keeps this default
         """Release what the source holds (a store connection)."""
 
 
@@ -245,6 +280,5 @@ def iso(when: datetime | None) -> str | None:
     """An aware datetime -> ISO 8601 UTC (``...Z``-free, ``+00:00``), or None."""
     if when is None:
         return None
-    from datetime import timezone
 
-    return when.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+    return when.astimezone(UTC).isoformat(timespec="milliseconds")

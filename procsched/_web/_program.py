@@ -17,7 +17,7 @@ import collections
 import os
 import socket
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._errors import SchedulerError
@@ -95,11 +95,18 @@ class ProgramSource(ConsoleSource):
                 return
             if kind == RUN_STARTED:
                 scheduled = _wall(event.get("scheduled_at"))
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 self._running.setdefault(tid, {})[event["run"]] = Slot(
-                    event["run"], event.get("attempt", 1), None, None, "schedule", scheduled or now, now, None,
+                    event["run"],
+                    event.get("attempt", 1),
+                    None,
+                    None,
+                    "schedule",
+                    scheduled or now,
+                    now,
+                    None,
                     _text(event.get("worker")),
-                )  # fmt: skip
+                )
             elif kind in RUN_END.values():
                 self._running.get(tid, {}).pop(event["run"], None)
                 scheduled = _wall(event["scheduled_at"])
@@ -109,15 +116,33 @@ class ProgramSource(ConsoleSource):
                     return None if t is None or scheduled is None else scheduled + timedelta(seconds=t - base)
 
                 slot = Slot(
-                    event["run"], event.get("attempt", 1), event["outcome"], None, "schedule", scheduled,
-                    wall(event["started_at"]), wall(event["finished_at"]), _text(event.get("worker")),
-                    event.get("error"), event.get("traceback"), event.get("output"),
-                )  # fmt: skip
+                    event["run"],
+                    event.get("attempt", 1),
+                    event["outcome"],
+                    None,
+                    "schedule",
+                    scheduled,
+                    wall(event["started_at"]),
+                    wall(event["finished_at"]),
+                    _text(event.get("worker")),
+                    event.get("error"),
+                    event.get("traceback"),
+                    event.get("output"),
+                )
                 self._slots.setdefault(tid, collections.deque(maxlen=RUNS_KEPT)).append(slot)
             elif kind == RUN_MISSED:
                 missed = event["missed"]
-                slot = Slot(None, 1, "skipped", "misfire", "schedule", None, None, None,
-                            error=f"{missed} slot{'s' if missed != 1 else ''} dropped by the misfire policy")  # fmt: skip
+                slot = Slot(
+                    None,
+                    1,
+                    "skipped",
+                    "misfire",
+                    "schedule",
+                    None,
+                    None,
+                    None,
+                    error=f"{missed} slot{'s' if missed != 1 else ''} dropped by the misfire policy",
+                )
                 self._slots.setdefault(tid, collections.deque(maxlen=RUNS_KEPT)).append(slot)
 
     # -- the read model ------------------------------------------------------------
@@ -150,11 +175,18 @@ class ProgramSource(ConsoleSource):
         if last is None and handle.runs:
             last = handle.runs[-1].outcome
         return Job(
-            ref=handle.key if handle.key is not None else f"{UNKEYED}{handle.id}", key=handle.key,
-            name=handle.name or f"task {handle.id}", state=state, paused=state == "paused", schedule=words,
-            zone=zone, next_run_at=handle.next_run_at, last_outcome=last,
-            held_by=f"{self.host}/{self.pid}" if state == "running" else None, runs=len(handle.runs),
-        )  # fmt: skip
+            ref=handle.key if handle.key is not None else f"{UNKEYED}{handle.id}",
+            key=handle.key,
+            name=handle.name or f"task {handle.id}",
+            state=state,
+            paused=state == "paused",
+            schedule=words,
+            zone=zone,
+            next_run_at=handle.next_run_at,
+            last_outcome=last,
+            held_by=f"{self.host}/{self.pid}" if state == "running" else None,
+            runs=len(handle.runs),
+        )
 
     def _handle(self, ref: str) -> TaskHandle:
         handles = self._handles()
@@ -178,8 +210,9 @@ class ProgramSource(ConsoleSource):
         older = [_slot_of(r) for r in handle.runs[-limit:] if (r.run, r.attempt) not in seen]
         slots = older + recorded + running
         runs = [s for s in slots if s.run is not None]
-        return JobDetail(job, _words.next_slots(self._schedules.get(handle.id), handle.next_run_at),
-                         runs[-limit:], slots[-limit:])  # fmt: skip
+        return JobDetail(
+            job, _words.next_slots(self._schedules.get(handle.id), handle.next_run_at), runs[-limit:], slots[-limit:]
+        )
 
     def instances(self) -> list[Instance]:
         try:
@@ -189,13 +222,30 @@ class ProgramSource(ConsoleSource):
         store = stats.get("store")
         ident = store["scheduler"]["id"] if store else f"{self.host}:{self.pid}"
         workers = [
-            Worker(ident, w.get("slot", i), w.get("pid"), str(w.get("state")), w.get("rss"), w.get("runs", 0),
-                   w.get("restarts", 0), None if w.get("task") is None else self._ref_of(w["task"]))
+            Worker(
+                ident,
+                w.get("slot", i),
+                w.get("pid"),
+                str(w.get("state")),
+                w.get("rss"),
+                w.get("runs", 0),
+                w.get("restarts", 0),
+                None if w.get("task") is None else self._ref_of(w["task"]),
+            )
             for i, w in enumerate(stats.get("workers", []))
-        ]  # fmt: skip
+        ]
         holding = sorted(j.ref for j in self.jobs() if j.state == "running") if not store else store["holding"]
-        instance = Instance(ident, self.host, self.pid, store["scheduler"]["lease"] if store else None, None, True,
-                            holding, store["standby"] if store else [], workers)  # fmt: skip
+        instance = Instance(
+            ident,
+            self.host,
+            self.pid,
+            store["scheduler"]["lease"] if store else None,
+            None,
+            True,
+            holding,
+            store["standby"] if store else [],
+            workers,
+        )
         return [instance]
 
     def _ref_of(self, task_id: int) -> str:
@@ -226,8 +276,9 @@ class ProgramSource(ConsoleSource):
     def _act(self, ref: str, action: str) -> bool:
         handle = self._handle(ref)
         try:
-            done = bool(handle.pause() if action == "pause" else handle.resume() if action == "resume"
-                        else handle.cancel())  # fmt: skip
+            done = bool(
+                handle.pause() if action == "pause" else handle.resume() if action == "resume" else handle.cancel()
+            )
         except SchedulerError as exc:
             raise Refused(f"cannot {action} {ref!r}: {exc}") from exc
         with self._lock:
@@ -276,5 +327,15 @@ def _slot_of(info: Any) -> Slot:
     def wall(t: float | None) -> datetime | None:
         return None if t is None or scheduled is None else scheduled + timedelta(seconds=t - base)
 
-    return Slot(info.run, info.attempt, info.outcome, None, "schedule", scheduled, wall(info.started_at),
-                wall(info.finished_at), _text(info.worker), output=info.output)  # fmt: skip
+    return Slot(
+        info.run,
+        info.attempt,
+        info.outcome,
+        None,
+        "schedule",
+        scheduled,
+        wall(info.started_at),
+        wall(info.finished_at),
+        _text(info.worker),
+        output=info.output,
+    )

@@ -50,13 +50,16 @@ DELAY_MAX = 5.0
 SESSIONS_KEPT = 1000
 SESSION_SECONDS = 12 * 3600
 HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-     b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
-]  # fmt: skip
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +188,13 @@ class Guard:
         if path == LOGOUT and method == "POST":
             if session is not None:
                 self.sessions.drop(session.id)
-            await send({"type": "http.response.start", "status": 303, "headers": [
-                (b"location", b"/login"), (b"set-cookie", _cookie("", 0))]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 303,
+                    "headers": [(b"location", b"/login"), (b"set-cookie", _cookie("", 0))],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
         if self.access.read_only and method not in SAFE_METHODS:
@@ -219,8 +227,13 @@ class Guard:
             return
         self.throttle.succeeded(client)
         session = self.sessions.new()
-        await send({"type": "http.response.start", "status": 303, "headers": [
-            (b"location", b"/"), (b"set-cookie", _cookie(session.id, SESSION_SECONDS))]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [(b"location", b"/"), (b"set-cookie", _cookie(session.id, SESSION_SECONDS))],
+            }
+        )
         await send({"type": "http.response.body", "body": b""})
 
 
@@ -301,8 +314,7 @@ def _with_headers(send: Send) -> Send:
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             have = {k.lower() for k, _ in message.get("headers", [])}
-            message = {**message, "headers": [*message.get("headers", []),
-                                              *(h for h in HEADERS if h[0] not in have)]}  # fmt: skip
+            message = {**message, "headers": [*message.get("headers", []), *(h for h in HEADERS if h[0] not in have)]}
         await send(message)
 
     return wrapped
@@ -310,8 +322,13 @@ def _with_headers(send: Send) -> Send:
 
 async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -320,8 +337,13 @@ async def _unauthorized(scope: Scope, send: Send) -> None:
     and the metrics, the login form for pages."""
     path: str = scope["path"]
     if path.startswith(("/api/", "/metrics", "/events", "/fragments/")) or scope["method"] not in SAFE_METHODS:
-        await send({"type": "http.response.start", "status": 401, "headers": [
-            (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="procsched"')]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="procsched"')],
+            }
+        )
         await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
         return
     await _login_page(send, 401)
@@ -338,6 +360,14 @@ required></label> <button type="submit">log in</button></form></main></body></ht
 
 
 async def _login_page(send: Send, status: int) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(LOGIN_PAGE)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(LOGIN_PAGE)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": LOGIN_PAGE})

@@ -56,8 +56,15 @@ class Console:
         ImportError: the web extra is not installed.
     """
 
-    def __init__(self, source: ConsoleSource, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 token: str | None = None, read_only: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: ConsoleSource,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+        read_only: bool = False,
+    ) -> None:
         import uvicorn
 
         from ._app import make_app
@@ -71,8 +78,15 @@ class Console:
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/"
         # No proxy headers: a client must not choose the address it is throttled by.
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=GRACE, ws="none", proxy_headers=False)  # fmt: skip
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=GRACE,
+            ws="none",
+            proxy_headers=False,
+        )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._errors import StoreError
@@ -34,12 +34,14 @@ from ._model import (
 )
 
 NS = 1_000_000_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: The re-read overlap of the change mark (a transaction may commit a
 #: little after the store-clock time it stamped; as the instances' re-read).
 OVERLAP_NS = 2 * NS
-NEEDS_CONTROL = ("{} through a store needs the store's control channel (issues 22 and 23, store side), "
-                 "which this procsched does not have yet")  # fmt: skip
+NEEDS_CONTROL = (
+    "{} through a store needs the store's control channel (issues 22 and 23, store side), "
+    "which this procsched does not have yet"
+)
 
 
 def wall(ns: int | None) -> datetime | None:
@@ -136,10 +138,19 @@ class StoreSource(ConsoleSource):
             state = "pending"
         held = None if task.holder is None else names.get(task.holder, _holder_text(task.holder))
         return Job(
-            ref=task.key, key=task.key, name=task.definition.options.get("name") or task.key, state=state,
-            paused=st.paused, schedule=words, zone=zone, next_run_at=None if st.paused else wall(st.next_due_ns),
-            last_outcome=task.last_outcome, held_by=held, runs=st.run_count, unloadable=task.unloadable,
-        )  # fmt: skip
+            ref=task.key,
+            key=task.key,
+            name=task.definition.options.get("name") or task.key,
+            state=state,
+            paused=st.paused,
+            schedule=words,
+            zone=zone,
+            next_run_at=None if st.paused else wall(st.next_due_ns),
+            last_outcome=task.last_outcome,
+            held_by=held,
+            runs=st.run_count,
+            unloadable=task.unloadable,
+        )
 
     def job(self, ref: str, limit: int = 50) -> JobDetail:
         def read() -> tuple[Any, list[Any], list[Any]]:
@@ -150,8 +161,9 @@ class StoreSource(ConsoleSource):
             raise NotFound(f"no task {ref!r}")
         job = self._job(task, {h.id: f"{h.host}/{h.pid}" for h in holders})
         runs = [_slot(r) for r in records]
-        return JobDetail(job, _words.next_slots(task.definition.schedule, job.next_run_at), runs, runs,
-                         task.definition.fn_ref)  # fmt: skip
+        return JobDetail(
+            job, _words.next_slots(task.definition.schedule, job.next_run_at), runs, runs, task.definition.fn_ref
+        )
 
     def instances(self) -> list[Instance]:
         def read() -> tuple[list[Any], list[Any], int]:
@@ -163,10 +175,17 @@ class StoreSource(ConsoleSource):
             if t.holder is not None:
                 held.setdefault(t.holder, []).append(t.key)
         return [
-            Instance(h.id, h.host, h.pid, h.lease_ns / NS, wall(h.lease_until_ns), h.lease_until_ns >= now,
-                     sorted(held.get(h.id, [])))
+            Instance(
+                h.id,
+                h.host,
+                h.pid,
+                h.lease_ns / NS,
+                wall(h.lease_until_ns),
+                h.lease_until_ns >= now,
+                sorted(held.get(h.id, [])),
+            )
             for h in holders
-        ]  # fmt: skip
+        ]
 
     def metrics(self) -> bytes:
         from prometheus_client import CollectorRegistry, generate_latest
@@ -179,18 +198,28 @@ class StoreSource(ConsoleSource):
 
         class Collector:
             def collect(self) -> Any:
-                jobs = GaugeMetricFamily("procsched_store_jobs", "Keyed tasks in the store, by state.", labels=["state"])
+                jobs = GaugeMetricFamily(
+                    "procsched_store_jobs", "Keyed tasks in the store, by state.", labels=["state"]
+                )
                 states: dict[str, int] = {}
                 for t in tasks:
-                    state = "unloadable" if t.unloadable else "paused" if t.state.paused else \
-                        "running" if t.holder else "pending"  # fmt: skip
+                    state = (
+                        "unloadable"
+                        if t.unloadable
+                        else "paused"
+                        if t.state.paused
+                        else "running"
+                        if t.holder
+                        else "pending"
+                    )
                     states[state] = states.get(state, 0) + 1
                 for state, n in sorted(states.items()):
                     jobs.add_metric([state], n)
                 yield jobs
                 runs = GaugeMetricFamily("procsched_store_runs", "Runs claimed so far, by job.", labels=["job"])
-                last = GaugeMetricFamily("procsched_store_last_outcome",
-                                         "1 for each job's last outcome.", labels=["job", "outcome"])  # fmt: skip
+                last = GaugeMetricFamily(
+                    "procsched_store_last_outcome", "1 for each job's last outcome.", labels=["job", "outcome"]
+                )
                 for t in tasks:
                     runs.add_metric([t.key], t.state.run_count)
                     if t.last_outcome is not None:
@@ -198,8 +227,9 @@ class StoreSource(ConsoleSource):
                 yield runs
                 yield last
                 alive = sum(1 for h in holders if h.lease_until_ns >= now)
-                inst = GaugeMetricFamily("procsched_store_instances", "Registered instances, by lease.",
-                                         labels=["lease"])  # fmt: skip
+                inst = GaugeMetricFamily(
+                    "procsched_store_instances", "Registered instances, by lease.", labels=["lease"]
+                )
                 inst.add_metric(["alive"], alive)
                 inst.add_metric(["expired"], len(holders) - alive)
                 yield inst
@@ -268,5 +298,15 @@ def _holder_text(holder_id: str) -> str:
 
 def _slot(r: Any) -> Slot:
     error = None if r.error_type is None else f"{r.error_type}: {r.error_message}"
-    return Slot(r.run, r.attempt, r.outcome, None, "schedule", wall(r.scheduled_ns), wall(r.started_ns),
-                wall(r.finished_ns), None if r.pid is None else f"{r.host}/{r.pid}", error)  # fmt: skip
+    return Slot(
+        r.run,
+        r.attempt,
+        r.outcome,
+        None,
+        "schedule",
+        wall(r.scheduled_ns),
+        wall(r.started_ns),
+        wall(r.finished_ns),
+        None if r.pid is None else f"{r.host}/{r.pid}",
+        error,
+    )

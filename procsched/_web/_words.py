@@ -14,23 +14,31 @@ the slot arithmetic is the core's own (``Schedule.next_after``).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 NS = 1_000_000_000
 #: Cron's aliases, as cron-descriptor needs them spelled out.
 ALIASES = {
-    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
-}  # fmt: skip
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 def schedule_of(job: Any) -> dict[str, Any]:
     """A jobs file's ``Job`` (``procsched._jobs.Job``) as a schedule record."""
     if job.kind == "cron":
         tz = job.options.get("tz")
-        return {"kind": "cron", "expr": job.options["expr"], "tz": tz if tz is None or isinstance(tz, str) else
-                zone_name(tz)}  # fmt: skip
+        return {
+            "kind": "cron",
+            "expr": job.options["expr"],
+            "tz": tz if tz is None or isinstance(tz, str) else zone_name(tz),
+        }
     if job.kind in ("rate", "delay"):
         return {"kind": "fixed_rate" if job.kind == "rate" else "fixed_delay", "period_ns": round(job.period * NS)}
     return {"kind": "once"}
@@ -130,10 +138,10 @@ def next_slots(schedule: dict[str, Any] | None, first: datetime | None, n: int =
         if following is None or following <= slot_ns:
             break
         slot_ns = following
-        slots.append(datetime.fromtimestamp(0, timezone.utc) + timedelta(microseconds=slot_ns // 1000))
+        slots.append(datetime.fromtimestamp(0, UTC) + timedelta(microseconds=slot_ns // 1000))
     return slots
 
 
 def _ns(when: datetime) -> int:
-    delta = when - datetime.fromtimestamp(0, timezone.utc)
+    delta = when - datetime.fromtimestamp(0, UTC)
     return (delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1000

@@ -128,14 +128,20 @@ class Report:
 
     def replay(self) -> str:
         """The seed and the fault schedule (printed on failure: replay with the seed)."""
-        head = (f"campaign seed={self.seed} store={self.store} fault phase {self.seconds:.0f} s: replay with "
-                f"python -m benchmarks.campaign --store {self.store} --seed {self.seed} "
-                f"--seconds {self.seconds:.0f}")  # fmt: skip
+        head = (
+            f"campaign seed={self.seed} store={self.store} fault phase {self.seconds:.0f} s: replay with "
+            f"python -m benchmarks.campaign --store {self.store} --seed {self.seed} "
+            f"--seconds {self.seconds:.0f}"
+        )
         return "\n".join([head, "fault schedule:", *(f"  {f.line()}" for f in self.faults)])
 
     def summary(self) -> str:
-        lines = [self.replay(), f"faults injected: {self.faults_by_kind()}", f"runs checked: {self.runs_checked}",
-                 f"violations: {len(self.violations)}"]  # fmt: skip
+        lines = [
+            self.replay(),
+            f"faults injected: {self.faults_by_kind()}",
+            f"runs checked: {self.runs_checked}",
+            f"violations: {len(self.violations)}",
+        ]
         lines += [f"  {v.render()}" for v in self.violations]
         if self.documented:
             lines.append(f"documented limits seen (not violations): {len(self.documented)}")
@@ -150,10 +156,15 @@ def task_specs() -> dict[str, dict[str, Any]]:
         "r1": {"kind": "rate", "period": 0.25, "misfire": "catch_up", "work": [40, 10, 3], "retry": retry},
         "r2": {"kind": "rate", "period": 0.5, "misfire": "catch_up", "work": [300, 5, 2]},
         "d1": {"kind": "delay", "period": 0.3, "work": [60, 5, 2], "retry": retry},
-        "c1": {"kind": "cron", "expr": "* * * * * *", "misfire": "catch_up", "work": [100, 5, 3],
-               "retry": {"attempts": 2, "delay": 0, "on": ["crashed"]}},
+        "c1": {
+            "kind": "cron",
+            "expr": "* * * * * *",
+            "misfire": "catch_up",
+            "work": [100, 5, 3],
+            "retry": {"attempts": 2, "delay": 0, "on": ["crashed"]},
+        },
         "c2": {"kind": "cron", "expr": "*/2 * * * * *", "work": [200, 10, 0]},
-    }  # fmt: skip
+    }
 
 
 def spec_for(key: str, base: dict[str, Any], log: str, version: int, **extra: Any) -> dict[str, Any]:
@@ -173,9 +184,20 @@ def _cli_has(action: str) -> bool:
 class Campaign:
     """One campaign run; ``run()`` returns the Report (see the module docstring)."""
 
-    def __init__(self, *, store: str, seconds: float, seed: int, workdir: str, cluster: Any = None,
-                 instances: int = 3, lease: float = 1.0, workers: int = 2, kinds: list[str] | None = None,
-                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        store: str,
+        seconds: float,
+        seed: int,
+        workdir: str,
+        cluster: Any = None,
+        instances: int = 3,
+        lease: float = 1.0,
+        workers: int = 2,
+        kinds: list[str] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         if store not in ("sqlite", "postgresql"):
             raise ValueError(f"store must be 'sqlite' or 'postgresql', not {store!r}")
         self.kind, self.seconds, self.seed = store, seconds, seed
@@ -311,8 +333,16 @@ class Campaign:
         self.lock = None
 
     def _kinds(self) -> list[tuple[str, float]]:
-        kinds = [("kill", 1.0), ("kill_user", 0.5), ("stop", 1.0), ("restart", 1.0), ("pause", 1.0),
-                 ("cancel", 0.4), ("replace", 0.6), ("oneshot", 1.0)]  # fmt: skip
+        kinds = [
+            ("kill", 1.0),
+            ("kill_user", 0.5),
+            ("stop", 1.0),
+            ("restart", 1.0),
+            ("pause", 1.0),
+            ("cancel", 0.4),
+            ("replace", 0.6),
+            ("oneshot", 1.0),
+        ]
         if self.kind == "postgresql":
             kinds += [("pg_drop", 1.0), ("pg_stall", 0.6), ("pg_lose_commit", 1.0)]
         else:
@@ -373,8 +403,9 @@ class Campaign:
             self._start(name)
             if p["redefine"] and p["key"] in self.live and name in self.life:  # stored once it is ready
                 at = self.inst[name].ready_at or self.life[name].started
-                self.key_events.append(KeyEvent("redefine", p["key"], at, self.life[name].label,
-                                                self.versions[p["key"]]))  # fmt: skip
+                self.key_events.append(
+                    KeyEvent("redefine", p["key"], at, self.life[name].label, self.versions[p["key"]])
+                )
         elif f.kind in ("pause", "cancel", "replace"):
             key = p["key"]
             if name not in self._running() or key not in self.live or (f.kind != "pause" and key in self.paused):
@@ -406,8 +437,12 @@ class Campaign:
             if name not in self._running():
                 return
             key = f"o{next(self._oneshot_ids)}"
-            base = {"kind": "once", "delay": p["delay"], "work": [50, 20, 5],
-                    "retry": {"attempts": 3, "delay": 0.05, "on": ["error", "crashed"]}}  # fmt: skip
+            base = {
+                "kind": "once",
+                "delay": p["delay"],
+                "work": [50, 20, 5],
+                "retry": {"attempts": 3, "delay": 0.05, "on": ["error", "crashed"]},
+            }
             got = self._ask(name, "add " + json.dumps(spec_for(key, base, self.log, 1)))
             if got is None or got.get("added") != key:
                 f.result = f"refused: {got}"
@@ -424,8 +459,9 @@ class Campaign:
         elif f.kind == "sqlite_lock":
             if self.lock is not None:
                 return
-            conn = sqlite3.connect(storesql.sqlite_path(self.check_url), timeout=10, isolation_level=None,
-                                   check_same_thread=False)  # fmt: skip
+            conn = sqlite3.connect(
+                storesql.sqlite_path(self.check_url), timeout=10, isolation_level=None, check_same_thread=False
+            )
             try:
                 conn.execute("BEGIN EXCLUSIVE")
             except sqlite3.Error as exc:
@@ -441,8 +477,12 @@ class Campaign:
         ``procsched`` command, once it offers the action on a store); the
         wall time it was acknowledged, or None if refused."""
         if cli and self.use_cli:
-            done = subprocess.run([sys.executable, "-m", "procsched", action, key, "--store", self.url],
-                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "procsched", action, key, "--store", self.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             return time.time() if done.returncode == 0 else None
         got = self._ask(name, f"{action} {key}")
         return got["t"] if got and got.get("ok") else None
@@ -536,12 +576,26 @@ class Campaign:
         finally:
             self._cleanup()
         history = History(
-            self.kind, self.check_url, self.lease, start, calm_start, calm_end, end, self.base, self.lives, self.key_events,
-            self.faults, self.oneshots, set(self.live), left, self.unresponsive,
-        )  # fmt: skip
+            self.kind,
+            self.check_url,
+            self.lease,
+            start,
+            calm_start,
+            calm_end,
+            end,
+            self.base,
+            self.lives,
+            self.key_events,
+            self.faults,
+            self.oneshots,
+            set(self.live),
+            left,
+            self.unresponsive,
+        )
         violations, documented, checked = checker.check(history, self.log)
-        return Report(self.seed, self.kind, self.seconds, self.faults, checked, violations, documented,
-                      time.monotonic() - wall0)  # fmt: skip
+        return Report(
+            self.seed, self.kind, self.seconds, self.faults, checked, violations, documented, time.monotonic() - wall0
+        )
 
     def _heal(self) -> None:
         """End every fault now: continue the stopped, unlock, unstall, resume
@@ -590,8 +644,9 @@ class Campaign:
             self.proxy.close()
 
 
-def run_campaign(store: str, seconds: float, seed: int, workdir: str | None = None, cluster: Any = None,
-                 **kwargs: Any) -> Report:  # fmt: skip
+def run_campaign(
+    store: str, seconds: float, seed: int, workdir: str | None = None, cluster: Any = None, **kwargs: Any
+) -> Report:
     """One campaign on ``store`` (a PostgreSQL ``cluster`` (tests/campaign/pg.py)
     is started here if none is given); ``workdir`` is removed after unless given."""
     import tempfile

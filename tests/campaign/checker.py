@@ -85,8 +85,10 @@ class Attempt:
     def __str__(self) -> str:
         end = "?" if self.end is None else f"{self.end:.3f}"
         slot = "" if self.slot_us is None else f" slot {_ts(self.slot_us / 1e6)}"
-        return (f"{self.key} run {self.run} attempt {self.attempt} v{self.version} on {self.inst} (pid {self.pid})"
-                f"{slot} ran {_ts(self.start)}..{end[-9:] if self.end else end} {self.x or ''}").rstrip()
+        return (
+            f"{self.key} run {self.run} attempt {self.attempt} v{self.version} on {self.inst} (pid {self.pid})"
+            f"{slot} ran {_ts(self.start)}..{end[-9:] if self.end else end} {self.x or ''}"
+        ).rstrip()
 
 
 def _ts(t: float) -> str:
@@ -130,8 +132,11 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
     documented += limits
     out += _stale_attempts(attempts)
     out += _recorded(attempts, rows)
-    out += [Violation("in flight", r.key, f"run {r.run} attempt {r.attempt} never ended (held by {r.holder})")
-            for r in rows if r.outcome is None]  # fmt: skip
+    out += [
+        Violation("in flight", r.key, f"run {r.run} attempt {r.attempt} never ended (held by {r.holder})")
+        for r in rows
+        if r.outcome is None
+    ]
     out += _slots(h, attempts, rows)
     out += _stalled(h, attempts, tasks)
     out += _after_events(h, attempts)
@@ -143,8 +148,11 @@ def _twice(attempts: list[Attempt]) -> list[Violation]:
     seen: dict[tuple[str, int, int], list[Attempt]] = defaultdict(list)
     for a in attempts:
         seen[(a.key, a.run, a.attempt)].append(a)
-    return [Violation("twice", k[0], f"run {k[1]} attempt {k[2]} started {len(v)} times", tuple(map(str, v)))
-            for k, v in seen.items() if len(v) > 1]  # fmt: skip
+    return [
+        Violation("twice", k[0], f"run {k[1]} attempt {k[2]} started {len(v)} times", tuple(map(str, v)))
+        for k, v in seen.items()
+        if len(v) > 1
+    ]
 
 
 def _stopped_past_lease(life: Any, start: float, end: float, lease: float) -> bool:
@@ -159,16 +167,26 @@ def _overlap(attempts: list[Attempt], lives: dict[str, Any], lease: float) -> tu
     for key, runs in by_key.items():
         runs.sort(key=lambda a: a.start)
         for i, a in enumerate(runs):
-            for b in runs[i + 1:]:
+            for b in runs[i + 1 :]:
                 if b.start >= (a.end or 0):
                     break
                 if (a.run, a.attempt) == (b.run, b.attempt) and a.pid == b.pid:
                     continue
-                v = Violation("overlap", key, f"two runs at once ({b.start - a.start:.3f}s apart, the first "
-                              f"still running)", (str(a), str(b)))  # fmt: skip
+                v = Violation(
+                    "overlap",
+                    key,
+                    f"two runs at once ({b.start - a.start:.3f}s apart, the first still running)",
+                    (str(a), str(b)),
+                )
                 if _stopped_past_lease(lives.get(a.inst), a.start, a.end or 0, lease):
-                    documented.append(Violation("overlap (documented)", key, "a run under way on an instance "
-                                                "stopped past its lease, retried elsewhere", (str(a), str(b))))  # fmt: skip
+                    documented.append(
+                        Violation(
+                            "overlap (documented)",
+                            key,
+                            "a run under way on an instance stopped past its lease, retried elsewhere",
+                            (str(a), str(b)),
+                        )
+                    )
                 else:
                     out.append(v)
     return out, documented
@@ -184,18 +202,33 @@ def _stale_attempts(attempts: list[Attempt]) -> list[Violation]:
         for i, a in enumerate(tries):
             later = [b for b in tries[:i] if b.attempt > a.attempt]
             if later:
-                out.append(Violation("stale attempt", key, f"run {run}: attempt {a.attempt} started after attempt "
-                                     f"{later[0].attempt} (the same run on two instances)", (str(later[0]), str(a))))  # fmt: skip
+                out.append(
+                    Violation(
+                        "stale attempt",
+                        key,
+                        f"run {run}: attempt {a.attempt} started after attempt "
+                        f"{later[0].attempt} (the same run on two instances)",
+                        (str(later[0]), str(a)),
+                    )
+                )
     return out
 
 
 def _recorded(attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[Violation]:
     stored = {(r.key, r.run, r.attempt): r for r in rows}
     ran = {(a.key, a.run, a.attempt) for a in attempts}
-    out = [Violation("unrecorded", a.key, f"run {a.run} attempt {a.attempt} ran but the store has no record of it",
-                     (str(a),)) for a in attempts if (a.key, a.run, a.attempt) not in stored]  # fmt: skip
-    out += [Violation("never ran", r.key, f"run {r.run} attempt {r.attempt} recorded ok but never ran", (repr(r),))
-            for r in rows if r.outcome == "ok" and (r.key, r.run, r.attempt) not in ran]  # fmt: skip
+    out = [
+        Violation(
+            "unrecorded", a.key, f"run {a.run} attempt {a.attempt} ran but the store has no record of it", (str(a),)
+        )
+        for a in attempts
+        if (a.key, a.run, a.attempt) not in stored
+    ]
+    out += [
+        Violation("never ran", r.key, f"run {r.run} attempt {r.attempt} recorded ok but never ran", (repr(r),))
+        for r in rows
+        if r.outcome == "ok" and (r.key, r.run, r.attempt) not in ran
+    ]
     return out
 
 
@@ -286,9 +319,15 @@ def _slots(h: Any, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list
                 lost.append((v, slot))
         if lost:
             near = [f.line() for f in h.faults if f.at is not None and any(abs(f.at - s / 1e6) < 3 for _, s in lost)]
-            out.append(Violation("slot lost", key, f"{len(lost)} slot(s) never ran and are not in the store: "
-                                 + ", ".join(f"v{v} {_ts(s / 1e6)}" for v, s in lost[:8]),
-                                 tuple(f"fault near: {x}" for x in near[:5])))  # fmt: skip
+            out.append(
+                Violation(
+                    "slot lost",
+                    key,
+                    f"{len(lost)} slot(s) never ran and are not in the store: "
+                    + ", ".join(f"v{v} {_ts(s / 1e6)}" for v, s in lost[:8]),
+                    tuple(f"fault near: {x}" for x in near[:5]),
+                )
+            )
     return out
 
 
@@ -302,20 +341,28 @@ def _stalled(h: Any, attempts: list[Attempt], tasks: dict[str, storesql.TaskRow]
         ran = [a for a in attempts if a.key == key and window[0] <= a.start <= window[1]]
         if not ran:
             last = max((a.start for a in attempts if a.key == key), default=None)
-            out.append(Violation("stalled", key, f"no run in the calm phase {_ts(window[0])}..{_ts(window[1])} "
-                                 f"(last start {_ts(last) if last else 'never'})",
-                                 (f"store: {tasks.get(key)}",)))  # fmt: skip
+            out.append(
+                Violation(
+                    "stalled",
+                    key,
+                    f"no run in the calm phase {_ts(window[0])}..{_ts(window[1])} "
+                    f"(last start {_ts(last) if last else 'never'})",
+                    (f"store: {tasks.get(key)}",),
+                )
+            )
     for key, added in sorted(h.oneshots.items()):
         cancelled = any(e.kind == "cancel" and e.key == key for e in h.key_events)
         if not cancelled and not any(a.key == key for a in attempts):
-            out.append(Violation("stalled", key, f"a one-shot added at {_ts(added)} never ran",
-                                 (f"store: {tasks.get(key)}",)))  # fmt: skip
+            out.append(
+                Violation("stalled", key, f"a one-shot added at {_ts(added)} never ran", (f"store: {tasks.get(key)}",))
+            )
         ok = [a for a in attempts if a.key == key and a.x == "ok"]
         if len(ok) > 1:
             out.append(Violation("twice", key, "a one-shot ran to completion more than once", tuple(map(str, ok))))
         if key in tasks:
-            out.append(Violation("stalled", key, "a one-shot is still in the store's live set at the end",
-                                 (str(tasks[key]),)))  # fmt: skip
+            out.append(
+                Violation("stalled", key, "a one-shot is still in the store's live set at the end", (str(tasks[key]),))
+            )
     return out
 
 
@@ -340,8 +387,10 @@ def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
             kind = "paused" if e.kind == "pause" else "cancelled"
         else:
             bad = [a for a in attempts if a.key == e.key and a.version < e.version and late(a)]
-            what = (f"{len(bad)} run(s) of an older definition started after v{e.version} was stored "
-                    f"({e.kind} by {e.via} at {_ts(e.at)})")  # fmt: skip
+            what = (
+                f"{len(bad)} run(s) of an older definition started after v{e.version} was stored "
+                f"({e.kind} by {e.via} at {_ts(e.at)})"
+            )
             kind = "old definition"
         if bad:
             out.append(Violation(kind, e.key, what, tuple(map(str, bad[:4]))))
@@ -349,19 +398,37 @@ def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
 
 
 def _health(h: Any) -> list[Violation]:
-    out = [Violation("processes", None, f"{len(h.left_processes)} process(es) outlived the end",
-                     tuple(h.left_processes))] if h.left_processes else []  # fmt: skip
+    out = (
+        [Violation("processes", None, f"{len(h.left_processes)} process(es) outlived the end", tuple(h.left_processes))]
+        if h.left_processes
+        else []
+    )
     out += [Violation("unresponsive", None, x) for x in h.unresponsive]
     for life in h.lives:
         if "Traceback" in life.stderr:
-            first = life.stderr[life.stderr.index("Traceback"):]
+            first = life.stderr[life.stderr.index("Traceback") :]
             lines = [x for x in first.splitlines() if x.strip()]
-            out.append(Violation("traceback", None, f"{life.label} printed a traceback ({life.how})",
-                                 tuple(lines[:2] + lines[-3:])))  # fmt: skip
+            out.append(
+                Violation(
+                    "traceback", None, f"{life.label} printed a traceback ({life.how})", tuple(lines[:2] + lines[-3:])
+                )
+            )
         if life.how == "died":
-            out.append(Violation("died", None, f"{life.label} ended by itself (exit {life.exit_code})",
-                                 tuple(life.stderr.strip().splitlines()[-4:])))  # fmt: skip
+            out.append(
+                Violation(
+                    "died",
+                    None,
+                    f"{life.label} ended by itself (exit {life.exit_code})",
+                    tuple(life.stderr.strip().splitlines()[-4:]),
+                )
+            )
         elif life.how == "quit" and life.exit_code not in (0, None):
-            out.append(Violation("died", None, f"{life.label} exited {life.exit_code} after a clean shutdown",
-                                 tuple(life.stderr.strip().splitlines()[-4:])))  # fmt: skip
+            out.append(
+                Violation(
+                    "died",
+                    None,
+                    f"{life.label} exited {life.exit_code} after a clean shutdown",
+                    tuple(life.stderr.strip().splitlines()[-4:]),
+                )
+            )
     return out

@@ -87,7 +87,7 @@ def main() -> None:
                 answer({"stats": s.stats().get("store"), "unloadable": sorted(s.stats().get("unloadable", ()))})
             else:
                 answer({"error": f"unknown command {cmd!r}"})
-        except Exception as exc:  # a refused call: say so, go on
+        except Exception as exc:  # noqa: BLE001 - a refused call: say so, go on
             answer({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)})
     t = time.time()
     answer({"quitting": True, "t": t})

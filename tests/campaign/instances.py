@@ -36,9 +36,13 @@ class Instance:
         self._err = open(self.err_path, "wb")
         full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.campaign.instance", json.dumps(self.cfg)], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=full_env,
-        )  # fmt: skip
+            [sys.executable, "-m", "tests.campaign.instance", json.dumps(self.cfg)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env=full_env,
+        )
         self.pid = self.proc.pid
         self.buf = b""
         self.seen: dict[int, psutil.Process] = {}

@@ -35,6 +35,7 @@ if not os.read(fd, 1) and os.path.isdir(d):
 
 def binaries() -> str | None:
     """The directory holding initdb, pg_ctl and postgres, or None."""
+
     def version(d: str) -> tuple[int, ...]:
         return tuple(int(p) for p in os.path.basename(os.path.dirname(d)).split(".") if p.isdigit())
 
@@ -80,21 +81,50 @@ class Cluster:
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
         data = os.path.join(self.dir, "data")
         try:
-            self._run(os.path.join(self.bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
-                      "-E", "UTF8", "--locale=C", "--no-sync")  # fmt: skip
-            opts = (f"-c listen_addresses='' -k {self.dir} -p {PORT} -c fsync=off -c synchronous_commit=off "
-                    "-c full_page_writes=off -c max_connections=200")  # fmt: skip
-            self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"),
-                      "-w", "-t", "60", "-o", opts, "start")  # fmt: skip
+            self._run(
+                os.path.join(self.bindir, "initdb"),
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            )
+            opts = (
+                f"-c listen_addresses='' -k {self.dir} -p {PORT} -c fsync=off -c synchronous_commit=off "
+                "-c full_page_writes=off -c max_connections=200"
+            )
+            self._run(
+                os.path.join(self.bindir, "pg_ctl"),
+                "-D",
+                data,
+                "-l",
+                os.path.join(self.dir, "log"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                opts,
+                "start",
+            )
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = ""
             raise
         r, self._watch_w = os.pipe()
         runuser = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.Popen([sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir,
-                          *runuser], pass_fds=(r,), start_new_session=True, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", _WATCH, str(r), os.path.join(self.bindir, "pg_ctl"), self.dir, *runuser],
+            pass_fds=(r,),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(r)
         return self
 
@@ -123,8 +153,15 @@ class Cluster:
         if not self.dir:
             return
         try:
-            self._run(os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.dir, "data"),
-                      "-m", "immediate", "-w", "stop")  # fmt: skip
+            self._run(
+                os.path.join(self.bindir, "pg_ctl"),
+                "-D",
+                os.path.join(self.dir, "data"),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            )
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = ""

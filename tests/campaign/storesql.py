@@ -54,8 +54,11 @@ def _connect(url: str) -> Any:
 
         parts = urllib.parse.urlsplit(url)
         query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k not in ("keep_runs",)]
-        return psycopg.connect(urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query))),
-                               autocommit=True, connect_timeout=5)  # fmt: skip
+        return psycopg.connect(
+            urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query))),
+            autocommit=True,
+            connect_timeout=5,
+        )
     conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
     return conn
 
@@ -72,10 +75,15 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
 
 
 def runs(url: str, key: str | None = None) -> list[RunRow]:
-    sql = ("SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, pid, outcome, error_type, holder "
-           "FROM procsched_runs")  # fmt: skip
-    rows = query(url, sql + (" WHERE key = ?" if key is not None else "") + " ORDER BY key, run, attempt",
-                 (key,) if key is not None else ())  # fmt: skip
+    sql = (
+        "SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, pid, outcome, error_type, holder "
+        "FROM procsched_runs"
+    )
+    rows = query(
+        url,
+        sql + (" WHERE key = ?" if key is not None else "") + " ORDER BY key, run, attempt",
+        (key,) if key is not None else (),
+    )
     return [RunRow(*r) for r in rows]
 
 

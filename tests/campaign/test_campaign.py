@@ -18,10 +18,12 @@ FAULT_PHASE_S = 10.0
 SEEDS = {"sqlite": 10, "postgresql": 11}
 
 # What these seeds found on 7945013 (each run finds some of these; see the report):
-FOUND = ("issue 20 campaign: on main it finds (key, run, attempt) run twice and run numbers reused after a replace "
-         "or a changed definition (the store's run rows overwritten), attempts of one run on two instances, old "
-         "definitions running after a new one was stored, dispatchers dying of a locked SQLite file at start-up "
-         "or of KeyError in the journal, tasks stalled")  # fmt: skip
+FOUND = (
+    "issue 20 campaign: on main it finds (key, run, attempt) run twice and run numbers reused after a replace "
+    "or a changed definition (the store's run rows overwritten), attempts of one run on two instances, old "
+    "definitions running after a new one was stored, dispatchers dying of a locked SQLite file at start-up "
+    "or of KeyError in the journal, tasks stalled"
+)
 
 
 @pytest.mark.slow

@@ -32,11 +32,17 @@ def _line(path: str, **fields: object) -> None:
 def work(log: str, key: str, version: int, max_ms: int = 50, fail_pct: int = 0, crash_pct: int = 0) -> None:
     run = procsched.current_run()
     assert run is not None
-    me = {"i": os.environ.get("CAMPAIGN_INSTANCE", "?"), "k": key, "r": run.run, "a": run.attempt,
-          # RunInfo.cause comes with issue 22 (schedule control); "schedule" until then
-          "c": getattr(run, "cause", "schedule"), "v": version,
-          "slot": None if run.scheduled_at is None else round(run.scheduled_at.timestamp() * 1e6),
-          "pid": os.getpid()}  # fmt: skip
+    me = {
+        "i": os.environ.get("CAMPAIGN_INSTANCE", "?"),
+        "k": key,
+        "r": run.run,
+        "a": run.attempt,
+        # RunInfo.cause comes with issue 22 (schedule control); "schedule" until then
+        "c": getattr(run, "cause", "schedule"),
+        "v": version,
+        "slot": None if run.scheduled_at is None else round(run.scheduled_at.timestamp() * 1e6),
+        "pid": os.getpid(),
+    }
     _line(log, ev="start", t=time.time(), **me)
     h = zlib.crc32(f"{key}:{run.run}:{run.attempt}".encode())
     if max_ms:

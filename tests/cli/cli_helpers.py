@@ -49,8 +49,12 @@ def cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.Complet
     """Run ``python -m procsched ARGS`` to completion."""
     return subprocess.run(
         [sys.executable, "-m", "procsched", *args],
-        capture_output=True, text=True, timeout=timeout, env=cli_env(), **kwargs,  # type: ignore[call-overload]
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(),
+        **kwargs,  # type: ignore[call-overload]
+    )
 
 
 def cli_here(*args: str, cwd: object = None) -> subprocess.CompletedProcess[str]:
@@ -71,8 +75,11 @@ def cli_here(*args: str, cwd: object = None) -> subprocess.CompletedProcess[str]
 def start_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "procsched", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
 
 
 def read_until(stream: object, needle: str, limit: int = 10_000) -> list[str]:
@@ -103,8 +110,9 @@ def run_in_pty(*args: str, pythonpath: str | None = None, columns: int = 150, li
     env = dict(cli_env(), TERM="xterm", COLUMNS=str(columns), LINES=str(lines))
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath, env["PYTHONPATH"]])
-    proc = subprocess.Popen([sys.executable, "-m", "procsched", *args],
-                            stdin=follower, stdout=follower, stderr=follower, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "procsched", *args], stdin=follower, stdout=follower, stderr=follower, env=env
+    )
     os.close(follower)
     chunks = []
     try:

@@ -29,7 +29,7 @@ def test_plain_output_with_duration(jobs_file) -> None:
     assert "error" in boom and "RuntimeError: boom once" in boom
     # the final table, then the one-line summary
     assert "lateness p99" in out and "workers (last seen)" in out
-    table = out[out.index("lateness p99"):]
+    table = out[out.index("lateness p99") :]
     assert "every 0.1s" in table and "every 0.15s after each run" in table and "once in 0.05s" in table
     assert "procsched: stopped after 1.0 s:" in out.splitlines()[-1]
 
@@ -52,9 +52,15 @@ def test_json_output_names_the_job_on_every_line(jobs_file) -> None:
     cli_pids = {r["worker"] for r in ticks}
     assert all(isinstance(pid, int) for pid in cli_pids)
     assert not {r["event"] for r in records} - {
-        "procsched_started", "procsched_summary", "run_started", "run_finished", "run_failed",
-        "task_cancelled", "worker_started", "worker_exited",
-    }  # fmt: skip
+        "procsched_started",
+        "procsched_summary",
+        "run_started",
+        "run_finished",
+        "run_failed",
+        "task_cancelled",
+        "worker_started",
+        "worker_exited",
+    }
 
 
 def test_threads_runner(jobs_file) -> None:
@@ -154,7 +160,15 @@ def test_demo_counts_crashes_and_timeouts_and_keeps_the_rest(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.splitlines()[-1])
     jobs = {j["name"]: j for j in summary["jobs"]}
-    assert set(jobs) == {"count_primes", "hash_chain", "heartbeat", "on_the_clock", "flaky_fetch", "segfaulter", "hangs"}
+    assert set(jobs) == {
+        "count_primes",
+        "hash_chain",
+        "heartbeat",
+        "on_the_clock",
+        "flaky_fetch",
+        "segfaulter",
+        "hangs",
+    }
     assert jobs["on_the_clock"]["schedule"] == "cron */2 * * * * *" and jobs["on_the_clock"]["runs"] >= 1
     assert jobs["flaky_fetch"]["schedule"] == "every 2s, retry 3x"
     # each run of flaky_fetch fails once and succeeds on its retry: a run counts once, by its last attempt
@@ -231,18 +245,25 @@ def test_next_prints_fire_times_with_dst() -> None:
     assert lines[0].startswith("2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z")
     assert "DST gap" in lines[0]
     assert lines[1].startswith("2026-03-09 02:30:00 EDT (-04:00)   2026-03-09T06:30:00Z")
-    done = cli("next", "0 * * * *", "--tz", "Europe/Berlin", "-n", "3", "--after", "2026-10-25T00:30:00+00:00", "--json")
+    done = cli(
+        "next", "0 * * * *", "--tz", "Europe/Berlin", "-n", "3", "--after", "2026-10-25T00:30:00+00:00", "--json"
+    )
     assert [json.loads(line)["utc"] for line in done.stdout.splitlines()] == [
-        "2026-10-25T01:00:00Z", "2026-10-25T02:00:00Z", "2026-10-25T03:00:00Z",
+        "2026-10-25T01:00:00Z",
+        "2026-10-25T02:00:00Z",
+        "2026-10-25T03:00:00Z",
     ]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (("next", "61 * * * *"), "61 * * * *"),
-    (("next", "@daily", "--tz", "Nowhere/Special"), "Nowhere/Special"),
-    (("next", "@daily", "--after", "tomorrow"), "--after"),
-    (("next", "0 0 * * *", "--tz", "America/New_York", "--after", "0001-01-01T00:00:00+00:00"), "year 1 to 9999"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("next", "61 * * * *"), "61 * * * *"),
+        (("next", "@daily", "--tz", "Nowhere/Special"), "Nowhere/Special"),
+        (("next", "@daily", "--after", "tomorrow"), "--after"),
+        (("next", "0 0 * * *", "--tz", "America/New_York", "--after", "0001-01-01T00:00:00+00:00"), "year 1 to 9999"),
+    ],
+)
 def test_next_bad_input(argv: tuple[str, ...], message: str) -> None:
     done = cli(*argv)
     assert done.returncode == 2 and message in done.stderr and done.stdout == ""
@@ -254,11 +275,14 @@ def test_next_reads_a_naive_after_in_its_zone_and_notes_only_real_gaps() -> None
     done = cli("next", "0 3 * * *", "--tz", "America/New_York", "-n", "2", "--after", "2026-03-07T12:00")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()  # 03:00 EDT is the first instant after the gap, but it is the time named
-    assert lines == ["2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z",
-                     "2026-03-09 03:00:00 EDT (-04:00)   2026-03-09T07:00:00Z"]  # fmt: skip
+    assert lines == [
+        "2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z",
+        "2026-03-09 03:00:00 EDT (-04:00)   2026-03-09T07:00:00Z",
+    ]
     moved = cli("next", "30 2 * * *", "--tz", "America/New_York", "-n", "1", "--after", "2026-03-07T12:00")
     assert moved.stdout.splitlines() == [
-        "2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z   (02:30:00 does not exist that day: DST gap)"]
+        "2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z   (02:30:00 does not exist that day: DST gap)"
+    ]
     hourly = cli("next", "0 * * * *", "--tz", "America/New_York", "-n", "2", "--after", "2026-03-08T01:30")
     assert "DST" not in hourly.stdout and "03:00:00 EDT" in hourly.stdout  # 02:00 is skipped, not moved
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cli_helpers import cli
@@ -60,8 +60,23 @@ def test_options_reach_the_scheduler(jobs_file) -> None:
         def slow():
             time.sleep(5)
     """)
-    done = cli("run", str(path), "--duration", "1.5", "--json", "--workers", "1", "--timeout", "0.3",
-               "--policy", "fifo", "--mp-context", "spawn", "--grace", "5")  # fmt: skip
+    done = cli(
+        "run",
+        str(path),
+        "--duration",
+        "1.5",
+        "--json",
+        "--workers",
+        "1",
+        "--timeout",
+        "0.3",
+        "--policy",
+        "fifo",
+        "--mp-context",
+        "spawn",
+        "--grace",
+        "5",
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert any(r["event"] == "run_timeout" and r["name"] == "slow" for r in records)
@@ -181,9 +196,9 @@ def test_log_level_options(jobs_file) -> None:
 
 
 def test_json_times_are_iso_8601_utc_wall_clock(jobs_file) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     done = cli("run", str(jobs_file()), "--duration", "1", "--json", "--workers", "2")
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     ends = [r for r in records if r["event"] == "run_finished"]
@@ -218,5 +233,5 @@ def test_workers_after_shutdown_are_not_busy(jobs_file) -> None:
     """)
     done = cli("run", str(path), "--duration", "1", "--plain", "--workers", "1")
     assert done.returncode == 0, done.stderr
-    workers = done.stdout[done.stdout.index("workers (last seen)"):]
+    workers = done.stdout[done.stdout.index("workers (last seen)") :]
     assert " busy " not in workers and ("stopped" in workers or "exited" in workers), workers

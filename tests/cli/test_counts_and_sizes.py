@@ -38,11 +38,25 @@ RETRIED = """
 
 
 def _end(task_id: int, run: int, attempt: int, outcome: str, name: str = "flaky") -> dict[str, object]:
-    return {"event": {"ok": "run_finished", "error": "run_failed"}[outcome], "task_id": task_id, "name": name,
-            "run": run, "attempt": attempt, "worker": 1, "outcome": outcome, "scheduled_for": 0.0,
-            "started_at": 0.0, "finished_at": 0.0, "duration": 0.0, "lateness": 0.0, "state": "pending",
-            "next_run": 1.0, "error": None if outcome == "ok" else "ConnectionError: not yet", "traceback": None,
-            "output": None}  # fmt: skip
+    return {
+        "event": {"ok": "run_finished", "error": "run_failed"}[outcome],
+        "task_id": task_id,
+        "name": name,
+        "run": run,
+        "attempt": attempt,
+        "worker": 1,
+        "outcome": outcome,
+        "scheduled_for": 0.0,
+        "started_at": 0.0,
+        "finished_at": 0.0,
+        "duration": 0.0,
+        "lateness": 0.0,
+        "state": "pending",
+        "next_run": 1.0,
+        "error": None if outcome == "ok" else "ConnectionError: not yet",
+        "traceback": None,
+        "output": None,
+    }
 
 
 def _noop() -> None:
@@ -58,8 +72,14 @@ def _board_with(job_name: str = "flaky") -> Board:
 
 def test_a_run_counts_once_by_its_last_attempt() -> None:
     board = _board_with()
-    for event in [_end(1, 1, 1, "error"), _end(1, 1, 2, "ok"), _end(1, 2, 1, "ok"),
-                  _end(1, 3, 1, "error"), _end(1, 3, 2, "error"), _end(1, 3, 3, "error")]:  # fmt: skip
+    for event in [
+        _end(1, 1, 1, "error"),
+        _end(1, 1, 2, "ok"),
+        _end(1, 2, 1, "ok"),
+        _end(1, 3, 1, "error"),
+        _end(1, 3, 2, "error"),
+        _end(1, 3, 3, "error"),
+    ]:
         board.on_event(event)
     row = board.rows[0]
     assert (row.runs, row.counts["ok"], row.counts["error"], row.retries) == (3, 2, 1, 3)
@@ -73,15 +93,18 @@ def test_the_command_counts_runs_one_way_in_table_summary_and_json(jobs_file) ->
     path = jobs_file(RETRIED)
     plain = cli("run", str(path), "--duration", "1.2", "--plain", "--workers", "2")
     assert plain.returncode == 0, plain.stderr
-    table = plain.stdout[plain.stdout.index("lateness p99"):]
+    table = plain.stdout[plain.stdout.index("lateness p99") :]
     flaky = next(line.split() for line in table.splitlines() if line.strip().startswith("flaky"))
     # job, every, 0.2s,, retry, 3x, next run, runs, ok, error, crashed, timeout, retries, ...
     runs, ok, error, crashed, timeout, retries = map(int, flaky[6:12])
     # (the stop may come between a run's failed first attempt and its retry: that run ends "error")
     assert runs == ok + error and ok >= 3 and error <= 1 and crashed == timeout == 0 and retries == ok
     fine = next(line.split() for line in table.splitlines() if line.strip().startswith("fine"))
-    summary = re.search(r"stopped after [\d.]+ s: (\d+) runs \((\d+) ok, (\d+) error, 0 crashed, 0 timeout\), "
-                        r"(\d+) retr", plain.stdout)  # fmt: skip
+    summary = re.search(
+        r"stopped after [\d.]+ s: (\d+) runs \((\d+) ok, (\d+) error, 0 crashed, 0 timeout\), "
+        r"(\d+) retr",
+        plain.stdout,
+    )
     assert summary, plain.stdout
     assert list(map(int, summary.groups())) == [runs + int(fine[4]), ok + int(fine[5]), error, retries]
     records = [json.loads(line) for line in cli("run", str(path), "--duration", "1.2", "--json").stdout.splitlines()]
@@ -107,8 +130,10 @@ def test_recent_lines_are_wrapped_never_cut_at_80_columns() -> None:
     from rich.console import Console
 
     board = _board_with("segfaulter")
-    long = ("task 7 (segfaulter) run 6 crashed its worker (signal SIGSEGV); replacing the worker, "
-            "which takes a while on a loaded machine")  # fmt: skip
+    long = (
+        "task 7 (segfaulter) run 6 crashed its worker (signal SIGSEGV); replacing the worker, "
+        "which takes a while on a loaded machine"
+    )
     board.recent.extend(["first (older) message", long])
     console = Console(width=80, height=24, file=io.StringIO(), color_system=None, legacy_windows=False)
     view = LiveView(Lines("live", io.StringIO(), board), board, "procsched - 1 job from jobs.py", console=console)
@@ -135,7 +160,7 @@ def test_the_demo_on_an_80_x_24_terminal() -> None:
     pytest.importorskip("rich")
     code, screen = run_in_pty("demo", "--duration", "3", columns=80, lines=24)
     assert code == 0, screen
-    summary = screen[screen.rindex("procsched demo:"):]
+    summary = screen[screen.rindex("procsched demo:") :]
     assert all(len(line) <= 80 for line in summary.splitlines()), summary
     frames = screen[: screen.rindex("procsched demo:")]
     assert "procsched - 7 jobs from the demo jobs on 2 worker processes" in frames
@@ -149,9 +174,15 @@ def test_the_live_view_says_what_this_instance_does_on_its_store() -> None:
 
     board = _board_with("tick")
     watch = StoreWatch("s.db", {})
-    notes = watch.update({"scheduler": {"id": "vm:1:a", "host": "vm", "pid": 1, "lease": 30.0}, "holding": [],
-                          "peers": [{"id": "vm:2:b", "host": "vm", "pid": 2}], "taken_over": 0,
-                          "standby": ["tick"]})  # fmt: skip
+    notes = watch.update(
+        {
+            "scheduler": {"id": "vm:1:a", "host": "vm", "pid": 1, "lease": 30.0},
+            "holding": [],
+            "peers": [{"id": "vm:2:b", "host": "vm", "pid": 2}],
+            "taken_over": 0,
+            "standby": ["tick"],
+        }
+    )
     assert [n.event for n in notes] == ["procsched_peer_joined", "procsched_standby"]
     board.store_status = watch.status
     console = Console(width=80, height=24, file=io.StringIO(), color_system=None, legacy_windows=False)

@@ -4,14 +4,14 @@ wall time starts at a known instant) and what ``procsched next`` prints."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from cli_helpers import cli
 
 from procsched import InlineScheduler, ManualClock, current_run
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)  # a Thursday
+START = datetime(2026, 1, 1, tzinfo=UTC)  # a Thursday
 
 
 def _fires(expr: str, days: float = 120, start: datetime = START) -> list[datetime]:
@@ -31,7 +31,11 @@ def _days(fires: list[datetime]) -> list[str]:
 def test_day_of_month_and_day_of_week_together_mean_or() -> None:
     # every Friday, and every 13th (whatever its weekday): cron's rule, not APScheduler's AND
     assert _days(_fires("0 0 13 * 5", days=20)) == [
-        "Fri 01-02 00:00", "Fri 01-09 00:00", "Tue 01-13 00:00", "Fri 01-16 00:00"]
+        "Fri 01-02 00:00",
+        "Fri 01-09 00:00",
+        "Tue 01-13 00:00",
+        "Fri 01-16 00:00",
+    ]
 
 
 def test_a_day_field_starting_with_a_star_means_and() -> None:
@@ -39,12 +43,15 @@ def test_a_day_field_starting_with_a_star_means_and() -> None:
     assert _days(_fires("0 0 */2 * 1", days=40)) == ["Mon 01-05 00:00", "Mon 01-19 00:00", "Mon 02-09 00:00"]
 
 
-@pytest.mark.parametrize(("expr", "expected"), [
-    ("0 0 L * *", ["Sat 01-31 00:00", "Sat 02-28 00:00", "Tue 03-31 00:00"]),  # the last day of the month
-    ("0 0 LW * *", ["Fri 01-30 00:00", "Fri 02-27 00:00", "Tue 03-31 00:00"]),  # its last weekday (Mon-Fri)
-    ("0 0 * * 5L", ["Fri 01-30 00:00", "Fri 02-27 00:00", "Fri 03-27 00:00"]),  # the last Friday
-    ("0 0 * * 1#2", ["Mon 01-12 00:00", "Mon 02-09 00:00", "Mon 03-09 00:00"]),  # the second Monday
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("0 0 L * *", ["Sat 01-31 00:00", "Sat 02-28 00:00", "Tue 03-31 00:00"]),  # the last day of the month
+        ("0 0 LW * *", ["Fri 01-30 00:00", "Fri 02-27 00:00", "Tue 03-31 00:00"]),  # its last weekday (Mon-Fri)
+        ("0 0 * * 5L", ["Fri 01-30 00:00", "Fri 02-27 00:00", "Fri 03-27 00:00"]),  # the last Friday
+        ("0 0 * * 1#2", ["Mon 01-12 00:00", "Mon 02-09 00:00", "Mon 03-09 00:00"]),  # the second Monday
+    ],
+)
 def test_last_and_nth_days(expr: str, expected: list[str]) -> None:
     assert _days(_fires(expr, days=90)) == expected
 
@@ -77,4 +84,4 @@ def test_until_equal_to_now_is_accepted_and_its_run_runs() -> None:
     assert sched.run_until(30) == 1 and handle.state.value == "done"
     assert sched.schedule_at_fixed_rate(print, 10, until=0).next_run == 30.0  # until=0: now, the first run
     with pytest.raises(ValueError, match="until must not lie in the past"):
-        sched.schedule_at_fixed_rate(print, 10, until=datetime(2025, 12, 31, tzinfo=timezone.utc))
+        sched.schedule_at_fixed_rate(print, 10, until=datetime(2025, 12, 31, tzinfo=UTC))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-import procsched
 from cli_helpers import REPO, cli
+
+import procsched
 
 
 def test_every_pointer_to_a_design_document_resolves() -> None:
@@ -30,14 +31,20 @@ def _options(text: str) -> set[str]:
 
 def test_readme_and_help_list_the_same_options() -> None:
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Jobs files"):readme.index("## Semantics")]
+    section = readme[readme.index("## Jobs files") : readme.index("## Semantics")]
     shown = "".join(cli(*command, "--help").stdout for command in ((), ("run",), ("demo",), ("next",), ("web",)))
     assert _options(section) - {"--help"} == _options(shown) - {"--help"}
 
 
 def test_readme_documents_the_exit_statuses_of_help() -> None:
     readme = " ".join((REPO / "README.md").read_text().split())
-    for text in ("0 after a clean stop", "1 if the jobs file cannot be loaded", "2 for a bad command line",
-                 "3 if the dispatcher process died", "130 after a forced stop", "4 if some runs failed",
-                 "5 if every run of some job failed"):  # fmt: skip
+    for text in (
+        "0 after a clean stop",
+        "1 if the jobs file cannot be loaded",
+        "2 for a bad command line",
+        "3 if the dispatcher process died",
+        "130 after a forced stop",
+        "4 if some runs failed",
+        "5 if every run of some job failed",
+    ):
         assert text in readme, text

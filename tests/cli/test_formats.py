@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,11 +16,24 @@ from procsched._cli._lines import Lines, json_record
 
 
 def _end(**fields: object) -> dict[str, object]:
-    event = {"event": "run_crashed", "task_id": 1, "name": "segfaulter", "run": 3, "worker": 4242,
-             "outcome": "crashed", "scheduled_for": 100.0, "started_at": 100.5, "finished_at": 101.0,
-             "duration": 0.5, "lateness": 0.5, "state": "pending", "next_run": 102.0,
-             "error": "WorkerCrashedError: worker 4242 died (SIGSEGV)", "traceback": None,
-             "output": "before the crash\nFatal Python error: Segmentation fault\n"}  # fmt: skip
+    event = {
+        "event": "run_crashed",
+        "task_id": 1,
+        "name": "segfaulter",
+        "run": 3,
+        "worker": 4242,
+        "outcome": "crashed",
+        "scheduled_for": 100.0,
+        "started_at": 100.5,
+        "finished_at": 101.0,
+        "duration": 0.5,
+        "lateness": 0.5,
+        "state": "pending",
+        "next_run": 102.0,
+        "error": "WorkerCrashedError: worker 4242 died (SIGSEGV)",
+        "traceback": None,
+        "output": "before the crash\nFatal Python error: Segmentation fault\n",
+    }
     event.update(fields)
     return event
 
@@ -29,7 +42,7 @@ def test_until_text_is_relative_then_local_wall_time(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TZ", "Europe/Berlin")
     time.tzset()
     try:
-        off = datetime(2026, 12, 3, 1, 0, tzinfo=timezone.utc).timestamp() - 1000.0  # mono 1000 = 02:00 CET
+        off = datetime(2026, 12, 3, 1, 0, tzinfo=UTC).timestamp() - 1000.0  # mono 1000 = 02:00 CET
         assert _times.until_text(999.0, 1000.0, off) == "due"
         assert _times.until_text(1000.25, 1000.0, off) == "in 250 ms"
         assert _times.until_text(1003.2, 1000.0, off) == "in 3.2 s"
@@ -84,9 +97,14 @@ def test_tracebacks_are_framed_only_when_asked() -> None:
 
 @pytest.mark.parametrize(
     ("workers", "runner", "text"),
-    [(1, "processes", "1 worker process"), (4, "processes", "4 worker processes"),
-     (1, "threads", "1 worker thread"), (3, "threads", "3 worker threads"), (2, "ray", "2 ray workers")],
-)  # fmt: skip
+    [
+        (1, "processes", "1 worker process"),
+        (4, "processes", "4 worker processes"),
+        (1, "threads", "1 worker thread"),
+        (3, "threads", "3 worker threads"),
+        (2, "ray", "2 ray workers"),
+    ],
+)
 def test_pool_text(workers: int, runner: str, text: str) -> None:
     assert pool_text(workers, runner) == text
 

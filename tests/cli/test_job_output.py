@@ -81,7 +81,7 @@ def test_the_live_view_shows_a_crash_trace_with_its_crash(jobs_file) -> None:
     pytest.importorskip("rich")
     code, screen = run_in_pty("run", str(jobs_file(NOISY)), "--duration", "1.5", columns=100, lines=40)
     assert code == 0, screen
-    last = screen[screen.rindex("output\r\n"):]
+    last = screen[screen.rindex("output\r\n") :]
     crash = last.index("segfaulter run ")
     assert "crashed" in last[crash : crash + 80]
     assert last.index("│ Fatal Python error: Segmentation fault", crash) > crash

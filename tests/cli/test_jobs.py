@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import cloudpickle
@@ -27,8 +27,10 @@ def test_decorators_return_the_function_and_declare_jobs_for_its_module() -> Non
     assert f() == 1
     jobs = declared_jobs("declared_here_only")
     assert [(j.kind, j.period, j.name) for j in jobs] == [
-        ("rate", 5.0, "f"), ("once", None, "f"), ("delay", 3.0, "named"),
-    ]  # fmt: skip
+        ("rate", 5.0, "f"),
+        ("once", None, "f"),
+        ("delay", 3.0, "named"),
+    ]
     assert [j.describe() for j in jobs] == ["every 5s", "once in 2s", "every 3s after each run"]
     assert jobs[1].options["priority"] == Priority.HIGH and jobs[2].options["timeout"] == 1
 
@@ -49,7 +51,7 @@ def test_decorators_return_the_function_and_declare_jobs_for_its_module() -> Non
         (lambda: every(1, stop_on_error="yes"), TypeError, "stop_on_error must be True or False"),
         (lambda: every(1, scheduler=object()), TypeError, "scheduler must be"),
         (lambda: once(-1), ValueError, "delay must be >= 0"),
-        (lambda: once(5, at=datetime.now(timezone.utc)), ValueError, "not both"),
+        (lambda: once(5, at=datetime.now(UTC)), ValueError, "not both"),
         (lambda: once(at=datetime.now()), ValueError, "naive"),
         (lambda: every(1)(42), TypeError, "fn must be callable"),
         (lambda: every(1, args=5)(print), TypeError, "args must be"),
@@ -91,7 +93,7 @@ def test_with_a_scheduler_the_job_is_scheduled_at_once() -> None:
 def test_once_at_a_datetime() -> None:
     clock = ManualClock()
     sched = InlineScheduler(clock)
-    when = datetime.now(timezone.utc) + timedelta(seconds=30)
+    when = datetime.now(UTC) + timedelta(seconds=30)
     handle_names: list[str | None] = []
     once(at=when, scheduler=sched, name="at")(lambda: None)
     sched.add_listener(lambda e: handle_names.append(e["name"]), events="run_finished")
@@ -181,13 +183,15 @@ def test_cron_decorator_and_part_two_options() -> None:
     jobs = declared_jobs("declared_cron_here")
     assert [j.kind for j in jobs] == ["cron", "rate", "once"]
     assert [j.describe() for j in jobs] == [
-        "cron 0 3 * * * Europe/Berlin, retry 3x, max 10 runs", "every 1min, retry 3x, for 1h", "once in 1s, retry 2x",
+        "cron 0 3 * * * Europe/Berlin, retry 3x, max 10 runs",
+        "every 1min, retry 3x, for 1h",
+        "once in 1s, retry 2x",
     ]
     assert 0 < jobs[0].initial_delay <= 86400
-    clock = ManualClock(wall=datetime(2026, 3, 28, 12, tzinfo=timezone.utc))
+    clock = ManualClock(wall=datetime(2026, 3, 28, 12, tzinfo=UTC))
     sched = InlineScheduler(clock)
     handle = jobs[0].start(sched)
-    assert handle.name == "g" and handle.next_run_at == datetime(2026, 3, 29, 1, tzinfo=timezone.utc)  # 03:00 CEST
+    assert handle.name == "g" and handle.next_run_at == datetime(2026, 3, 29, 1, tzinfo=UTC)  # 03:00 CEST
     assert jobs[1].start(sched).next_run == 0.0
 
 

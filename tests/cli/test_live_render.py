@@ -27,23 +27,48 @@ def _board() -> Board:
     sched = InlineScheduler(ManualClock(time.monotonic()))
     board = Board()
     for i, name in enumerate(NAMES):
-        options = {"name": name, "priority": 10 if name == "heartbeat" else 0, "timeout": 1 if name == "hangs" else None,
-                   "args": (), "kwargs": {}, "initial_delay": 0.5 * i}  # fmt: skip
+        options = {
+            "name": name,
+            "priority": 10 if name == "heartbeat" else 0,
+            "timeout": 1 if name == "hangs" else None,
+            "args": (),
+            "kwargs": {},
+            "initial_delay": 0.5 * i,
+        }
         job = Job(_noop, "rate", [1.0, 0.5, 0.25, 1.0, 4.0][i], options)
         board.add(job, job.start(sched), time.monotonic())
     for task_id, outcome, output in [
-        (1, "ok", None), (2, "ok", "hello from a job\nsecond line"), (4, "crashed",
-         "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
-         '  File "demo.py", line 55 in segfaulter'),
-        (5, "timeout", None), (3, "ok", None),
-    ] * 3:  # fmt: skip
-        board.on_event({
-            "event": {"ok": "run_finished", "crashed": "run_crashed", "timeout": "run_timeout"}[outcome],
-            "task_id": task_id, "name": NAMES[task_id - 1], "run": 1, "worker": 1234, "outcome": outcome,
-            "scheduled_for": 0.0, "started_at": 0.0, "finished_at": 0.01, "duration": 0.0123, "lateness": 0.0031,
-            "state": "pending", "next_run": 1.0, "error": None if outcome == "ok" else "WorkerCrashedError: SIGSEGV",
-            "traceback": None, "output": output,
-        })  # fmt: skip
+        (1, "ok", None),
+        (2, "ok", "hello from a job\nsecond line"),
+        (
+            4,
+            "crashed",
+            "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
+            '  File "demo.py", line 55 in segfaulter',
+        ),
+        (5, "timeout", None),
+        (3, "ok", None),
+    ] * 3:
+        board.on_event(
+            {
+                "event": {"ok": "run_finished", "crashed": "run_crashed", "timeout": "run_timeout"}[outcome],
+                "task_id": task_id,
+                "name": NAMES[task_id - 1],
+                "run": 1,
+                "worker": 1234,
+                "outcome": outcome,
+                "scheduled_for": 0.0,
+                "started_at": 0.0,
+                "finished_at": 0.01,
+                "duration": 0.0123,
+                "lateness": 0.0031,
+                "state": "pending",
+                "next_run": 1.0,
+                "error": None if outcome == "ok" else "WorkerCrashedError: SIGSEGV",
+                "traceback": None,
+                "output": output,
+            }
+        )
     board.workers = [
         {"slot": i, "pid": 14000 + i, "state": "busy", "rss": 22_000_000, "runs": 20, "restarts": 6, "task": 1}
         for i in range(2)
@@ -76,7 +101,8 @@ def test_readable_at_this_size(width: int, height: int) -> None:
         assert rows[0] == "procsched - 5 jobs from the demo jobs on 2 worker processes - up 12 s - Ctrl-C to stop"
     else:
         assert rows[0] == "procsched - 5 jobs from the demo jobs on 2 worker processes" and rows[1] == (
-            "up 12 s - Ctrl-C to stop")
+            "up 12 s - Ctrl-C to stop"
+        )
     job_row = next(row for row in rows if "segfaulter" in row)
     if width >= 150:
         assert "lateness p99" in screen and "crashed" in screen
@@ -88,7 +114,7 @@ def test_readable_at_this_size(width: int, height: int) -> None:
 
 def test_the_output_pane_shows_what_runs_printed_and_crash_traces_with_the_crash() -> None:
     screen = _render(100, 60)
-    pane = screen[screen.index("output"):]
+    pane = screen[screen.index("output") :]
     assert "hash_chain_with_a_long_name run 1 ok" in pane and "│ hello from a job" in pane
     crash = pane.index("segfaulter run 1 crashed")
     assert pane.index("│ Fatal Python error: Segmentation fault", crash) > crash
@@ -104,27 +130,52 @@ def test_after_shutdown_no_worker_is_busy() -> None:
     board = _board()
     board.stopped()
     screen = _render(150, 50, board, "stopped after 12.0 s")
-    workers = screen[screen.index("workers"):]
+    workers = screen[screen.index("workers") :]
     assert "busy" not in workers and "stopped" in workers
 
 
 def test_a_worker_exit_event_updates_the_last_picture() -> None:
     board = _board()
-    board.on_event({"event": "worker_exited", "task_id": None, "name": None, "worker": 14001, "slot": 1,
-                    "exitcode": -11, "signal": "SIGSEGV", "crashed": True})  # fmt: skip
+    board.on_event(
+        {
+            "event": "worker_exited",
+            "task_id": None,
+            "name": None,
+            "worker": 14001,
+            "slot": 1,
+            "exitcode": -11,
+            "signal": "SIGSEGV",
+            "crashed": True,
+        }
+    )
     assert [w["state"] for w in board.workers] == ["busy", "crashed"]
 
 
 def test_a_crash_trace_stays_in_view_among_chatty_runs() -> None:
     board = _board()
     for run in range(2, 30):  # many newer chatty runs after the crashes
-        board.on_event({
-            "event": "run_finished", "task_id": 2, "name": NAMES[1], "run": run, "worker": 1, "outcome": "ok",
-            "scheduled_for": 0.0, "started_at": 0.0, "finished_at": 0.0, "duration": 0.0, "lateness": 0.0,
-            "state": "pending", "next_run": 1.0, "error": None, "traceback": None, "output": "chatter\nchatter",
-        })  # fmt: skip
+        board.on_event(
+            {
+                "event": "run_finished",
+                "task_id": 2,
+                "name": NAMES[1],
+                "run": run,
+                "worker": 1,
+                "outcome": "ok",
+                "scheduled_for": 0.0,
+                "started_at": 0.0,
+                "finished_at": 0.0,
+                "duration": 0.0,
+                "lateness": 0.0,
+                "state": "pending",
+                "next_run": 1.0,
+                "error": None,
+                "traceback": None,
+                "output": "chatter\nchatter",
+            }
+        )
     screen = _render(100, 40, board)
-    pane = screen[screen.index("output"):]
+    pane = screen[screen.index("output") :]
     assert "segfaulter run 1 crashed" in pane and "│ Fatal Python error: Segmentation fault" in pane
     assert "hash_chain_with_a_long_name run 29 ok" in pane
     assert pane.index("segfaulter run 1 crashed") < pane.index("run 29 ok")  # oldest first

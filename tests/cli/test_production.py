@@ -55,8 +55,8 @@ def test_handles_are_awaited_with_asyncio_wrap_future() -> None:
 
 def test_the_readme_systemd_unit_stops_within_its_timeout() -> None:
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Running it in production"):readme.index("## Testing your own")]
-    unit = section[section.index("```ini"):section.index("```", section.index("```ini") + 3)]
+    section = readme[readme.index("## Running it in production") : readme.index("## Testing your own")]
+    unit = section[section.index("```ini") : section.index("```", section.index("```ini") + 3)]
     settings = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
     assert settings["Type"] == "exec" and settings["KillSignal"] == "SIGTERM" and settings["KillMode"] == "mixed"
     command = settings["ExecStart"].split()

@@ -21,8 +21,19 @@ def _records(text: str) -> list[dict[str, object]]:
 
 def test_run_help_matches_the_scheduler_options() -> None:
     shown = " ".join(cli("run", "--help").stdout.split())
-    for option in ("--workers", "--runner", "--policy", "--timeout", "--mp-context", "--store", "--lease",
-                   "--max-tasks-per-worker", "--max-worker-memory", "--no-capture", "--keep-others"):  # fmt: skip
+    for option in (
+        "--workers",
+        "--runner",
+        "--policy",
+        "--timeout",
+        "--mp-context",
+        "--store",
+        "--lease",
+        "--max-tasks-per-worker",
+        "--max-worker-memory",
+        "--no-capture",
+        "--keep-others",
+    ):
         assert option in shown, option
     assert "@cron" in shown and "@every" in shown and "@once" in shown
 
@@ -64,8 +75,10 @@ def test_max_worker_memory_recycles_a_worker_that_grew(jobs_file) -> None:
     assert sum(r["event"] == "worker_started" for r in _records(done.stdout)) >= 3
 
 
-@pytest.mark.parametrize(("size", "message"), [("lots", "must be a size in bytes"), ("0", "must be a positive size"),
-                                               ("2TB", "must be a size in bytes")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [("lots", "must be a size in bytes"), ("0", "must be a positive size"), ("2TB", "must be a size in bytes")],
+)
 def test_a_bad_size_is_named(size: str, message: str) -> None:
     done = cli("run", "x.py", "--max-worker-memory", size)
     assert done.returncode == 2 and f"argument --max-worker-memory: {message}" in done.stderr

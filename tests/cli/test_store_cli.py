@@ -26,9 +26,13 @@ def test_run_with_a_store_goes_on_after_a_restart(tmp_path):
         assert done.returncode == 0, done.stderr
     jobs = [json.loads(line) for line in cli_here("jobs", "--store", db, "--json").stdout.splitlines()]
     assert [(j["key"], j["schedule"], j["paused"], j["unloadable"]) for j in jobs] == [
-        ("beat", "every 0.05s", False, None)]
+        ("beat", "every 0.05s", False, None)
+    ]
     assert jobs[0]["runs"] >= 2 and jobs[0]["function"] == "jobs:beat"
-    runs = [json.loads(line) for line in cli_here("history", "--store", db, "beat", "-n", "1000", "--json").stdout.splitlines()]
+    runs = [
+        json.loads(line)
+        for line in cli_here("history", "--store", db, "beat", "-n", "1000", "--json").stdout.splitlines()
+    ]
     assert [r["run"] for r in runs] == list(range(1, len(runs) + 1))  # run numbers went on across the restart
     assert len({r["instance"]["pid"] for r in runs}) == 2 and all(r["outcome"] == "ok" for r in runs)
     table = cli_here("history", "--store", db, "-n", "2").stdout.splitlines()
@@ -56,8 +60,15 @@ def test_read_only_commands_never_create_a_store(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("url", ["sqlite:///s.db?keep_runs=abc", "mysql://x/y", "sqlite:///s.db?nope=1",
-                                 "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=5"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///s.db?keep_runs=abc",
+        "mysql://x/y",
+        "sqlite:///s.db?nope=1",
+        "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=5",
+    ],
+)
 def test_a_bad_store_url_is_one_line_everywhere(tmp_path, url):
     (tmp_path / "s.db").touch()  # so that the reading commands get as far as the URL
     (tmp_path / "jobs.py").write_text(JOBS)
@@ -65,7 +76,9 @@ def test_a_bad_store_url_is_one_line_everywhere(tmp_path, url):
         done = (cli if argv[0] == "run" else cli_here)(*argv, "--store", url, cwd=tmp_path)
         assert done.returncode == 1, (argv, done.stderr)
         assert done.stderr.startswith("procsched: cannot open the store: ") and done.stderr.count("\n") == 1, (
-            argv, done.stderr)
+            argv,
+            done.stderr,
+        )
         assert "Traceback" not in done.stderr and done.stdout == ""
 
 

@@ -50,8 +50,14 @@ def slow():
 
 def _start(tmp_path: Path, session: str, *args: str) -> subprocess.Popen[str]:
     env = dict(cli_env(), JOBS_LOG=str(tmp_path / "runs.log"), SESSION=session)
-    return subprocess.Popen([sys.executable, "-m", "procsched", "run", "jobs.py", "--json", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "procsched", "run", "jobs.py", "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def _log(tmp_path: Path) -> list[list[str]]:
@@ -125,9 +131,12 @@ def test_every_run_after_a_kill_9_restart_is_reported_and_the_recovery_is_said(r
     assert tick["runs"] == len(reported)  # the summary counted them too
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 items 2 and 6, runtime side: Scheduler(store=...) logs nothing "
-                   "at INFO about the stored tasks it resumed or the slots they will make up (the CLI says these "
-                   "itself, from the store)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 26 items 2 and 6, runtime side: Scheduler(store=...) logs nothing "
+    "at INFO about the stored tasks it resumed or the slots they will make up (the CLI says these "
+    "itself, from the store)",
+)
 def test_the_runtime_logs_its_recovery_at_info(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from procsched import Scheduler
     from procsched._demo_jobs import heartbeat  # importable by reference anywhere
@@ -154,8 +163,9 @@ def _record(stream: object, event: str, until: object = lambda record: True) -> 
 
 def test_standby_and_take_over_are_said(tmp_path: Path) -> None:
     # slow's first run holds it on the first instance: the second one's claim of run 2 loses -> standby
-    held = JOBS.replace("@every(30)", "@every(0.5)").replace("time.sleep(60)",
-                                                             "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)")
+    held = JOBS.replace("@every(30)", "@every(0.5)").replace(
+        "time.sleep(60)", "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)"
+    )
     (tmp_path / "jobs.py").write_text(held)
     first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
     second = None
@@ -259,7 +269,8 @@ def test_on_postgresql_the_store_follows_the_file_and_its_url_is_never_printed_w
     done = cli("run", "jobs.py", "--store", url, "--duration", "0.5", "--plain", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "removed 1 stored job the jobs file no longer declares from postgresql://postgres@/postgres: dropped" in (
-        done.stdout)
+        done.stdout
+    )
     assert "secret-ish" not in done.stdout and "host=" not in done.stdout
     jobs = [json.loads(line) for line in cli_here("jobs", "--store", url, "--json").stdout.splitlines()]
     assert [j["key"] for j in jobs] == ["kept"] and jobs[0]["runs"] >= 2

@@ -114,8 +114,15 @@ class Program:
         self.err_path = os.path.join(str(tmp), f"{name}.{time.monotonic_ns()}.err")
         self._err = open(self.err_path, "wb")
         full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]), **(env or {}))
-        self.proc = subprocess.Popen([sys.executable, script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._err, env=full_env, text=True, bufsize=1)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env=full_env,
+            text=True,
+            bufsize=1,
+        )
         self._procs: list[psutil.Process] = tree(self.proc.pid)
 
     def line(self, timeout: float = 30.0) -> str:

@@ -26,8 +26,17 @@ def _me(path: str, tag: str, ev: str) -> None:
     run = procsched.current_run()
     assert run is not None
     slot = None if run.scheduled_at is None else round(run.scheduled_at.timestamp() * 1e6)
-    _write(path, ev=ev, tag=tag, run=run.run, attempt=run.attempt, slot_us=slot, pid=os.getpid(),
-           t=time.time(), inst=os.environ.get("CAMPAIGN_INSTANCE", ""))  # fmt: skip
+    _write(
+        path,
+        ev=ev,
+        tag=tag,
+        run=run.run,
+        attempt=run.attempt,
+        slot_us=slot,
+        pid=os.getpid(),
+        t=time.time(),
+        inst=os.environ.get("CAMPAIGN_INSTANCE", ""),
+    )
 
 
 def mark(path: str, tag: str = "", seconds: float = 0.0) -> str:

@@ -39,19 +39,26 @@ def _goes_on(s: procsched.Scheduler, out: str) -> None:
 
 @pytest.mark.parametrize("bad", list(BAD_KEYS))
 def test_a_key_a_store_cannot_hold_is_refused_at_the_call_and_everything_goes_on(
-        schedulers, store_url, tmp_path, bad) -> None:  # fmt: skip
+    schedulers, store_url, tmp_path, bad
+) -> None:
     s = schedulers(2, store=store_url, lease=2.0)
     with pytest.raises(ValueError, match="key"):
         s.schedule_at_fixed_rate(tasks.noop, 0.1, key=BAD_KEYS[bad])
     _goes_on(s, str(tmp_path / "good.log"))
 
 
-@pytest.mark.parametrize("retry, failures", [
-    (procsched.Retry(attempts=5, delay=0.001, backoff=1e200, max_delay=0.05), 5),  # 1e200**2 overflows a float
-    (procsched.Retry(attempts=1100, delay=0, backoff=2, max_delay=0), 1100),  # 2.0**1024 overflows after 1025
-], ids=["backoff-1e200", "1025-failures"])  # fmt: skip
-@pytest.mark.xfail(strict=True, reason="issue 20 item 8: the retry delay delay*backoff**(n-1) overflows a float "
-                                       "and the dispatcher dies")  # fmt: skip
+@pytest.mark.parametrize(
+    "retry, failures",
+    [
+        (procsched.Retry(attempts=5, delay=0.001, backoff=1e200, max_delay=0.05), 5),  # 1e200**2 overflows a float
+        (procsched.Retry(attempts=1100, delay=0, backoff=2, max_delay=0), 1100),  # 2.0**1024 overflows after 1025
+    ],
+    ids=["backoff-1e200", "1025-failures"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 8: the retry delay delay*backoff**(n-1) overflows a float and the dispatcher dies",
+)
 def test_a_retry_backoff_past_a_float_is_capped_by_max_delay(schedulers, tmp_path, retry, failures) -> None:
     s = schedulers(2)
     out = str(tmp_path / "fail.log")
@@ -89,22 +96,32 @@ def _module(tmp_path, name: str, prelude: str) -> str:
     """A module ``name`` in its own directory: ``prelude`` at import, then a task."""
     d = tmp_path / "mods"
     d.mkdir(exist_ok=True)
-    (d / f"{name}.py").write_text(textwrap.dedent(prelude) + textwrap.dedent("""
+    (d / f"{name}.py").write_text(
+        textwrap.dedent(prelude)
+        + textwrap.dedent("""
         import os
         def job(path):
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             os.write(fd, b"ran\\n")
             os.close(fd)
-    """))
+    """)
+    )
     return str(d)
 
 
-@pytest.mark.parametrize("at_import", ["import sys; sys.exit(3)", "import time\nwhile True: time.sleep(3600)"],
-                         ids=["sys-exit", "loops-forever"])  # fmt: skip
-@pytest.mark.xfail(strict=True, reason="issue 20 item 10: a stored task whose module exits (or hangs) at import "
-                                       "makes Scheduler(store=) raise SystemExit (or hang)")  # fmt: skip
+@pytest.mark.parametrize(
+    "at_import",
+    ["import sys; sys.exit(3)", "import time\nwhile True: time.sleep(3600)"],
+    ids=["sys-exit", "loops-forever"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 10: a stored task whose module exits (or hangs) at import "
+    "makes Scheduler(store=) raise SystemExit (or hang)",
+)
 def test_a_stored_task_whose_module_exits_or_hangs_at_import_does_not_stop_the_program(
-        programs, sqlite_url, tmp_path, at_import) -> None:  # fmt: skip
+    programs, sqlite_url, tmp_path, at_import
+) -> None:
     mods = _module(tmp_path, "imported_mod", "")
     out = str(tmp_path / "ran.log")
     first = programs(f"""

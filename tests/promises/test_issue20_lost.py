@@ -29,17 +29,25 @@ TASKS = "tests.promises.tasks"
 def _grid_gaps(slots_us: list[int], period_us: int) -> list[tuple[int, int]]:
     """(slot, slots missing after it) wherever consecutive slots are more than one period apart."""
     slots = sorted(set(slots_us))
-    return [(a, round((b - a) / period_us) - 1) for a, b in itertools.pairwise(slots)
-            if round((b - a) / period_us) > 1]  # fmt: skip
+    return [(a, round((b - a) / period_us) - 1) for a, b in itertools.pairwise(slots) if round((b - a) / period_us) > 1]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 2: a clean shutdown and restart lose the slot of the run given "
-                                       "ahead and every slot missed while down (catch_up)")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 2: a clean shutdown and restart lose the slot of the run given "
+    "ahead and every slot missed while down (catch_up)",
+)
 def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     period = 0.2
-    rate = {"key": "r", "kind": "rate", "period": period, "misfire": "catch_up", "fn": f"{TASKS}:mark",
-            "args": [out, "r"]}  # fmt: skip
+    rate = {
+        "key": "r",
+        "kind": "rate",
+        "period": period,
+        "misfire": "catch_up",
+        "fn": f"{TASKS}:mark",
+        "args": [out, "r"],
+    }
     blocker = {"key": "blocker", "kind": "once", "fn": f"{TASKS}:hold", "args": [out, fifo, "blocker"]}
     a = instances("A", {"store": sqlite_url, "workers": 1, "tasks": [rate]}).ready()
     wait_until(lambda: len(starts(out)) >= 3, 30, "r to run")
@@ -57,20 +65,26 @@ def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_
     a.proc.wait(30)
     b = instances("B", {"store": sqlite_url, "workers": 1, "tasks": [rate]}).ready()  # the same definition
     restarted = b.started_at
-    wait_until(lambda: [x for x in starts(out) if x.tag == "r" and (x.slot_us or 0) / 1e6 > restarted + 1], 30,
-               "r to run slots after the restart")  # fmt: skip
+    wait_until(
+        lambda: [x for x in starts(out) if x.tag == "r" and (x.slot_us or 0) / 1e6 > restarted + 1],
+        30,
+        "r to run slots after the restart",
+    )
     assert b.quit()["closed"]
     slots = [x.slot_us for x in starts(out) if x.tag == "r" and x.attempt == 1 and x.slot_us is not None]
     gaps = _grid_gaps(slots, round(period * 1e6))
-    cancelled = storesql.query(sqlite_url, "SELECT run, scheduled_ns FROM procsched_runs WHERE key = 'r' AND "
-                                           "outcome = 'cancelled'")  # fmt: skip
+    cancelled = storesql.query(
+        sqlite_url, "SELECT run, scheduled_ns FROM procsched_runs WHERE key = 'r' AND outcome = 'cancelled'"
+    )
     assert not gaps, f"slots never run (catch_up): {gaps}; runs recorded cancelled: {cancelled}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 3: replace_existing=True while the old run is in flight: the "
-                                       "old run's end deletes the key and cancels the replacement")  # fmt: skip
-def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(
-        schedulers, store_url, tmp_path) -> None:  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 3: replace_existing=True while the old run is in flight: the "
+    "old run's end deletes the key and cancels the replacement",
+)
+def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(schedulers, store_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(2, store=store_url)
     s.schedule_at_fixed_rate(tasks.hold_first, 0.2, args=(out, fifo, "v1"), key="k")
@@ -87,13 +101,23 @@ def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(
     assert s.get("k") is new
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 3: a deploy with a changed definition while the adopted "
-                                       "task's catch-up run is in flight loses the task (and its key)")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 3: a deploy with a changed definition while the adopted "
+    "task's catch-up run is in flight loses the task (and its key)",
+)
 def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task(
-        instances, sqlite_url, tmp_path) -> None:  # fmt: skip
+    instances, sqlite_url, tmp_path
+) -> None:
     out, fifo, gate = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold")), str(tmp_path / "gate")
-    v1 = {"key": "k", "kind": "rate", "period": 0.3, "misfire": "catch_up", "fn": f"{TASKS}:hold_if",
-          "args": [out, fifo, "v1", gate]}  # fmt: skip
+    v1 = {
+        "key": "k",
+        "kind": "rate",
+        "period": 0.3,
+        "misfire": "catch_up",
+        "fn": f"{TASKS}:hold_if",
+        "args": [out, fifo, "v1", gate],
+    }
     v2 = {"key": "k", "kind": "rate", "period": 0.3, "misfire": "catch_up", "fn": f"{TASKS}:mark", "args": [out, "v2"]}
     old = instances("v1", {"store": sqlite_url, "tasks": [v1]}).ready()
     wait_until(lambda: len(starts(out)) >= 2, 30, "v1 to run")
@@ -113,10 +137,14 @@ def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task
     assert "k" in jobs and "k" in keys, (jobs, sorted(keys))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 4: a changed definition deployed while the holder's run is in "
-                                       "flight: the new instance runs the task at once, beside that run")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 4: a changed definition deployed while the holder's run is in "
+    "flight: the new instance runs the task at once, beside that run",
+)
 def test_a_changed_definition_started_on_one_instance_is_what_every_instance_runs(
-        instances, store_url, tmp_path) -> None:  # fmt: skip
+    instances, store_url, tmp_path
+) -> None:
     """A holds k (its run 1 in flight, held on a FIFO); B starts with a
     changed definition of k. Promised: no second run of k while run 1 is in
     flight, and from the re-read interval on, only the new definition runs."""
@@ -136,16 +164,21 @@ def test_a_changed_definition_started_on_one_instance_is_what_every_instance_run
         for inst in (a, b):
             inst.quit()
     beside = [x for x in starts(out) if x.run != 1 and x.t < first.t]
-    assert not beside, (f"{len(beside)} runs of k started while its run 1 was in flight on A, by "
-                        f"{sorted({(x.inst, x.tag) for x in beside})}")  # fmt: skip
+    assert not beside, (
+        f"{len(beside)} runs of k started while its run 1 was in flight on A, by "
+        f"{sorted({(x.inst, x.tag) for x in beside})}"
+    )
     late = [x for x in starts(out) if x.t > settle]
     stale = [x for x in late if x.tag == "v1"]
-    assert not stale, (f"the old definition still ran after the new one was stored: {len(stale)} of {len(late)} "
-                       f"runs, by {sorted({x.inst for x in stale})}")  # fmt: skip
+    assert not stale, (
+        f"the old definition still ran after the new one was stored: {len(stale)} of {len(late)} "
+        f"runs, by {sorted({x.inst for x in stale})}"
+    )
 
 
-def test_a_lost_commit_answer_does_not_stop_the_tasks_it_claimed(pg_server, pg_db, pg_proxy, schedulers,
-                                                                 tmp_path) -> None:  # fmt: skip
+def test_a_lost_commit_answer_does_not_stop_the_tasks_it_claimed(
+    pg_server, pg_db, pg_proxy, schedulers, tmp_path
+) -> None:
     out = str(tmp_path / "runs.log")
     url = pg_server.url_for(pg_db, "127.0.0.1", pg_proxy.port)
     s = schedulers(2, store=url, lease=2.0)
@@ -157,8 +190,11 @@ def test_a_lost_commit_answer_does_not_stop_the_tasks_it_claimed(pg_server, pg_d
     wait_until(lambda: pg_proxy.commits_cut, 30, "a COMMIT to be cut")
     cut = time.time()
     try:
-        wait_until(lambda: {x.tag for x in starts(out) if x.t > cut + 1.0} >= set(keys), 5,
-                   "every task to run again after the store records again")  # fmt: skip
+        wait_until(
+            lambda: {x.tag for x in starts(out) if x.t > cut + 1.0} >= set(keys),
+            5,
+            "every task to run again after the store records again",
+        )
     finally:
         stuck = {k for k in keys if not [x for x in starts(out) if x.tag == k and x.t > cut + 1.0]}
     assert not stuck, f"stuck after a lost COMMIT answer: {sorted(stuck)}"

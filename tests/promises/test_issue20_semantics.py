@@ -36,8 +36,10 @@ SKEW_DIR = os.path.join(ROOT, "tests", "campaign", "skew")
 
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["memory", "sqlite"])
-@pytest.mark.xfail(strict=True, reason="issue 20 item 11: pause() does not take back a run given ahead; the paused "
-                                       "task starts it later")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 11: pause() does not take back a run given ahead; the paused task starts it later",
+)
 def test_pause_takes_back_the_runs_given_ahead(schedulers, sqlite_url, tmp_path, with_store) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(1, **({"store": sqlite_url} if with_store else {}))
@@ -58,8 +60,11 @@ def test_pause_takes_back_the_runs_given_ahead(schedulers, sqlite_url, tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 20 item 12: a store outage stops unkeyed tasks too (the keyed runs "
-                                       "waiting for their claims keep the workers) and shutdown(wait=True) hangs")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 12: a store outage stops unkeyed tasks too (the keyed runs "
+    "waiting for their claims keep the workers) and shutdown(wait=True) hangs",
+)
 def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedulers, tmp_path) -> None:
     db = str(tmp_path / "store.db")
     out = str(tmp_path / "runs.log")
@@ -72,9 +77,13 @@ def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedul
     lock.execute("BEGIN EXCLUSIVE")  # another process holds the write lock: the store is out
     try:
         out_at = time.time()
-        wait_until(lambda: len([x for x in starts(out) if x.tag == "unkeyed" and x.t > out_at + 1.0]) >= 5, 5,
-                   "the unkeyed task to go on while the store is out")  # fmt: skip
+        wait_until(
+            lambda: len([x for x in starts(out) if x.tag == "unkeyed" and x.t > out_at + 1.0]) >= 5,
+            5,
+            "the unkeyed task to go on while the store is out",
+        )
         done = threading.Event()
+
         def shut() -> None:
             s.shutdown(wait=True)
             done.set()
@@ -89,8 +98,11 @@ def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedul
 # -- item 15: the forkserver's death ----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 15: a SIGKILL of psc-forkserver is taken for the death of every "
-                                       "worker: the runs in flight are recorded crashed")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 15: a SIGKILL of psc-forkserver is taken for the death of every "
+    "worker: the runs in flight are recorded crashed",
+)
 def test_a_sigkill_of_the_forkserver_costs_no_run(schedulers, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(2)
@@ -112,8 +124,9 @@ def test_a_sigkill_of_the_forkserver_costs_no_run(schedulers, tmp_path) -> None:
 # -- item 16: handle.runs ----------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 16: every TaskHandle keeps a RunInfo per run in handle.runs "
-                                       "forever")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True, reason="issue 20 item 16: every TaskHandle keeps a RunInfo per run in handle.runs forever"
+)
 def test_a_handle_keeps_a_bounded_number_of_runs_and_exact_counts(schedulers) -> None:
     s = schedulers(2)
     finished = threading.Semaphore(0)
@@ -123,7 +136,7 @@ def test_a_handle_keeps_a_bounded_number_of_runs_and_exact_counts(schedulers) ->
     for _ in range(total):
         assert finished.acquire(timeout=60)
     h.cancel()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - cancelled or failed: either ends it
         h.result(timeout=30)
     done = s.stats()["outcomes"]["ok"]
     assert done >= total
@@ -145,8 +158,9 @@ class _Planted:
         return (exec, (code,))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 item 17: Scheduler(store=) unpickles the stored arguments in the "
-                                       "user process")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True, reason="issue 20 item 17: Scheduler(store=) unpickles the stored arguments in the user process"
+)
 def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(programs, sqlite_url, tmp_path) -> None:
     marker = str(tmp_path / "unpickled")
     first = programs(f"""
@@ -211,8 +225,9 @@ def test_a_password_in_the_store_url_is_never_printed(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_password_in_the_store_url_is_not_in_the_retry_log_lines(pg_server, pg_db, pg_proxy, schedulers, tmp_path,
-                                                                  caplog) -> None:  # fmt: skip
+def test_a_password_in_the_store_url_is_not_in_the_retry_log_lines(
+    pg_server, pg_db, pg_proxy, schedulers, tmp_path, caplog
+) -> None:
     caplog.set_level(logging.WARNING, logger="procsched")
     out = str(tmp_path / "runs.log")
     url = pg_server.url_for(pg_db, "127.0.0.1", pg_proxy.port) + "&password=sekrit"  # trust auth: ignored
@@ -229,11 +244,15 @@ def test_a_password_in_the_store_url_is_not_in_the_retry_log_lines(pg_server, pg
     assert not leaked, leaked[:2]
 
 
-
-@pytest.mark.parametrize("option", [
-    "busy_timeout=inf", "keep_runs=\u00b2",
-    "busy_timeout=nan", "keep_runs=0",  # pass on main: guards
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "option",
+    [
+        "busy_timeout=inf",
+        "keep_runs=\u00b2",
+        "busy_timeout=nan",
+        "keep_runs=0",  # pass on main: guards
+    ],
+)
 def test_a_bad_store_option_is_a_value_error_naming_it(tmp_path, option) -> None:
     name = option.split("=")[0]
     with pytest.raises(ValueError, match=name):
@@ -270,14 +289,19 @@ def test_a_clean_shutdown_with_a_store_prints_no_traceback(programs, sqlite_url,
 
 
 def _next(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "procsched", "next", *args], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "procsched", "next", *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ("0 0 * * *", "--tz", "UTC", "--after", "9999-12-30T00:00:00+00:00", "-n", "3"),
-    ("0 0 * * *", "--tz", "America/New_York", "--after", "0001-01-01T00:00:00+00:00", "-n", "2"),
-], ids=["year-9999", "year-1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("0 0 * * *", "--tz", "UTC", "--after", "9999-12-30T00:00:00+00:00", "-n", "3"),
+        ("0 0 * * *", "--tz", "America/New_York", "--after", "0001-01-01T00:00:00+00:00", "-n", "2"),
+    ],
+    ids=["year-9999", "year-1"],
+)
 def test_procsched_next_at_the_ends_of_the_calendar_says_so_without_a_traceback(args) -> None:
     done = _next(*args)
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -303,8 +327,11 @@ def test_procsched_next_notes_a_dst_gap_only_where_the_named_time_moved() -> Non
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason="issue 20 item 22: clock skew larger than the period skips slots without a "
-                                       "recorded, explained skip (history(key, skipped=True))")  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 item 22: clock skew larger than the period skips slots without a "
+    "recorded, explained skip (history(key, skipped=True))",
+)
 def test_clock_skew_larger_than_the_period_skips_no_slot_silently(instances, pg_url, tmp_path) -> None:
     out = str(tmp_path / "runs.log")
     period = 0.5
@@ -325,8 +352,13 @@ def test_clock_skew_larger_than_the_period_skips_no_slot_silently(instances, pg_
     finally:
         reader.shutdown(wait=True, cancel_futures=True)
     skipped = [r for r in slots if r.outcome == "skipped"]
-    unexplained = [t for t in missing if not any(
-        r.scheduled_at is not None and abs(r.scheduled_at.timestamp() * 1e6 - t) < step // 4 for r in skipped)]
+    unexplained = [
+        t
+        for t in missing
+        if not any(
+            r.scheduled_at is not None and abs(r.scheduled_at.timestamp() * 1e6 - t) < step // 4 for r in skipped
+        )
+    ]
     assert not unexplained, f"{len(unexplained)} slots never ran and are not recorded skipped (of {len(grid)})"
 
 
@@ -338,8 +370,7 @@ def test_until_equal_to_now_runs_the_slot_due_now(until) -> None:
     clock = procsched.ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
     s = procsched.InlineScheduler(clock)
     calls: list[float] = []
-    h = s.schedule_at_fixed_rate(lambda: calls.append(clock.now()), 10,
-                                 until=clock.wall_now() if until == "now" else 0)  # fmt: skip
+    h = s.schedule_at_fixed_rate(lambda: calls.append(clock.now()), 10, until=clock.wall_now() if until == "now" else 0)
     assert s.run_until(100) == 1
     assert calls == [0.0]
     assert h.state is procsched.TaskState.DONE
@@ -354,16 +385,24 @@ def _fires(expr: str, after: str, n: int) -> list[str]:
     return [json.loads(x)["local"][:19] for x in done.stdout.splitlines()]
 
 
-@pytest.mark.parametrize("expr, after, expected", [
-    # day-of-month and day-of-week together: either (cron's OR), not both (APScheduler's AND)
-    ("0 0 13 * 5", "2026-02-01T00:00:00+00:00", ["2026-02-06T00:00:00", "2026-02-13T00:00:00", "2026-02-20T00:00:00"]),
-    ("0 0 L * *", "2026-02-01T00:00:00+00:00", ["2026-02-28T00:00:00", "2026-03-31T00:00:00"]),  # last day
-    ("0 0 LW * *", "2026-05-01T00:00:00+00:00", ["2026-05-29T00:00:00", "2026-06-30T00:00:00"]),  # last weekday
-    ("0 0 * * 5L", "2026-02-01T00:00:00+00:00", ["2026-02-27T00:00:00", "2026-03-27T00:00:00"]),  # last Friday
-    ("0 0 * * 5#2", "2026-02-01T00:00:00+00:00", ["2026-02-13T00:00:00", "2026-03-13T00:00:00"]),  # 2nd Friday
-    # six fields are seconds first: 0 0 1 1 * * is 01:00:00 on the 1st of every month, not yearly
-    ("0 0 1 1 * *", "2026-01-02T00:00:00+00:00", ["2026-02-01T01:00:00", "2026-03-01T01:00:00"]),
-], ids=["dom-or-dow", "L", "LW", "5L", "5#2", "six-fields"])  # fmt: skip
+@pytest.mark.parametrize(
+    "expr, after, expected",
+    [
+        # day-of-month and day-of-week together: either (cron's OR), not both (APScheduler's AND)
+        (
+            "0 0 13 * 5",
+            "2026-02-01T00:00:00+00:00",
+            ["2026-02-06T00:00:00", "2026-02-13T00:00:00", "2026-02-20T00:00:00"],
+        ),
+        ("0 0 L * *", "2026-02-01T00:00:00+00:00", ["2026-02-28T00:00:00", "2026-03-31T00:00:00"]),  # last day
+        ("0 0 LW * *", "2026-05-01T00:00:00+00:00", ["2026-05-29T00:00:00", "2026-06-30T00:00:00"]),  # last weekday
+        ("0 0 * * 5L", "2026-02-01T00:00:00+00:00", ["2026-02-27T00:00:00", "2026-03-27T00:00:00"]),  # last Friday
+        ("0 0 * * 5#2", "2026-02-01T00:00:00+00:00", ["2026-02-13T00:00:00", "2026-03-13T00:00:00"]),  # 2nd Friday
+        # six fields are seconds first: 0 0 1 1 * * is 01:00:00 on the 1st of every month, not yearly
+        ("0 0 1 1 * *", "2026-01-02T00:00:00+00:00", ["2026-02-01T01:00:00", "2026-03-01T01:00:00"]),
+    ],
+    ids=["dom-or-dow", "L", "LW", "5L", "5#2", "six-fields"],
+)
 def test_the_cron_rules_the_readme_states(expr, after, expected) -> None:
     """Passes on main: it guards the behaviour item 24 asks the README to document."""
     assert _fires(expr, after, len(expected)) == expected

@@ -16,10 +16,32 @@ from tests.durable import jobs_mod
 
 T0 = 1_700_000_000 * 10**9
 P = 10**9
-BAD = ["k\ud800", "\udc80", "k\x00", "x" * 10_000, "x" * (MAX_KEY_CHARS + 1), "a\x1b[31m", "a\x7f", "a\x85",
-       "line\u2028break", "a\tb", "a\nb", ""]  # fmt: skip
-GOOD = ["k", "a b", "job:42/daily", "é", "名前", "\U0001f600" * MAX_KEY_CHARS, "x" * MAX_KEY_CHARS, "a\u00a0b",
-        "e\u0301", "\u200dzwj"]  # fmt: skip
+BAD = [
+    "k\ud800",
+    "\udc80",
+    "k\x00",
+    "x" * 10_000,
+    "x" * (MAX_KEY_CHARS + 1),
+    "a\x1b[31m",
+    "a\x7f",
+    "a\x85",
+    "line\u2028break",
+    "a\tb",
+    "a\nb",
+    "",
+]
+GOOD = [
+    "k",
+    "a b",
+    "job:42/daily",
+    "é",
+    "名前",
+    "\U0001f600" * MAX_KEY_CHARS,
+    "x" * MAX_KEY_CHARS,
+    "a\u00a0b",
+    "e\u0301",
+    "\u200dzwj",
+]
 
 
 @pytest.mark.parametrize("key", GOOD, ids=range(len(GOOD)))

@@ -28,17 +28,25 @@ from tests.store.pgproxy import Proxy, socket_path
 PW = "hunter2"
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("postgresql://u:hunter2@h/db", "postgresql://u:***@h/db"),
-    ("postgresql://h/db?password=hunter2", "postgresql://h/db?password=***"),
-    ("postgres://u@h:5/db?sslmode=disable&password=hunter2&application_name=a@b",
-     "postgres://u@h:5/db?sslmode=disable&password=***&application_name=a@b"),
-    ("postgresql://u:hunter2@/db?host=/tmp/x&sslpassword=hunter2", "postgresql://u:***@/db?host=/tmp/x&sslpassword=***"),
-    ("postgresql://u:pw%40hunter2@h/db?PASSWORD=hunter2#x", "postgresql://u:***@h/db?PASSWORD=***#x"),
-    ("mysql://u:hunter2@h/db", "mysql://u:***@h/db"),
-    ("postgresql://u@h/db", "postgresql://u@h/db"),
-    ("/a/path:with@colon.db", "/a/path:with@colon.db"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("postgresql://u:hunter2@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://h/db?password=hunter2", "postgresql://h/db?password=***"),
+        (
+            "postgres://u@h:5/db?sslmode=disable&password=hunter2&application_name=a@b",
+            "postgres://u@h:5/db?sslmode=disable&password=***&application_name=a@b",
+        ),
+        (
+            "postgresql://u:hunter2@/db?host=/tmp/x&sslpassword=hunter2",
+            "postgresql://u:***@/db?host=/tmp/x&sslpassword=***",
+        ),
+        ("postgresql://u:pw%40hunter2@h/db?PASSWORD=hunter2#x", "postgresql://u:***@h/db?PASSWORD=***#x"),
+        ("mysql://u:hunter2@h/db", "mysql://u:***@h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("/a/path:with@colon.db", "/a/path:with@colon.db"),
+    ],
+)
 def test_redact_hides_every_form_of_password(url, shown):
     assert redact(url) == shown
     assert "hunter2" not in scrub(f"driver says: bad URI {url!r}", url)
@@ -95,12 +103,15 @@ def test_the_scheduler_s_retry_lines_show_no_password(proxy, pg_url, caplog, cap
     assert PW not in caplog.text and PW not in out and PW not in err
 
 
-@pytest.mark.parametrize("option, values", [
-    ("busy_timeout", ["inf", "nan", "-1", "1e3", "１０", "٣", "86401", ""]),
-    ("keep_runs", ["²", "٣", "１０", "abc", "0", "-1", "1.5", "9" * 5000, ""]),
-    ("lease", ["0", "0.05", "inf", "nan", "²", "86401"]),
-    ("synchronous", ["OFF", "full;"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "option, values",
+    [
+        ("busy_timeout", ["inf", "nan", "-1", "1e3", "１０", "٣", "86401", ""]),
+        ("keep_runs", ["²", "٣", "１０", "abc", "0", "-1", "1.5", "9" * 5000, ""]),
+        ("lease", ["0", "0.05", "inf", "nan", "²", "86401"]),
+        ("synchronous", ["OFF", "full;"]),
+    ],
+)
 def test_a_bad_option_in_the_url_is_a_store_url_error_naming_it(tmp_path, option, values):
     for value in values:
         with pytest.raises(StoreURLError) as info:
@@ -122,15 +133,18 @@ def test_bad_option_values_as_keywords_are_value_errors_naming_them(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("target, words", [
-    ("sqlite:///{tmp}/x.db?keep_runs=abc", "keep_runs"),
-    ("mysql://u:hunter2@x/y", "scheme not supported"),
-    ("sqlite:///{tmp}/x.db?journal=off", "journal=off"),
-    ("sqlite:///{tmp}/x.db?password=hunter2", "password=***"),
-    ("sqlite:///{tmp}/x.db?keep_runs=5&keep_runs=6", "given twice"),
-    ("sqlite://host/x.db", "sqlite:///path"),
-    ("", "non-empty"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("sqlite:///{tmp}/x.db?keep_runs=abc", "keep_runs"),
+        ("mysql://u:hunter2@x/y", "scheme not supported"),
+        ("sqlite:///{tmp}/x.db?journal=off", "journal=off"),
+        ("sqlite:///{tmp}/x.db?password=hunter2", "password=***"),
+        ("sqlite:///{tmp}/x.db?keep_runs=5&keep_runs=6", "given twice"),
+        ("sqlite://host/x.db", "sqlite:///path"),
+        ("", "non-empty"),
+    ],
+)
 def test_a_bad_store_url_is_a_one_line_store_error(tmp_path, target, words):
     with pytest.raises(StoreURLError) as info:
         open_store(target.format(tmp=tmp_path))

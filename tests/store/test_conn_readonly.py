@@ -39,8 +39,10 @@ def _fill(target: str) -> None:
 
 
 def _listing(directory) -> dict[str, str]:
-    return {name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest()
-            for name in sorted(os.listdir(directory))}  # fmt: skip
+    return {
+        name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest()
+        for name in sorted(os.listdir(directory))
+    }
 
 
 def _read(store) -> tuple[list[str], list[tuple[str, int, str]]]:
@@ -197,8 +199,10 @@ def test_postgresql_read_only_creates_no_tables_and_writes_nothing(pg_cluster, p
         with pytest.raises(StoreError, match="read-only transaction"):
             store.register()
         with psycopg.connect(pg_cluster.url, autocommit=True) as admin:  # a dropped connection...
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                          (pg_url.split("/")[3].split("?")[0],))  # fmt: skip
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (pg_url.split("/")[3].split("?")[0],),
+            )
         with pytest.raises(StoreError):
             store.jobs()
         with pytest.raises(StoreError, match="read-only transaction"):  # ...and the new one is read-only too

@@ -136,8 +136,13 @@ def test_without_psycopg_a_clear_error_names_the_extra():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with_tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nopg-{os.getpid()}.db")
     try:
-        out = subprocess.run([sys.executable, "-c", code, with_tmp], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code, with_tmp],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": root},
+        )
     finally:
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(with_tmp + suffix):
@@ -239,8 +244,10 @@ def test_postgres_connection_lost_then_recovered(pg_cluster, pg_url):
 
     store = open_store(pg_url)
     with psycopg.connect(pg_cluster.url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                      (pg_url.split("/")[3].split("?")[0],))  # fmt: skip
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (pg_url.split("/")[3].split("?")[0],),
+        )
     with pytest.raises(StoreError):
         store.jobs()
     assert store.jobs() == []  # reconnected
@@ -289,6 +296,10 @@ def test_dead_here_only_names_gone_processes_of_this_host():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     host = socket.gethostname()
-    holders = [Holder("a", 1, host, gone.pid, P), Holder("b", 2, host, os.getppid(), P),
-               Holder("c", 3, host, os.getpid(), P), Holder("d", 4, "elsewhere", gone.pid, P)]  # fmt: skip
+    holders = [
+        Holder("a", 1, host, gone.pid, P),
+        Holder("b", 2, host, os.getppid(), P),
+        Holder("c", 3, host, os.getpid(), P),
+        Holder("d", 4, "elsewhere", gone.pid, P),
+    ]
     assert [h.id for h in dead_here(holders)] == ["a"]

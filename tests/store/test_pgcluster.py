@@ -26,11 +26,18 @@ def test_a_cluster_whose_owner_is_sigkilled_is_stopped_and_removed() -> None:
     if find_binaries() is None and not os.environ.get("CI"):
         pytest.skip("PostgreSQL server binaries not installed")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=90,
-                           env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     assert child.returncode == -9, child.stderr
     d = child.stdout.strip()
-    watchers = [p for p in psutil.process_iter(["cmdline"]) if d in (p.info["cmdline"] or []) and "-c" in p.info["cmdline"]]
+    watchers = [
+        p for p in psutil.process_iter(["cmdline"]) if d in (p.info["cmdline"] or []) and "-c" in p.info["cmdline"]
+    ]
     gone, alive = psutil.wait_procs(watchers, timeout=60)  # the watcher ends once the server is stopped
     assert not alive
     assert not os.path.exists(d)

@@ -24,8 +24,7 @@ KILLS = 20
 
 
 def _child(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=ENV)  # fmt: skip
+    return subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
 
 
 def check_exact(url: str, acknowledged: int | None) -> set[str]:
@@ -103,8 +102,10 @@ def test_three_processes_race_claims_each_slot_won_once(store_url):
     store = open_store(store_url)
     b = store.batch()
     for i in range(nkeys):
-        b.upsert(TaskDefinition(f"k{i}", "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}),
-                 TaskState(next_due_ns=T0))  # fmt: skip
+        b.upsert(
+            TaskDefinition(f"k{i}", "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}),
+            TaskState(next_due_ns=T0),
+        )
     b.commit()
     racers = [_child(os.path.join(HERE, "claim_racer.py"), store_url, str(nkeys), str(total)) for _ in range(3)]
     for r in racers:

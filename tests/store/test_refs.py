@@ -58,8 +58,13 @@ def test_main_script_function_refused(tmp_path):
         "def job(): pass\n"
         "try:\n    function_ref(job)\nexcept TypeError as e:\n    print('refused:', e)\n"
     )
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    ).stdout
     assert "refused:" in out and "__main__ script" in out and "python -m" in out
 
 

@@ -214,7 +214,9 @@ def test_take_over_an_expired_holder_once_and_fence_it_out(store):
     # its lease is over (as seen 2 s from now): the first survivor records its runs crashed, once
     crashed = store.take_over(dead, s1, force=True)
     assert sorted((r.key, r.run, r.outcome, r.error_type) for r in crashed) == [
-        ("a", 1, "crashed", "SchedulerDied"), ("b", 2, "crashed", "SchedulerDied")]
+        ("a", 1, "crashed", "SchedulerDied"),
+        ("b", 2, "crashed", "SchedulerDied"),
+    ]
     assert store.take_over(dead, s2, force=True) is None
     assert store.load().in_flight == []
     a = store.get("a")
@@ -282,10 +284,14 @@ def test_newer_schema_is_refused(store, store_url):
 def test_migrations_hook_upgrades_an_older_store(store, store_url):
     add(store)
     store.close()
-    newer = type("Newer", (type(store),), {
-        "SCHEMA_VERSION": SCHEMA_VERSION + 1,
-        "MIGRATIONS": {SCHEMA_VERSION + 1: ["ALTER TABLE procsched_tasks ADD COLUMN note TEXT"]},
-    })  # fmt: skip
+    newer = type(
+        "Newer",
+        (type(store),),
+        {
+            "SCHEMA_VERSION": SCHEMA_VERSION + 1,
+            "MIGRATIONS": {SCHEMA_VERSION + 1: ["ALTER TABLE procsched_tasks ADD COLUMN note TEXT"]},
+        },
+    )
     target = store.path if hasattr(store, "path") else store_url
     upgraded = newer(target)
     assert upgraded.schema_version() == SCHEMA_VERSION + 1
@@ -388,12 +394,21 @@ def test_a_busy_turn_finishes_then_claims_many_tasks(store):
     assert result.lost == [("k5", 2, 1), ("k6", 2, 1), ("k7", 2, 1)]  # k5 still running, k6 held, k7 paused
     loaded = store.load()
     flying = sorted((r.key, r.run, r.attempt, r.holder == h.id) for r in loaded.in_flight)
-    assert flying == [("k0", 2, 1, True), ("k1", 1, 2, True), ("k2", 2, 1, True), ("k3", 2, 1, True),
-                      ("k4", 2, 1, True), ("k5", 1, 1, True), ("k6", 1, 1, False)]  # fmt: skip
+    assert flying == [
+        ("k0", 2, 1, True),
+        ("k1", 1, 2, True),
+        ("k2", 2, 1, True),
+        ("k3", 2, 1, True),
+        ("k4", 2, 1, True),
+        ("k5", 1, 1, True),
+        ("k6", 1, 1, False),
+    ]
     k1 = store.get("k1")
     assert (k1.state.run_count, k1.state.next_attempt, k1.last_outcome) == (1, 2, "error")
     assert [(r.run, r.attempt, r.outcome, r.error_type) for r in store.history("k1")] == [
-        (1, 1, "error", "E"), (1, 2, None, None)]
+        (1, 1, "error", "E"),
+        (1, 2, None, None),
+    ]
     assert store.get("k0").state == TaskState(run_count=2, next_due_ns=T0 + P, next_attempt=1)
 
 

@@ -69,8 +69,11 @@ def program(scheduler: procsched.Scheduler, tmp_path: Path) -> Iterator[Any]:
 
     source = ProgramSource(scheduler, "test program")
     log = str(tmp_path / "tick.log")
-    for fn, period, args, name in ((web_jobs.mark, 0.2, (log,), "tick"), (web_jobs.chatty, 0.3, (), "chatty"),
-                                   (web_jobs.fails, 0.4, (), "fails")):  # fmt: skip
+    for fn, period, args, name in (
+        (web_jobs.mark, 0.2, (log,), "tick"),
+        (web_jobs.chatty, 0.3, (), "chatty"),
+        (web_jobs.fails, 0.4, (), "fails"),
+    ):
         handle = scheduler.schedule_at_fixed_rate(fn, period, args=args, name=name)
         source.add(handle, rate(period))
     served = serve(source)
@@ -80,4 +83,3 @@ def program(scheduler: procsched.Scheduler, tmp_path: Path) -> Iterator[Any]:
         yield served
     finally:
         served.close()
-

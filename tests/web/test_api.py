@@ -22,8 +22,12 @@ def by_name(served, name):
 
 
 def test_jobs_and_one_job(program):
-    wait_until(lambda: by_name(program, "fails")["last_outcome"] == "error" and
-               by_name(program, "chatty")["last_outcome"] == "ok", what="a run of each")  # fmt: skip
+    wait_until(
+        lambda: (
+            by_name(program, "fails")["last_outcome"] == "error" and by_name(program, "chatty")["last_outcome"] == "ok"
+        ),
+        what="a run of each",
+    )
     jobs = program.client.get("/api/jobs").json()
     assert [j["name"] for j in jobs] == ["tick", "chatty", "fails"]
     for job in jobs:
@@ -51,11 +55,12 @@ def test_bad_requests_are_4xx_with_an_error(program):
     assert program.client.post("/api/jobs/nope/pause").status_code == 404
     assert program.client.post("/api/jobs/~1/explode").status_code == 404
     assert program.client.get("/api/jobs/~1?limit=0").status_code == 400
-    for body, word in (({"end": "2026-01-02T00:00:00Z"}, "start"),
-                       ({"start": "2026-01-01T00:00:00", "end": "2026-01-02T00:00:00Z"}, "start"),
-                       ({"start": "2026-01-01T00:00:00Z", "end": "soon"}, "end"),
-                       ({"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z", "dry_run": "yes"},
-                        "dry_run")):  # fmt: skip
+    for body, word in (
+        ({"end": "2026-01-02T00:00:00Z"}, "start"),
+        ({"start": "2026-01-01T00:00:00", "end": "2026-01-02T00:00:00Z"}, "start"),
+        ({"start": "2026-01-01T00:00:00Z", "end": "soon"}, "end"),
+        ({"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z", "dry_run": "yes"}, "dry_run"),
+    ):
         answer = program.client.post("/api/jobs/~1/backfill", json=body)
         assert answer.status_code == 400 and word in answer.json()["error"], body
     assert program.client.post("/api/jobs/~1/backfill", content=b"[1]").status_code == 400
@@ -154,7 +159,7 @@ def test_store_jobs_and_history(stored):
     [instance] = stored.client.get("/api/instances").json()
     assert instance["alive"] is True and instance["lease"] == 1.5
     text = stored.client.get("/metrics").text
-    assert 'procsched_store_jobs{state=' in text and 'procsched_store_runs{job="tick"}' in text
+    assert "procsched_store_jobs{state=" in text and 'procsched_store_runs{job="tick"}' in text
     assert 'procsched_store_instances{lease="alive"} 1.0' in text
 
 
@@ -194,8 +199,10 @@ def test_the_store_console_never_unpickles_a_payload(tmp_path):
     store = open_store(db)
     batch = store.batch()
     schedule = {"kind": "fixed_rate", "period_ns": 10**9, "initial_delay_ns": 0, "misfire": "catch_up"}
-    batch.upsert(TaskDefinition("trap", "web_jobs:tick", pickle.dumps(((_Trap(trap),), {})), schedule,
-                                {"name": "trap"}), TaskState(next_due_ns=time.time_ns()))  # fmt: skip
+    batch.upsert(
+        TaskDefinition("trap", "web_jobs:tick", pickle.dumps(((_Trap(trap),), {})), schedule, {"name": "trap"}),
+        TaskState(next_due_ns=time.time_ns()),
+    )
     batch.commit()
     store.close()
     served = serve(StoreSource(db))

@@ -52,7 +52,9 @@ def test_a_run_appears_without_reloading(program, page):
     finished = time.monotonic()
     page.wait_for_function(
         f"() => [...document.querySelectorAll('#job table.runs tr.run td:first-child')]"
-        f".some(td => td.textContent.trim() === '{newest + 2}')", timeout=10_000)  # fmt: skip
+        f".some(td => td.textContent.trim() === '{newest + 2}')",
+        timeout=10_000,
+    )
     # Run newest + 2 ends about 0.4 s after run `newest`: it shows within 2 s of its end.
     assert time.monotonic() - finished < 0.4 + 2.0 + 0.5
     assert page.evaluate("window.loadedOnce") is True

@@ -96,7 +96,8 @@ def test_login_form_with_the_token(program):
     answer = client.post("/login", data={"token": TOKEN}, headers={"Origin": program.url})
     assert answer.status_code == 303 and COOKIE in answer.headers["set-cookie"]
     refused = httpx.Client(base_url=program.url, timeout=10).post(
-        "/login", data={"token": TOKEN}, headers={"Origin": "http://evil.example"})  # fmt: skip
+        "/login", data={"token": TOKEN}, headers={"Origin": "http://evil.example"}
+    )
     assert refused.status_code == 403 and "set-cookie" not in refused.headers
 
 
@@ -109,16 +110,24 @@ def test_unsafe_requests_need_same_origin_and_the_csrf_token(program):
     # A wrong CSRF token: refused.
     assert client.post("/api/jobs/~1/pause", headers={**same, "X-CSRF-Token": "nope"}).status_code == 403
     # The session cookie sent by another site (a cross-site form or fetch), with the right token even: refused.
-    for evil in ({"Origin": "http://evil.example"}, {"Referer": "http://evil.example/attack.html"},
-                 {"Origin": "null"}, {}):  # fmt: skip
+    for evil in (
+        {"Origin": "http://evil.example"},
+        {"Referer": "http://evil.example/attack.html"},
+        {"Origin": "null"},
+        {},
+    ):
         answer = client.post("/api/jobs/~1/pause", headers={**evil, "X-CSRF-Token": csrf})
         assert answer.status_code == 403, evil
         assert "error" in answer.json()
     assert program.scheduler.get(1).state.value != "paused"
     # Same origin (Origin, or a same-origin Referer) and the token: done.
     assert client.post("/api/jobs/~1/pause", headers={**same, "X-CSRF-Token": csrf}).json()["ok"] is True
-    assert client.post("/api/jobs/~1/resume", headers={"Referer": program.url + "/jobs/~1",
-                                                       "X-CSRF-Token": csrf}).json()["ok"] is True  # fmt: skip
+    assert (
+        client.post("/api/jobs/~1/resume", headers={"Referer": program.url + "/jobs/~1", "X-CSRF-Token": csrf}).json()[
+            "ok"
+        ]
+        is True
+    )
     # The bearer token needs neither (a browser never sends it by itself).
     assert program.client.post("/api/jobs/~1/pause").json()["ok"] is True
 
@@ -148,8 +157,12 @@ def test_read_only_offers_and_takes_no_action(scheduler):
         client = login(served)
         page = client.get(f"/jobs/~{handle.id}").text
         assert "tick" in page and "hx-post" not in page.replace('hx-post="/logout"', "")
-        assert client.post(f"/jobs/~{handle.id}/pause", headers={"Origin": served.url,
-                                                                 "X-CSRF-Token": csrf_of(client)}).status_code == 403  # fmt: skip
+        assert (
+            client.post(
+                f"/jobs/~{handle.id}/pause", headers={"Origin": served.url, "X-CSRF-Token": csrf_of(client)}
+            ).status_code
+            == 403
+        )
         assert handle.state.value != "paused"
     finally:
         served.close()

@@ -20,8 +20,14 @@ TOKEN = "cli-token-0123456789"
 def start(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
     env = dict(os.environ, PROCSCHED_WEB_TOKEN=TOKEN)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(Path(__file__).parent), env.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-m", "procsched", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "procsched", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def console_url(proc: subprocess.Popen[str]) -> str:
@@ -94,7 +100,12 @@ def test_run_with_web(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_console_benchmark_runs():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.console", "--jobs", "50", "--runs", "5", "--repeat", "1"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.console", "--jobs", "50", "--runs", "5", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| GET /api/jobs (50 jobs) |" in proc.stdout

@@ -11,9 +11,15 @@ from procsched._web import Console
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TOKEN = "test-token-0123456789abcdef"
 NS = 1_000_000_000
 
@@ -32,9 +38,7 @@ class Served:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.url = console.url.rstrip("/")
-        self.client = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
-        )
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         self.anonymous = httpx.Client(base_url=self.url, timeout=10)
 
     def close(self) -> None:
@@ -59,9 +63,7 @@ def wait_until(predicate: Any, timeout: float = 10.0, what: str = "") -> Any:
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout} s waiting for {what or predicate}"
-            )
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(0.02)
 
 

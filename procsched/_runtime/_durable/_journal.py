@@ -64,7 +64,7 @@ from typing import Any
 from ..._core import Kind, Run, Schedule, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import SQLiteStore, SQLStore, TaskDefinition, open_store
+from ..._store import SQLStore, TaskDefinition, open_store
 from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
@@ -641,5 +641,4 @@ def _split_started(events: list[m.Message], runs: set[tuple[int, int]]) -> tuple
 def bound_idle_transactions(store: SQLStore, lease_ns: int) -> None:
     """PostgreSQL: a stopped scheduler's transactions (its row locks) end
     with half its lease. (SQLite holds no lock between transactions.)"""
-    if not isinstance(store, SQLiteStore):  # (``Store.bound_idle_transactions``: PostgreSQL's alone today)
-        store.bound_idle_transactions(max(1, lease_ns // 2_000_000))  # type: ignore[attr-defined]
+    store.bound_idle_transactions(max(1, lease_ns // 2_000_000))  # (a no-op on SQLite)

@@ -26,7 +26,7 @@ dispatcher's connection (register, lease renewal, reads) is never used by
 two threads, and a transaction of one never spans the other's statements.
 With SQLite, the writer takes the WAL checkpoints itself, after a commit
 has been reported (every CHECKPOINT_ROWS rows written; see
-``SQLiteStore.manual_checkpoints``): no commit's runs wait for one, the
+``Store.manual_checkpoints``): no commit's runs wait for one, the
 changes that arrive meanwhile go with the next commit, and with no other
 writer the checkpoint completes, so the WAL starts over instead of growing.
 """
@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..._store import SQLiteStore, open_store
+from ..._store import open_store
 
 #: The writer checkpoints the WAL after this many rows written (SQLite; a
 #: row is 2-3 pages of WAL: the WAL stays around 10 MB).
@@ -58,10 +58,9 @@ class Writer:
         self._done = threading.Event()
         self.fd, self._wfd = os.pipe()
         self._written = 0  # rows written since the last checkpoint
-        self._checkpoint: Callable[[], None] | None = None
-        if isinstance(self.store, SQLiteStore):  # (``manual_checkpoints``, ``gate_writes``: SQLite's alone today)
-            self._checkpoint = self.store.manual_checkpoints()
-            self.store.gate_writes()  # writers of several schedulers queue, not nap
+        # SQLite: checkpoints out of the commits, writers of several schedulers queue (not nap); else no-ops
+        self._checkpoint: Callable[[], None] | None = self.store.manual_checkpoints()
+        self.store.gate_writes()
         self._thread = threading.Thread(target=self._run, name="procsched-store-writer", daemon=True)
         self._thread.start()
 
