@@ -42,7 +42,7 @@ def run(module: Any, ctx: Context, p: dict[str, Any]) -> ScenarioResult:
     from procsched._store._pgcluster import ThrowawayCluster, find_binaries
 
     result = ScenarioResult(NAME, TITLE, DESCRIPTION, p, list(METRICS))
-    kinds = [k for k in KINDS if ctx.contenders is None or k in ctx.contenders]
+    kinds = list(KINDS)  # stores, not pools: --contenders does not apply
     cluster = None
     if "PostgreSQL" in kinds and find_binaries() is None:
         result.errors["PostgreSQL"] = "no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
