@@ -7,7 +7,9 @@
 
 Metrics (names are stable; ``job`` is the job's name)::
 
-    procsched_runs_total{job, outcome}          counter   finished runs by outcome (ok, error, crashed, timeout, cancelled)
+    procsched_runs_total{job, outcome}          counter   finished runs by the outcome of their last attempt
+                                                          (ok, error, crashed, timeout, cancelled)
+    procsched_retries_total{job, outcome}       counter   failed attempts that were tried again, by their outcome
     procsched_run_duration_seconds{job}         histogram run durations
     procsched_run_lateness_seconds{job}         histogram start - scheduled start
     procsched_missed_runs_total{job}            counter   fixed-rate slots dropped by the misfire policy
@@ -17,6 +19,11 @@ Metrics (names are stable; ``job`` is the job's name)::
     procsched_pending_tasks                     gauge     tasks not yet finished or cancelled
     procsched_running_runs                      gauge     runs in progress
     procsched_crash_loop_holds                  gauge     periodic tasks held back after crashing in a row
+
+Runs are counted as everywhere in the CLI: a run once, by the outcome of its
+last attempt; every other attempt in ``procsched_retries_total``. A failed
+attempt of a job whose ``Retry`` may try it again is counted when what
+follows shows which it was (its next attempt, another run, the task's end).
 
 The registry is private to one Metrics object, so two schedulers (or tests)
 never share series.
@@ -28,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._events import RUN_END, RUN_MISSED, WORKER_EXITED
+from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED
 
 #: Seconds; from sub-millisecond no-op runs to hour-long jobs.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -42,8 +49,13 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.runs = Counter("procsched_runs", "Finished runs, by job and outcome.", ["job", "outcome"],
-                            registry=self.registry)  # fmt: skip
+        self.runs = Counter("procsched_runs", "Finished runs, by job and the outcome of their last attempt.",
+                            ["job", "outcome"], registry=self.registry)  # fmt: skip
+        self.retries = Counter("procsched_retries", "Failed attempts that were tried again, by job and outcome.",
+                               ["job", "outcome"], registry=self.registry)  # fmt: skip
+        #: Job name -> its Retry's attempts (jobs whose failed attempts may be tried again).
+        self.attempts: dict[str, int] = {}
+        self._held: dict[int, tuple[str, int, str]] = {}  # task id -> (job, run, outcome) of a failed attempt
         self.duration = Histogram("procsched_run_duration_seconds", "Run durations, by job.", ["job"],
                                   buckets=BUCKETS, registry=self.registry)  # fmt: skip
         self.lateness = Histogram("procsched_run_lateness_seconds", "Start minus scheduled start, by job.", ["job"],
@@ -86,9 +98,18 @@ class Metrics:
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event["event"]
+        if kind in (RUN_STARTED, TASK_CANCELLED) or kind in RUN_END.values():
+            held = self._held.pop(event["task_id"], None)
+            if held is not None:  # the next attempt of its run (a retry), or anything else (its run's end)
+                again = kind != TASK_CANCELLED and event["run"] == held[1] and event.get("attempt", 2) > 1
+                (self.retries if again else self.runs).labels(held[0], held[2]).inc()
         if kind in RUN_END.values():
             job = _job(event)
-            self.runs.labels(job, event["outcome"]).inc()
+            outcome = event["outcome"]
+            if outcome != "ok" and event["state"] == "pending" and event["attempt"] < self.attempts.get(job, 1):
+                self._held[event["task_id"]] = (job, event["run"], outcome)
+            else:
+                self.runs.labels(job, outcome).inc()
             self.duration.labels(job).observe(event["duration"])
             self.lateness.labels(job).observe(event["lateness"])
         elif kind == RUN_MISSED:

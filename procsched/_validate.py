@@ -46,7 +46,7 @@ def duration_ns(arg: str, value: object, *, positive: bool = False) -> int:
             raise ValueError(f"{arg} must be at most {MAX_NS // NS} seconds, not {value!r}")
         ns = round(seconds * NS)
     if ns < 0:
-        raise ValueError(f"{arg} must be >= 0, not {value!r}")
+        raise ValueError(f"{arg} must be {'> 0' if positive else '>= 0'}, not {value!r}")
     if positive and ns == 0:
         raise ValueError(f"{arg} must be > 0 (at least 1 ns), not {value!r}")
     if ns > MAX_NS:
@@ -138,16 +138,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def until_ns(value: object, wall_now_ns: int) -> int | None:
-    """``until=``: an aware datetime or seconds from now -> ns from now (> 0), or None."""
+    """``until=``: an aware datetime or seconds from now -> ns from now (>= 0: now included), or None."""
     if value is None:
         return None
     if isinstance(value, datetime):
         delta = delay_until_ns(value, wall_now_ns, "until")
-    else:
-        delta = duration_ns("until", value)
-    if delta <= 0:
-        raise ValueError(f"until must lie in the future, not {value!r}")
-    return delta
+        if delta == 0 and value < _EPOCH + timedelta(microseconds=wall_now_ns // 1000):
+            raise ValueError(f"until must not lie in the past, not {value!r}")
+        return delta
+    return duration_ns("until", value)  # 0: now (a run due exactly at until runs)
 
 
 def max_runs(value: object) -> int | None:

@@ -34,6 +34,8 @@ EXPECTED = {
     "limits_keys_and_pause.py": ["duplicate key -> key 'poll' is held", "'poll' is PAUSED, still 3 runs",
                                  "next run at 35.0 s", "runs at [0.0, 10.0, 20.0] -> DONE, result None",
                                  "runs at [0.0, 15.0, 30.0] -> DONE"],
+    "asyncio_lifespan.py": ["GET /square/12 -> 200 144 (worker pid", "GET /ping       -> 200 pong",
+                            "GET /boom       -> 500 ValueError", "its task is CANCELLED", "lifespan: shut down"],
     "timeouts_and_cancel.py": ["TaskTimeoutError: task", "cancel()               -> False",
                                "cancel(interrupt=True) -> True", "result() raises CancelledError",
                                "hang -> TaskTimeoutError"],

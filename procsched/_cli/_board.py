@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+import textwrap
 import threading
 import time
 from typing import Any, NamedTuple
@@ -31,7 +32,14 @@ STRAY = "printed by a worker outside any captured run"
 
 
 class JobRow:
-    """What the board knows about one job (or one name of follow-up tasks)."""
+    """What the board knows about one job (or one name of follow-up tasks).
+
+    Runs are counted one way everywhere (the tables, the summaries, the
+    demo's verdict, the JSON summary): a run counts once, by the outcome of
+    its last attempt, so ``runs`` is the sum of the outcome counts; an
+    attempt that was tried again counts in ``retries``. A retried run moves
+    from its failed attempt's outcome to its next attempt's when that ends.
+    """
 
     def __init__(self, name: str, schedule: str, job: Job | None = None, handle: TaskHandle | None = None) -> None:
         self.name = name
@@ -39,20 +47,32 @@ class JobRow:
         self.job = job
         self.handle = handle
         self.first_due: float | None = None
-        self.counts = dict.fromkeys(RUN_END, 0)  # per attempt
-        self.first_attempts = 0  # runs, each counted once however often it was retried
+        self.counts = dict.fromkeys(RUN_END, 0)  # runs, by the outcome of their last attempt
+        self.retries = 0  # attempts beyond a run's first
         self.missed = 0
         self.last_duration: float | None = None
-        self.durations = 0.0
+        self.durations = 0.0  # of every attempt
         self.lateness: collections.deque[float] = collections.deque(maxlen=LATENESS_WINDOW)
+        self._last: dict[int, tuple[int, str]] = {}  # task id -> (run, outcome) of its last ended attempt
 
     @property
     def runs(self) -> int:
-        return self.first_attempts
+        return sum(self.counts.values())
 
     @property
     def failed(self) -> int:
+        """Runs whose last attempt failed."""
         return sum(self.counts[o] for o in FAILED)
+
+    def ended(self, task_id: int, run: int, attempt: int, outcome: str) -> None:
+        """An attempt of a run ended (see the class docstring)."""
+        previous = self._last.get(task_id)
+        if attempt > 1:
+            self.retries += 1
+            if previous is not None and previous[0] == run:
+                self.counts[previous[1]] -= 1  # the run is counted by this attempt now
+        self.counts[outcome] += 1
+        self._last[task_id] = (run, outcome)
 
     def p99(self) -> float | None:
         if not self.lateness:
@@ -72,7 +92,8 @@ class JobRow:
             return 1, True
         if self.job.kind == "cron":
             return None  # a calendar: no simple count
-        mean = self.durations / self.runs if self.runs else 0.0  # fixed delay: an estimate
+        attempts = self.runs + self.retries
+        mean = self.durations / attempts if attempts else 0.0  # fixed delay: an estimate
         return int((until - self.first_due) // (self.job.period + mean)) + 1, False  # type: ignore[operator]
 
     def next_run(self, now: float, off: float) -> str:
@@ -96,11 +117,19 @@ class RunOutput(NamedTuple):
 
 class Board:
     """Per-job numbers, fed by the scheduler's events (listener thread) and
-    read by the display (main thread) under one lock."""
+    read by the display (main thread) under one lock.
 
-    def __init__(self, *, tracebacks: bool = False) -> None:
+    A job's row exists from the start; its handle is attached once the job
+    is started. With ``keyed`` (a store: each job is the keyed task named by
+    its name) an event of a task the board does not know yet goes to the
+    row of that name: a stored task the scheduler resumed (and ran) before
+    the job was started again, or the one a changed definition replaced.
+    """
+
+    def __init__(self, *, tracebacks: bool = False, keyed: bool = False) -> None:
         self.lock = threading.Lock()
         self.tracebacks = tracebacks
+        self.keyed = keyed
         self.rows: list[JobRow] = []
         self.by_task: dict[int, JobRow] = {}
         self.by_name: dict[str, JobRow] = {}
@@ -110,13 +139,28 @@ class Board:
         self.outputs: collections.deque[RunOutput] = collections.deque(maxlen=8)
         self.last_failure: RunOutput | None = None  # kept in view however chatty the others are
         self.started = time.monotonic()
+        self.store_status = ""  # one line about this instance on its store (see _session.StoreWatch)
 
-    def add(self, job: Job, handle: TaskHandle, first_due: float) -> None:
-        row = JobRow(job.name, schedule_text(job), job, handle)
-        row.first_due = first_due
+    def add_job(self, job: Job) -> JobRow:
+        """A row for ``job`` (before it is started: see ``attach``)."""
+        row = JobRow(job.name, schedule_text(job), job)
         with self.lock:
             self.rows.append(row)
+            self.by_name[job.name] = row
+        return row
+
+    def attach(self, job: Job, handle: TaskHandle, first_due: float) -> None:
+        """``job`` was started: its handle, and when its first run is due."""
+        with self.lock:
+            row = self.by_name[job.name]
+            row.handle = handle
+            row.first_due = first_due
             self.by_task[handle.id] = row
+
+    def add(self, job: Job, handle: TaskHandle, first_due: float) -> None:
+        """``add_job`` and ``attach`` at once."""
+        self.add_job(job)
+        self.attach(job, handle, first_due)
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -133,13 +177,14 @@ class Board:
             if kind == RUN_MISSED:
                 row.missed += event["missed"]
             elif kind in RUN_END.values():
-                row.counts[event["outcome"]] += 1
-                row.first_attempts += event.get("attempt", 1) == 1
+                row.ended(event["task_id"], event["run"], event.get("attempt", 1), event["outcome"])
                 row.last_duration = event["duration"]
                 row.durations += event["duration"]
                 row.lateness.append(event["lateness"])
                 if event["outcome"] == "error":  # crashes, timeouts and misses are logged by the engine
-                    self.recent.append(f"{row.name} run {event['run']} failed: {shorten(event['error'] or '?', 90)}")
+                    retried = event.get("attempt", 1) > 1 or (row.job is not None and row.job.options.get("retry"))
+                    which = f"run {event['run']}" + (f" attempt {event['attempt']}" if retried else "")
+                    self.recent.append(f"{row.name} {which} failed: {shorten(event['error'] or '?', 300)}")
                 shown = run_output(event, self.tracebacks)
                 if shown:
                     entry = RunOutput(f"{row.name} run {event['run']} {outcome_text(event)}", shown,
@@ -175,29 +220,60 @@ class Board:
 
     def _row(self, event: dict[str, Any]) -> JobRow:
         row = self.by_task.get(event["task_id"])
-        if row is None:  # a task scheduled from inside a task: one row per name
+        if row is None:  # see the class docstring; else a task scheduled from inside a task: one row per name
             name = event["name"] or f"task {event['task_id']}"
             row = self.by_name.get(name)
+            if row is not None and row.job is not None and not self.keyed and row.handle is not None:
+                row = self.by_name.get(f"{name} (from a task)")
+                name = f"{name} (from a task)"
             if row is None:
-                row = self.by_name[name] = JobRow(name, "from a task")
+                row = self.by_name[name] = JobRow(name, "stored" if self.keyed else "from a task")
                 self.rows.append(row)
             self.by_task[event["task_id"]] = row
         return row
 
+    def outcomes(self) -> tuple[str, ...]:
+        """The outcome columns to show: ``cancelled`` too once a run ended so."""
+        with self.lock:
+            cancelled = any(r.counts["cancelled"] for r in self.rows)
+        return (*OUTCOME_COLUMNS, "cancelled") if cancelled else OUTCOME_COLUMNS
+
     def job_cells(self, now: float) -> list[dict[str, str]]:
-        """Per job, every column's text (the views choose the columns)."""
+        """Per job, every column's text (the views choose the columns: see ``layouts``)."""
         off = _times.offset()
+        outcomes = self.outcomes()
+        merged = merged_header(outcomes)
         with self.lock:
             return [{
                 "job": r.name, "schedule": r.schedule, "next run": r.next_run(now, off), "runs": str(r.runs),
-                **{o: str(r.counts[o]) for o in OUTCOME_COLUMNS},
-                "ok/err/crash/t.o.": "/".join(str(r.counts[o]) for o in OUTCOME_COLUMNS),
-                "last duration": duration(r.last_duration), "lateness p99": duration(r.p99()),
+                **{o: str(r.counts[o]) for o in outcomes}, merged: "/".join(str(r.counts[o]) for o in outcomes),
+                "retries": str(r.retries), "last duration": duration(r.last_duration), "lateness p99": duration(r.p99()),
             } for r in self.rows]  # fmt: skip
 
-    def job_table(self, now: float) -> tuple[list[str], list[list[str]]]:
-        headers = ["job", "schedule", "next run", "runs", *OUTCOME_COLUMNS, "last duration", "lateness p99"]
-        return headers, [[cells[h] for h in headers] for cells in self.job_cells(now)]
+    def layouts(self) -> list[list[str]]:
+        """Job-table columns, most informative first: a view shows the first that fits
+        (the outcome counts merge into one column, then the timing columns go)."""
+        outcomes = self.outcomes()
+        merged = merged_header(outcomes)
+        base = ["job", "schedule", "next run"]
+        return [
+            [*base, "runs", *outcomes, "retries", "last duration", "lateness p99"],
+            [*base, "runs", merged, "retries", "last duration", "lateness p99"],
+            [*base, "runs", merged, "last duration"],
+            [*base, "runs", merged],
+            [*base, merged],
+        ]
+
+    def job_table(self, now: float, width: int | None = None) -> tuple[list[str], list[list[str]]]:
+        """The job table for plain text: every column, or the widest layout within ``width``."""
+        cells = self.job_cells(now)
+        layouts = self.layouts()
+        headers = layouts[-1]
+        for layout in layouts:
+            if width is None or table_width(layout, [[c[h] for h in layout] for c in cells]) <= width:
+                headers = layout
+                break
+        return headers, [[c[h] for h in headers] for c in cells]
 
     def worker_table(self) -> tuple[list[str], list[list[str]]]:
         headers = ["worker", "pid", "state", "RSS", "runs", "restarts"]
@@ -215,6 +291,12 @@ class Board:
             every = [r.name for r in self.rows if r.failed and r.counts["ok"] == 0]
             some = [r.name for r in self.rows if r.failed and r.counts["ok"]]
         return every, some
+
+
+def merged_header(outcomes: tuple[str, ...]) -> str:
+    """``ok/err/crash/t.o.`` (with ``/canc.`` when cancelled runs are shown)."""
+    short = {"ok": "ok", "error": "err", "crashed": "crash", "timeout": "t.o.", "cancelled": "canc."}
+    return "/".join(short[o] for o in outcomes)
 
 
 def run_output(event: dict[str, Any], tracebacks: bool) -> list[str]:
@@ -261,6 +343,11 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
+def wrap(text: str, width: int | None) -> list[str]:
+    """``text`` as lines of at most ``width`` (None: one line), broken between words."""
+    return [text] if width is None else textwrap.wrap(text, width, subsequent_indent="  ") or [""]
+
+
 def shorten(text: str, width: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -272,6 +359,12 @@ def pool_text(workers: int, runner: str) -> str:
     noun = f"worker {kind}" if runner in ("processes", "threads") else kind
     plural = noun + ("es" if noun.endswith("s") else "s")
     return f"{workers} {noun if workers == 1 else plural}"
+
+
+def table_width(headers: list[str], rows: list[list[str]], indent: str = "  ") -> int:
+    """How wide ``text_table`` draws these cells."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    return len(indent) + sum(widths) + 2 * (len(widths) - 1)
 
 
 def text_table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> str:

@@ -116,22 +116,26 @@ def json_record(event: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def guard_streams(mode: str, on_stray: Callable[[str], None]) -> tuple[TextIO, TextIO, Callable[[], None]]:
+def guard_streams(mode: str, on_stray: Callable[[str], None], *, ray: bool = False
+                  ) -> tuple[TextIO, TextIO, Callable[[], None]]:  # fmt: skip
     """Give the CLI a stream of its own and point fds 1 and 2 elsewhere.
 
     JSON: fd 1 becomes a copy of stderr (stray prints go there). Live: fds 1
     and 2 become a pipe whose lines go to ``on_stray`` (the live view shows
-    them under the table). Plain: nothing changes. Returns the CLI's output
-    and error streams and a function that puts everything back.
+    them under the table). Plain: nothing changes - except with ``ray``
+    (``--runner ray``), where fd 1 becomes a copy of stderr as for JSON: Ray
+    writes its own log lines, and what its workers print, to this process's
+    stdout and stderr, never to be mixed with the plain lines. Returns the
+    CLI's output and error streams and a function that puts everything back.
     """
-    if mode == "plain":
+    if mode == "plain" and not ray:
         return sys.stdout, sys.stderr, lambda: None
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     mine = os.fdopen(os.dup(saved[1]), "w", buffering=1, encoding=sys.stdout.encoding, errors="replace")
     errors = os.fdopen(os.dup(saved[2]), "w", buffering=1, encoding=sys.stderr.encoding, errors="replace")
-    if mode == "json":
+    if mode in ("json", "plain"):
         os.dup2(2, 1)
     else:
         read_end, write_end = os.pipe()

@@ -1,35 +1,31 @@
 """The live view: a rich table per job and per worker, redrawn by the main thread.
 
-Readable from 80 x 24 up: the job table uses the first layout of
-:data:`LAYOUTS` that fits the terminal's width (the outcome counts merge into
-one column, then the timing columns go); job names are never cut (only the
-schedule wraps); the title wraps above the table. Under the tables: the last
-log lines, then what the latest runs printed (a crash's trace with its crash),
-in as many lines as the terminal has left.
+Readable from 80 x 24 up: the title is one line that fits (the words that
+do not fit go, never half a word); a status that does not fit beside it
+gets a line of its own. The job table uses the first of the board's
+layouts that fits the terminal's width (the outcome counts merge into one
+column, then the timing columns go); job names are never cut (only the
+schedule wraps). Under the tables: what this instance does on its store,
+the last log lines (wrapped, never cut), then what the latest runs printed
+(a crash's trace with its crash), in as many lines as the terminal has left.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import textwrap
 import time
 from typing import Any
 
-from ._board import OUTCOME_COLUMNS, Board, shorten
+from ._board import OUTCOME_COLUMNS, Board, merged_header, shorten
 from ._lines import Lines
 
-#: Job-table columns, most informative first; the first that fits is used.
-_BASE = ["job", "schedule", "next run"]
-LAYOUTS: list[list[str]] = [
-    [*_BASE, "runs", *OUTCOME_COLUMNS, "last duration", "lateness p99"],
-    [*_BASE, "runs", "ok/err/crash/t.o.", "last duration", "lateness p99"],
-    [*_BASE, "runs", "ok/err/crash/t.o.", "last duration"],
-    [*_BASE, "ok/err/crash/t.o.", "last duration"],
-    [*_BASE, "ok/err/crash/t.o."],
-]
 _LEFT = {"job", "schedule", "next run"}
 #: Lines of the output pane per run shown, at most.
 OUTPUT_LINES_PER_RUN = 6
+#: How "recent" lines start (and how their continuation lines are indented).
+RECENT = "recent: "
 
 
 class LiveView:
@@ -78,21 +74,20 @@ class LiveView:
         from rich.text import Text
 
         width, height = self.console.size
-        title = Text(f"{self.title} - {status}", style="bold")
-        jobs = self._job_table(width)
-        workers = self._worker_table()
-        parts: list[Any] = [title, jobs, workers]
-        used = sum(len(self.console.render_lines(p, self.console.options.update(width=width), pad=False))
-                   for p in parts)  # fmt: skip
+        parts: list[Any] = [Text(line, style="bold") for line in title_lines(self.title, status, width)]
+        parts += [self._job_table(width), self._worker_table()]
         with self.board.lock:
             recent = list(self.board.recent)
-        outputs = self.board.recent_outputs()
-        if recent:
-            parts.append(Text("recent: " + "\n        ".join(shorten(r, max(20, width - 9)) for r in recent),
-                              style="dim"))  # fmt: skip
-            used += len(recent)
-        room = height - used - 1
-        pane = _output_pane(outputs, room, width)
+            store = self.board.store_status
+        if store:
+            parts.append(Text("\n".join(textwrap.wrap(store, width, subsequent_indent="  ")), style="dim"))
+        used = sum(len(self.console.render_lines(p, self.console.options.update(width=width), pad=False))
+                   for p in parts)  # fmt: skip
+        lines = recent_lines(recent, width, max(0, height - used - 1))
+        if lines:
+            parts.append(Text("\n".join(lines), style="dim"))
+            used += len(lines)
+        pane = _output_pane(self.board.recent_outputs(), height - used - 1, width)
         if pane is not None:
             parts.append(pane)
         return Group(*parts)
@@ -101,14 +96,15 @@ class LiveView:
         from rich.measure import Measurement
 
         cells = self.board.job_cells(time.monotonic())
+        merged = merged_header(self.board.outcomes())
         # Measure unclamped (a measurement never exceeds the width it is given).
         options = self.console.options.update(width=10 * width)
-        table = None
-        for layout in LAYOUTS:
-            table = _table(layout, cells, wrap_schedule=False)
+        layouts = self.board.layouts()
+        for layout in layouts:
+            table = _table(layout, cells, merged, wrap_schedule=False)
             if Measurement.get(self.console, options, table).maximum <= width:
                 return table
-        return _table(LAYOUTS[-1], cells, wrap_schedule=True)
+        return _table(layouts[-1], cells, merged, wrap_schedule=True)
 
     def _worker_table(self) -> Any:
         from rich.table import Table
@@ -122,7 +118,7 @@ class LiveView:
         return workers
 
 
-def _table(columns: list[str], cells: list[dict[str, str]], *, wrap_schedule: bool) -> Any:
+def _table(columns: list[str], cells: list[dict[str, str]], merged: str, *, wrap_schedule: bool) -> Any:
     from rich.table import Table
 
     table = Table(expand=False)
@@ -130,15 +126,53 @@ def _table(columns: list[str], cells: list[dict[str, str]], *, wrap_schedule: bo
         wraps = wrap_schedule and column == "schedule"
         table.add_column(column, justify="left" if column in _LEFT else "right", no_wrap=not wraps,
                          min_width=max((len(c[column]) for c in cells), default=0) if column == "job" else None)  # fmt: skip
+    bad = (*OUTCOME_COLUMNS[1:], "cancelled")
     for row in cells:
         styled = [row[c] for c in columns]
         for i, column in enumerate(columns):
-            if column in OUTCOME_COLUMNS[1:] and row[column] != "0":
-                styled[i] = f"[bold red]{row[column]}[/]"
-            elif column == "ok/err/crash/t.o." and any(row[o] != "0" for o in OUTCOME_COLUMNS[1:]):
+            failed = row[column] != "0" if column in bad else column == merged and any(row.get(o, "0") != "0" for o in bad)
+            if failed:
                 styled[i] = f"[bold red]{row[column]}[/]"
         table.add_row(*styled)
     return table
+
+
+def title_lines(title: str, status: str, width: int) -> list[str]:
+    """The title, and the status beside it if both fit on one line, else
+    under it: each line fitted to ``width`` by dropping the words that do
+    not fit (the title's " - "-separated parts from the end, then words)."""
+    joined = f"{title} - {status}"
+    if len(joined) <= width:
+        return [joined]
+    return [_fit(title, width), *textwrap.wrap(status, width)]
+
+
+def _fit(text: str, width: int) -> str:
+    parts = text.split(" - ")
+    while len(parts) > 1 and len(" - ".join(parts)) > width:
+        parts.pop()
+    text = " - ".join(parts)
+    while len(text) > width and " " in text:
+        text = text.rsplit(" ", 1)[0]
+    return text[:width]
+
+
+def recent_lines(recent: list[str], width: int, room: int) -> list[str]:
+    """The "recent" log lines, each wrapped whole (never cut), the newest
+    that fit in ``room`` lines, oldest first."""
+    indent = " " * len(RECENT)
+    chosen: list[list[str]] = []
+    left = room
+    for entry in reversed(recent):
+        wrapped = textwrap.wrap(entry, max(20, width - len(RECENT))) or [""]
+        if len(wrapped) > left:
+            break
+        chosen.insert(0, wrapped)
+        left -= len(wrapped)
+    lines = [indent + line for wrapped in chosen for line in wrapped]
+    if lines:
+        lines[0] = RECENT + lines[0][len(RECENT):]
+    return lines
 
 
 def _output_pane(outputs: list[Any], room: int, width: int) -> Any:
@@ -189,7 +223,7 @@ class LogToBoard(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         with self.board.lock:
-            self.board.recent.append(shorten(record.getMessage(), 110))
+            self.board.recent.append(record.getMessage())
 
 
 def _fileno(stream: Any) -> int | None:

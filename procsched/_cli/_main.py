@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 
 from .._jobs import Job, JobsFileError, load_jobs_file
-from . import _next, _store_cmds
+from . import _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 from ._session import EXIT_LOAD, Session
 
@@ -111,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     # -- procsched run FILE.py
     run = commands.add_parser("run", help="run the jobs declared in a jobs file", epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter, description=(
-        "Import FILE.py, start the jobs its @every / @once decorators declare, and show them live."))  # fmt: skip
+        "Import FILE.py, start the jobs its @every, @cron and @once decorators declare, and show them live."))  # fmt: skip
     run.set_defaults(handler=run_command)
     run.add_argument("file", metavar="FILE.py", help="the jobs file")
     run.add_argument("--workers", type=_positive_int("--workers"), default=None, metavar="N",
@@ -124,10 +124,26 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--store", default=None, metavar="PATH_OR_URL",
                      help="keep the jobs in a durable store (a SQLite file path, sqlite:///path or "
                      "postgresql://...): each job is a keyed task named by its name; a restart goes on "
-                     "where it stopped")  # fmt: skip
+                     "where it stopped; stored jobs the file no longer declares are removed at start "
+                     "(their history is kept)")  # fmt: skip
+    run.add_argument("--keep-others", action="store_true",
+                     help="with --store: keep (and run) the stored jobs this file does not declare, for a "
+                     "store shared with programs that declare other jobs")  # fmt: skip
+    run.add_argument("--lease", type=_seconds("--lease"), default=None, metavar="S",
+                     help="with --store: how long another instance on the store waits before it takes over "
+                     "the runs of this one if it dies (default 30, or lease= in the store URL)")  # fmt: skip
     run.add_argument("--mp-context", choices=("forkserver", "spawn", "fork"), default=None, dest="mp_context",
                      help="how worker processes are started (default: forkserver)")  # fmt: skip
+    run.add_argument("--max-tasks-per-worker", type=_positive_int("--max-tasks-per-worker"), default=None,
+                     metavar="N", help="replace a worker process after N runs (default: never)")  # fmt: skip
+    run.add_argument("--max-worker-memory", type=_size, default=None, metavar="SIZE",
+                     help="replace a worker process whose memory (RSS) after a run exceeds SIZE: bytes, "
+                     "or with K, M, G (KiB, MiB, GiB) or KB, MB, GB (default: never)")  # fmt: skip
+    run.add_argument("--no-capture", action="store_true",
+                     help="let runs write straight to this process's output as they go (to stderr with "
+                     "--json), instead of showing each run's output (its last 64 KiB) under its line")  # fmt: skip
     _common(run, None)
+    _web.add_run_options(run)
     run.add_argument("--fail-on-error", action="store_true",
                      help="exit 4 if any run failed, 5 if every run of some job failed (see exit status)")  # fmt: skip
     run.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
@@ -139,14 +155,18 @@ def parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="watch healthy jobs keep their schedule next to crashing and hanging ones",
                                description="A jobs file of healthy, segfaulting and hanging jobs, on worker "
                                "processes: the bad jobs cost their own runs only.")  # fmt: skip
-    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False)
+    demo.set_defaults(handler=run_demo, metrics_port=None, fail_on_error=False, store=None, keep_others=False,
+                      policy=None, timeout=None, mp_context=None, lease=None, max_tasks_per_worker=None,
+                      max_worker_memory=None, no_capture=False)  # fmt: skip
     demo.add_argument("--workers", type=_positive_int("--workers", MIN_WORKERS), default=None, metavar="N",
                       help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, "
                       f"at least {MIN_WORKERS})")  # fmt: skip
     _common(demo, DEMO_SECONDS)
+    _web.add_run_options(demo)
 
     _next.add_parser(commands)
     _store_cmds.add_parsers(commands)
+    _web.add_parser(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top
 
@@ -197,6 +217,23 @@ def _seconds(option: str) -> Callable[[str], float]:
 
     convert.__name__ = option
     return convert
+
+
+#: --max-worker-memory units: binary (K, KiB, ...) and decimal (KB, ...).
+_UNITS = {"": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9}  # fmt: skip
+
+
+def _size(text: str) -> int:
+    number = text.strip().rstrip("KMGBikmgb")
+    unit = text.strip()[len(number) :].lower()
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"must be a size in bytes (1073741824, 512M, 2G), not {text!r}") from None
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a positive size, not {text!r}")
+    return int(value)
 
 
 def _port(text: str) -> int:

@@ -2,12 +2,13 @@
 deploying it - print its next fire times, in its zone and in UTC.
 
     $ procsched next "30 2 * * *" --tz America/New_York -n 3 --after 2026-03-07T12:00:00+00:00
-    2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z   (02:30 does not exist that night: DST)
+    2026-03-08 03:00:00 EDT (-04:00)   2026-03-08T07:00:00Z   (02:30:00 does not exist that day: DST gap)
     2026-03-09 02:30:00 EDT (-04:00)   2026-03-09T06:30:00Z
     2026-03-10 02:30:00 EDT (-04:00)   2026-03-10T06:30:00Z
 
-Built on ``procsched._core._calendar.next_fire_times``, the very computation
-the schedulers use.
+Built on ``procsched._core._calendar``'s ``CronTrigger``, the very computation
+the schedulers use. Python's calendar ends at the year 9999 (and starts at
+the year 1): a walk that reaches either end stops there, with a message.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 EXIT_BAD_INPUT = 2
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_SECOND = timedelta(seconds=1)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,48 +35,107 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--tz", default=None, metavar="ZONE", help="IANA zone (default: this machine's zone)")
     parser.add_argument("-n", type=int, default=5, metavar="N", help="how many fire times (default 5)")
     parser.add_argument("--after", default=None, metavar="ISO",
-                        help="start from this aware ISO 8601 time instead of now")  # fmt: skip
+                        help="start from this ISO 8601 time instead of now (without an offset: "
+                        "a wall time in --tz)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.set_defaults(handler=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the fire times; exit 2 (with the reason) for a bad expression or zone."""
+    """Print the fire times; exit 2 (with the reason) for a bad expression,
+    zone or time, or for a walk that leaves the calendar."""
     from .. import _tz  # noqa: F401 - the machine's local zone for --tz omitted
-    from .._core._calendar import next_fire_times, zone
+    from .._core._calendar import CronTrigger, zone
 
     try:
         if args.n < 0:
             raise ValueError(f"-n must be >= 0, not {args.n}")
-        after = datetime.now(timezone.utc) if args.after is None else datetime.fromisoformat(args.after)
-        if after.tzinfo is None:
-            raise ValueError(f"--after must carry a UTC offset, not {args.after!r}")
         tz = zone(args.tz)
-        times = next_fire_times(args.expr, tz, after, args.n)
+        after = _after(args.after, tz)
+        trigger = CronTrigger(args.expr, tz)
     except (ValueError, TypeError) as exc:
         print(f"procsched next: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for when in times:
+    shown = 0
+    instants = trigger.iter_ns((after - _EPOCH) // timedelta(microseconds=1) * 1000)
+    while shown < args.n:
+        try:
+            instant = next(instants, None)
+            when = None if instant is None else (_EPOCH + timedelta(seconds=instant // 10**9)).astimezone(tz)
+            note = "" if when is None or args.json else _dst_note(args.expr, when)
+        except OverflowError:  # the walk (or a time zone's offset) left the years 1-9999
+            if shown:
+                print("procsched next: no later fire time: Python's calendar ends in the year 9999", file=sys.stderr)
+                return 0
+            print(f"procsched next: cannot compute fire times from {after.isoformat()} in {tz}: "
+                  "Python's calendar runs from the year 1 to 9999", file=sys.stderr)  # fmt: skip
+            return EXIT_BAD_INPUT
+        if when is None:
+            print("procsched next: the expression never fires again", file=sys.stderr)
+            break
         utc = when.astimezone(timezone.utc)
         if args.json:
             print(json.dumps({"local": when.isoformat(), "utc": utc.isoformat().replace("+00:00", "Z")}))
-            continue
-        note = _dst_note(args.expr, when)
-        offset = when.strftime("%z")
-        print(f"{when:%Y-%m-%d %H:%M:%S} {when.tzname()} ({offset[:3]}:{offset[3:]})   "
-              f"{utc:%Y-%m-%dT%H:%M:%SZ}{note}")  # fmt: skip
-    if not times and args.n:
-        print("procsched next: the expression never fires again", file=sys.stderr)
+        else:
+            print(f"{when:%Y-%m-%d %H:%M:%S} {when.tzname()} ({offset_text(when.utcoffset())})   "
+                  f"{utc:%Y-%m-%dT%H:%M:%SZ}{note}")  # fmt: skip
+        shown += 1
     return 0
 
 
+def _after(text: str | None, tz: tzinfo) -> datetime:
+    """``--after`` as an aware datetime: now, an aware ISO time, or a naive one read in ``tz``."""
+    if text is None:
+        return datetime.now(timezone.utc)
+    try:
+        after = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--after must be an ISO 8601 time (2026-03-08T02:30:00), not {text!r}") from None
+    if after.tzinfo is None:
+        after = after.replace(tzinfo=tz)
+    try:
+        after.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"--after is out of the calendar's range in this zone: {text!r}") from None
+    return after
+
+
+def offset_text(offset: timedelta | None) -> str:
+    """A UTC offset as ``+01:00``, or ``+00:09:21`` when it has seconds (local mean times before 1900)."""
+    seconds = int((offset or timedelta(0)).total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" + (f":{secs:02d}" if secs else "")
+
+
 def _dst_note(expr: str, when: datetime) -> str:
-    """A hint when the local time is not the one the expression names: a
-    spring-forward gap moved it, or it is a repeated (second) local time."""
-    before = (when.astimezone(timezone.utc) - timedelta(seconds=1)).astimezone(when.tzinfo)
-    if when.replace(tzinfo=None) - before.replace(tzinfo=None) > timedelta(seconds=1):
-        return "   (first instant after a DST gap)"
+    """A note when the local time is not one the expression names: a
+    spring-forward gap moved it (the time it names does not exist that day),
+    or it is the second occurrence of a repeated local time."""
     if when.fold:
         return "   (a repeated local time, second occurrence: DST)"
-    return ""
+    wall = when.replace(tzinfo=None)
+    before = (when.astimezone(timezone.utc) - _SECOND).astimezone(when.tzinfo).replace(tzinfo=None)
+    if wall - before <= _SECOND or _names(expr, wall):
+        return ""  # no gap just before it, or the expression names this very time
+    skipped = _first_named(expr, before + _SECOND)
+    if skipped is None or skipped >= wall:
+        return ""
+    return f"   ({skipped:%H:%M:%S} does not exist that day: DST gap)"
+
+
+def _names(expr: str, wall: datetime) -> bool:
+    """Does the expression name this local wall time (calendar fields only, no zone)?"""
+    return _first_named(expr, wall) == wall
+
+
+def _first_named(expr: str, wall: datetime) -> datetime | None:
+    """The first local wall time at or after ``wall`` the expression names
+    (read on a calendar without DST: UTC)."""
+    from .._core._calendar import CronTrigger
+
+    start = wall.replace(tzinfo=timezone.utc) - _SECOND
+    instant = CronTrigger(expr, timezone.utc).next_ns((start - _EPOCH) // _SECOND * 10**9)
+    return None if instant is None else (_EPOCH + timedelta(seconds=instant // 10**9)).replace(tzinfo=None)

@@ -1,12 +1,20 @@
 """The ``run`` command (and the demo): start the jobs, watch them, stop on a
 signal or ``--duration``, summarise.
 
-      main thread ─ starts the jobs, then every second reads Scheduler.stats()
-      │             and redraws (and feeds the metrics); on Ctrl-C, SIGTERM or
-      │             --duration: shuts the scheduler down
+      main thread ─ (with --store: syncs the store's jobs with the file) starts
+      │             the scheduler, adds the listeners at once, starts the jobs,
+      │             then every second reads Scheduler.stats() and redraws (and
+      │             feeds the metrics and the store watch); on Ctrl-C, SIGTERM
+      │             or --duration: shuts the scheduler down
       listener thread (the Scheduler's) ─ events ─▶ Board (numbers per job)
                                                    ├─▶ --plain / --json lines
                                                    └─▶ Prometheus metrics (--metrics-port)
+
+The listeners are added right after ``Scheduler()`` returns, before the
+pool is waited for and before the jobs are started: with a store the
+scheduler resumes the stored jobs - and runs their missed slots - at once,
+and every one of those runs is reported too (the board finds a job's row by
+its name, which is its key).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import argparse
 import collections
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -25,9 +34,12 @@ from typing import Any
 from .._errors import SchedulerBrokenError, SchedulerError, StoreError
 from .._jobs import Job
 from .._runtime._facade import Scheduler
-from ._board import OUTCOME_COLUMNS, Board, JobRow, pool_text, schedule_text, text_table
+from . import _web
+from ._board import Board, JobRow, pool_text, schedule_text, text_table, wrap
 from ._lines import Lines, guard_streams
 from ._live import LiveView, LogToBoard, have_rich
+from ._store_cmds import one_line, store_label, sync_jobs
+from ._store_view import Note, StoreWatch, recovered_notes, startup_notes
 
 # Exit statuses (documented in the --help epilog and the README).
 EXIT_OK = 0
@@ -40,6 +52,8 @@ EXIT_KILLED = 130  # a second signal, or the grace ran out
 
 #: Seconds to wait for the pool to come up before the first job starts.
 START_TIMEOUT = 60
+#: The name of the run that waits for the pool (its events are not the jobs').
+WARM_UP = "procsched: the pool's first run"
 
 
 class Stopper:
@@ -66,19 +80,24 @@ class Stopper:
 
 
 def make_scheduler(args: argparse.Namespace, workers: int | None) -> Scheduler:
-    """The Scheduler the command line asks for, capturing each run's output."""
-    options: dict[str, Any] = {"runner": args.runner}
-    for name in ("policy", "timeout", "mp_context", "store"):
-        if getattr(args, name, None) is not None:
-            options[name] = getattr(args, name)
-    try:
-        return Scheduler(workers, capture_output=True, **options)  # type: ignore[call-arg]
-    except TypeError as exc:
-        if "capture_output" not in str(exc):
-            raise
-        # A runtime without capture_output: the fds that the workers inherit
-        # still never reach the CLI's stream (see _lines.guard_streams).
-        return Scheduler(workers, **options)
+    """The Scheduler the command line asks for, capturing each run's output
+    (unless ``--no-capture``). A ``lease=`` in the store URL applies unless
+    ``--lease`` is given (the option wins)."""
+    given = vars(args)
+    options = {name: given[name] for name in SCHEDULER_OPTIONS if given[name] is not None}
+    return Scheduler(workers, runner=args.runner, capture_output=not args.no_capture, **options)
+
+
+#: The ``Scheduler()`` options ``procsched run`` passes on when given (the option's dest is the keyword).
+SCHEDULER_OPTIONS = ("policy", "timeout", "mp_context", "store", "lease", "max_tasks_per_worker", "max_worker_memory")
+
+
+def _not_warm_up(listener: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def on_event(event: dict[str, Any]) -> None:
+        if event["name"] != WARM_UP:
+            listener(event)
+
+    return on_event
 
 
 class Session:
@@ -89,7 +108,10 @@ class Session:
         self.label = label
         self.args = args
         self.demo = demo
-        self.board = Board(tracebacks=args.tracebacks)
+        self.store: str | None = args.store
+        self.board = Board(tracebacks=args.tracebacks, keyed=self.store is not None)
+        for job in jobs:
+            self.board.add_job(job)
         if args.json:
             mode = "json"
         elif args.plain or not sys.stdout.isatty() or not have_rich():
@@ -101,9 +123,13 @@ class Session:
         self.view: LiveView | None = None
         self.stopper = Stopper()
         self.metrics: Any = None
+        self.console: Any = None  # the --web console (_web.start_console)
         self.broken = ""  # why the scheduler broke, if it did
         self.err: Any = sys.stderr  # the real stderr, even while fd 2 points away
         self.title = ""
+        self.watch: StoreWatch | None = None
+        self.pending_notes: list[Note] = []  # said once the "starting" line is out
+        self.live_width = 0  # the live view's last width, for the summary under it
 
     def run(self) -> int:
         args = self.args
@@ -116,11 +142,18 @@ class Session:
                 print(f"procsched: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
                       file=sys.stderr)  # fmt: skip
                 return EXIT_LOAD
-        stdout, self.err, restore_streams = guard_streams(self.mode, self.board.stray)
+        if self.store is not None:
+            snapshot = sync_jobs(self.store, [job.name for job in self.jobs], keep_others=args.keep_others)
+            if snapshot is None:
+                return EXIT_LOAD
+            self.pending_notes = startup_notes(store_label(self.store), snapshot, self.jobs)
+            self.watch = StoreWatch(store_label(self.store), snapshot.live)
+        stdout, self.err, restore_streams = guard_streams(self.mode, self.board.stray, ray=args.runner == "ray")
         self.out.stdout = stdout
         self.out.notes = self.err if self.mode == "json" else stdout
         self.stopper.install()
         restore_logging = self._route_logging()
+        started_wall = time.time()
         try:
             scheduler = make_scheduler(args, args.workers)
         except BaseException as exc:
@@ -128,10 +161,26 @@ class Session:
             restore_logging()
             restore_streams()
             if isinstance(exc, StoreError):
-                print(f"procsched: cannot open the store: {exc}", file=sys.stderr)
+                print(f"procsched: cannot open the store: {one_line(exc)}", file=sys.stderr)
+                return EXIT_LOAD
+            if isinstance(exc, (ValueError, TypeError, SchedulerError)):  # an option the scheduler refuses
+                print(f"procsched: cannot start the scheduler: {one_line(exc)}", file=sys.stderr)
                 return EXIT_LOAD
             raise
+        # At once: with a store, the stored jobs run from now on (see the module docstring).
+        listeners = [self.board.on_event]
+        if self.mode != "live":
+            listeners.append(self.out.on_event)
+        if self.metrics is not None:
+            self.metrics.attempts = {job.name: job.options["retry"].attempts for job in self.jobs
+                                     if job.options.get("retry") is not None}  # fmt: skip
+            listeners.append(self.metrics.on_event)
+            self.metrics.stats_source = scheduler.stats
+        for listener in listeners:
+            scheduler.add_listener(_not_warm_up(listener))
         try:
+            if self.store is not None:
+                self.pending_notes += recovered_notes(scheduler, self.jobs, started_wall - 1.0)
             return self._session(scheduler)
         except BaseException:
             scheduler.shutdown(wait=False, cancel_futures=True)  # the dispatcher stops the rest
@@ -144,12 +193,11 @@ class Session:
             restore_streams()
             if self.metrics is not None:
                 self.metrics.close()
+            if self.console is not None:
+                self.console.close()
 
     def _session(self, scheduler: Scheduler) -> int:
         args, out = self.args, self.out
-        # Wait for the pool to be up, so that start-up is not counted as lateness.
-        scheduler.submit(int).result(timeout=START_TIMEOUT)
-        self.board.started = time.monotonic()
         what = f"{len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''} from {self.label}"
         where = pool_text(scheduler.workers, args.runner)
         self.title = f"procsched - {what} on {where}"
@@ -157,34 +205,49 @@ class Session:
             out.json_line({"event": "procsched_started", "name": None, "jobs": [
                 {"name": job.name, "schedule": schedule_text(job)} for job in self.jobs
             ], "workers": scheduler.workers, "runner": args.runner,
+                "store": None if self.store is None else store_label(self.store),
                 "metrics": None if self.metrics is None else self.metrics.url})  # fmt: skip
         elif out.mode == "plain":
             stop = f"for {args.duration:g} s" if args.duration else "until stopped (Ctrl-C)"
             out.note(f"starting {what} on {where}, {stop}")
             if self.metrics is not None:
                 out.note(f"metrics at {self.metrics.url}")
-        scheduler.add_listener(self.board.on_event)
-        if out.mode != "live":
-            scheduler.add_listener(out.on_event)
-        if self.metrics is not None:
-            scheduler.add_listener(self.metrics.on_event)
-            self.metrics.stats_source = scheduler.stats
+        for note in self.pending_notes:
+            self.say(note)
+        # Wait for the pool to be up, so that start-up is not counted as lateness.
+        scheduler.schedule(int, name=WARM_UP).result(timeout=START_TIMEOUT)
+        self.board.started = time.monotonic()
         for job in self.jobs:
             first_due = time.monotonic() + job.initial_delay
             try:
-                handle = job.start(scheduler, job.name if getattr(args, "store", None) else None)
+                handle = job.start(scheduler, job.name if self.store is not None else None)
             except Exception as exc:  # noqa: BLE001 - say which job, then stop
                 print(f"procsched: cannot start job {job.name!r}: {type(exc).__name__}: {exc}", file=self.err)
                 scheduler.shutdown(wait=True, cancel_futures=True)
                 return EXIT_LOAD
-            self.board.add(job, handle, first_due)
+            self.board.attach(job, handle, first_due)
+        if args.web is not None:
+            self.console = _web.start_console(self, scheduler)
+            if self.console is None:
+                scheduler.shutdown(wait=True, cancel_futures=True)
+                return EXIT_LOAD
         if out.mode == "live":
-            if self.metrics is not None:
-                self.title += f" - metrics at {self.metrics.url}"
             self.view = LiveView(out, self.board, self.title)
+            if self.metrics is not None:
+                self.say(Note("procsched_metrics", None, f"metrics at {self.metrics.url}", {}))
             self.view.start()
         reason = self._watch(scheduler)
         return self._stop(scheduler, reason)
+
+    def say(self, note: Note) -> None:
+        """Tell the operator ``note`` once: a plain line, a JSON record, a line in the live view."""
+        if self.out.mode == "json":
+            self.out.json_line({"event": note.event, "name": note.name, **note.fields, "message": note.text})
+        elif self.out.mode == "plain":
+            self.out.note(note.text)
+        else:
+            with self.board.lock:
+                self.board.recent.append(note.text)
 
     def _watch(self, scheduler: Scheduler) -> str:
         """Until a signal or the end of --duration: refresh once a second."""
@@ -235,6 +298,7 @@ class Session:
         self.board.stopped()
         if self.view is not None:
             self.view.refresh(f"stopped after {stopped_at - self.board.started:.1f} s")
+            self.live_width = self.view.console.size[0]
             self.view.stop()
             self.view = None
         status_code = self._exit_status()
@@ -245,7 +309,7 @@ class Session:
         return status_code
 
     def _exit_status(self) -> int:
-        if not getattr(self.args, "fail_on_error", False):
+        if not self.args.fail_on_error:
             return EXIT_OK
         every, some = self.board.failing_jobs()
         return EXIT_JOB_FAILED if every else EXIT_SOME_FAILED if some else EXIT_OK
@@ -275,13 +339,18 @@ class Session:
             self.board.workers = stats["workers"]
         if self.metrics is not None:
             self.metrics.on_stats(stats)
+        if self.watch is not None and "store" in stats:
+            for note in self.watch.update(stats["store"]):
+                self.say(note)
+            with self.board.lock:
+                self.board.store_status = self.watch.status
 
     # -- the summary -----------------------------------------------------
 
     def _summary(self, stopped_at: float, status_code: int) -> None:
         board, out = self.board, self.out
         elapsed = stopped_at - board.started
-        every, some = board.failing_jobs()
+        every, _some = board.failing_jobs()
         if out.mode == "json":
             with board.lock:
                 jobs = [self._job_summary(r, stopped_at) for r in board.rows]
@@ -289,37 +358,51 @@ class Session:
                            "worker_crashes": board.worker_exits["crashed"], "every_run_failed": every,
                            "exit_status": status_code})  # fmt: skip
             return
+        width = self._width()
         lines = []
         if out.mode == "plain":
-            headers, rows = board.job_table(time.monotonic())
+            headers, rows = board.job_table(time.monotonic(), width)
             lines += ["", self.title, text_table(headers, rows), "", "workers (last seen)",
                       text_table(*board.worker_table())]  # fmt: skip
         lines.append("")
         if self.demo:
             from ._demo import verdict
 
-            lines += verdict(board, elapsed, stopped_at)
+            lines += verdict(board, elapsed, stopped_at, width)
         else:
             if every:
-                lines.append(f"procsched: every run of {', '.join(every)} failed")
-            lines.append(self._run_verdict(elapsed))
+                lines += wrap(f"procsched: every run of {', '.join(every)} failed", width)
+            lines += wrap(self._run_verdict(elapsed), width)
         out.write("\n".join(lines))
+
+    def _width(self) -> int | None:
+        """The terminal's width to fit the summary in (None: not a terminal)."""
+        if self.view is not None or self.mode == "live":
+            return int(self.live_width or shutil.get_terminal_size().columns)
+        stream = self.out.stdout
+        try:
+            return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def _job_summary(self, row: JobRow, until: float) -> dict[str, Any]:
         expected = row.expected(until)
         return {"name": row.name, "schedule": row.schedule, "runs": row.runs,
-                "expected": None if expected is None else expected[0], **row.counts, "missed": row.missed,
-                "lateness_p99": row.p99()}  # fmt: skip
+                "expected": None if expected is None else expected[0], **row.counts, "retries": row.retries,
+                "missed": row.missed, "lateness_p99": row.p99()}  # fmt: skip
 
     def _run_verdict(self, elapsed: float) -> str:
         with self.board.lock:
             totals = collections.Counter[str]()
+            retries = 0
             for row in self.board.rows:
                 totals.update(row.counts)
+                retries += row.retries
         runs = sum(totals.values())
-        parts = ", ".join(f"{totals[o]} {o}" for o in OUTCOME_COLUMNS)
+        parts = ", ".join(f"{totals[o]} {o}" for o in self.board.outcomes())
         crashed = self.board.worker_exits["crashed"]
-        return f"procsched: stopped after {elapsed:.1f} s: {runs} runs ({parts}); {crashed} worker crash(es)"
+        again = f", {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+        return f"procsched: stopped after {elapsed:.1f} s: {runs} runs ({parts}){again}; {crashed} worker crash(es)"
 
     def _route_logging(self) -> Callable[[], None]:
         log = logging.getLogger("procsched")

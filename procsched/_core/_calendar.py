@@ -92,6 +92,24 @@ def _fields(expr: str) -> list[str]:
     return parts
 
 
+def _invalid(expr: str, parts: list[str], why: str) -> str:
+    """The message for an expression cronsim refuses: what is wrong, in the user's terms."""
+    from cronsim import CronSim, CronSimError
+
+    given = expr.split()
+    if why == "Bad day-of-week" and len(given) == 6 and given[5].isdigit() and len(given[5]) == 4:
+        return (f"expr has six fields, read seconds first (second minute hour day-of-month month day-of-week); "
+                f"cron has no year field, and {given[5]!r} is not a day of the week: {expr!r}")  # fmt: skip
+    if why == "Bad day-of-month":
+        try:  # the days are valid on their own: no month named has them
+            CronSim(" ".join([*parts[:4], "*", parts[5]]), datetime(2000, 1, 1))
+        except CronSimError:
+            pass
+        else:
+            return f"expr can never fire: no month in {parts[4]!r} has day {parts[3]!r}: {expr!r}"
+    return f"expr is not a valid cron expression ({why}): {expr!r}"
+
+
 class CronTrigger:
     """A cron expression in a zone; answers "the next fire time after t".
 
@@ -117,7 +135,7 @@ class CronTrigger:
             probe = CronSim(self._cron, datetime(2000, 1, 1))
             next(probe)
         except CronSimError as exc:
-            raise ValueError(f"expr is not a valid cron expression ({exc}): {expr!r}") from None
+            raise ValueError(_invalid(expr, parts, str(exc))) from None
         except StopIteration:
             raise ValueError(f"expr never fires: {expr!r}") from None
 

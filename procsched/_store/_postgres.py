@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .._errors import StoreError
 from ._open import check_schema, lease_ns, redact, scrub, seconds
-from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
+from ._sql import KEEP_RUNS, SQLStore
 
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
 _SCHEMA_LOCK_ID = 0x70726F63  # "proc"
@@ -67,12 +67,16 @@ class PostgresStore(SQLStore):
         self.psycopg = _psycopg()
         self.url = url
         connect_timeout = seconds("connect_timeout", connect_timeout)
-        self.connect_timeout = max(2, int(connect_timeout + 0.999))  # libpq: whole seconds, at least 2
+        self.connect_timeout = max(
+            2, int(connect_timeout + 0.999)
+        )  # libpq: whole seconds, at least 2
         self.lease_ns = lease_ns(lease)
         self.read_only = read_only
         self.describe = f"PostgreSQL store {redact(url)}"
         # Session settings, made again on every new connection (a reconnect must not drop them).
-        self._session: dict[str, str] = {"default_transaction_read_only": "on"} if read_only else {}
+        self._session: dict[str, str] = (
+            {"default_transaction_read_only": "on"} if read_only else {}
+        )
         self.conn: Any = None
         self._connect()
         try:
@@ -87,7 +91,9 @@ class PostgresStore(SQLStore):
     def _connect(self) -> None:
         psycopg = self.psycopg
         try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=self.connect_timeout)
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=self.connect_timeout
+            )
             try:
                 for name, value in self._session.items():
                     conn.execute("SELECT set_config(%s, %s, false)", (name, value))
@@ -98,7 +104,9 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             message = str(exc).strip()
             clean = scrub(message, self.url)
-            raise StoreError(f"{self.describe}: cannot connect: {clean}") from (exc if clean == message else None)
+            raise StoreError(f"{self.describe}: cannot connect: {clean}") from (
+                exc if clean == message else None
+            )
 
     def bound_idle_transactions(self, ms: int) -> None:
         """Have the server end this session if it sits inside a transaction
@@ -107,7 +115,10 @@ class PostgresStore(SQLStore):
         Kept for the connections this store makes after a drop too."""
         self._session["idle_in_transaction_session_timeout"] = str(int(ms))
         with self._tx("bounding idle transactions", write=False) as cur:
-            cur.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (str(int(ms)),))
+            cur.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(int(ms)),),
+            )
 
     def __repr__(self) -> str:
         return f"<PostgresStore {redact(self.url)}{' read-only' if self.read_only else ''}>"
@@ -118,11 +129,16 @@ class PostgresStore(SQLStore):
         return self.conn.cursor()
 
     def _begin(self, cur: Any, write: bool) -> None:
-        cur.execute("BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ")  # reads: one snapshot
+        cur.execute(
+            "BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ"
+        )  # reads: one snapshot
 
     def _has_schema(self, cur: Any) -> bool:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
-        return cur.execute("SELECT to_regclass('procsched_version')").fetchone()[0] is not None
+        return (
+            cur.execute("SELECT to_regclass('procsched_version')").fetchone()[0]
+            is not None
+        )
 
     def _now(self, cur: Any) -> int:
         if self._clock is not None:
@@ -136,63 +152,6 @@ class PostgresStore(SQLStore):
     def _errors(self) -> tuple[type[BaseException], ...]:
         return (self.psycopg.Error,)
 
-    def _lock_tasks(self, cur: Any, ops: list[tuple[Any, ...]]) -> None:
-        # Two schedulers' batches updating the same task rows in different
-        # orders deadlock (the server aborts one after deadlock_timeout, 1 s,
-        # and its turn is retried): the rows are locked first, by key. The
-        # claims' WHERE clauses then read the rows as the lock left them.
-        keys = sorted({op[1] if op[0] != "upsert" else op[1].key for op in ops})
-        if len(keys) > 1:
-            cur.execute("SELECT 1 FROM procsched_tasks WHERE key = ANY(%s) ORDER BY key FOR UPDATE", (keys,))
-
-    # A busy turn's claims and finishes, one statement per group instead of
-    # two or three per run: each statement costs a round trip plus ~50 us of
-    # server work, which made a 100-run turn ~3x slower one by one. Same
-    # conditions as ``_op_started`` / ``_op_finished``; RETURNING says which
-    # rows matched, so lost claims and stale finishes are known exactly.
-    SET_OPS = frozenset({"started", "finished"})
-
-    def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
-        values, params = _values([op[1:] for op in group], ("text", "bigint", "int", "bigint", "bigint"))
-        won = {tuple(r) for r in cur.execute(
-            f"""WITH v (key, run, attempt, scheduled_ns, started_ns) AS (VALUES {values}),
-            won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = v.attempt,
-                next_due_ns = v.scheduled_ns, holder = %s, token = %s, updated_ns = %s
-                FROM v WHERE t.key = v.key AND ((t.holder IS NULL AND t.paused = 0 AND t.next_attempt = v.attempt
-                AND t.run_count + (CASE WHEN t.next_attempt = 1 THEN 1 ELSE 0 END) = v.run
-                AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = v.key AND v.attempt = 1
-                    AND r.run = v.run - 1 AND r.attempt = 1 AND r.scheduled_ns > v.scheduled_ns - %s))
-                OR (t.holder = %s AND t.token = %s AND t.run_count = v.run AND t.next_attempt = v.attempt))
-                RETURNING t.key)
-            INSERT INTO procsched_runs ({_RUN_COLS})
-            SELECT v.key, v.run, v.attempt, v.scheduled_ns, v.started_ns, NULL, %s, %s, NULL, NULL, NULL, %s, %s
-            FROM v JOIN won USING (key) {_REPLACE_RUN} RETURNING key, run, attempt""",
-            [*params, h.id, h.token, now, SLOT_GAP_NS, h.id, h.token, h.host, h.pid, h.id, h.token]).fetchall()}  # fmt: skip
-        result.lost.extend(op[1:4] for op in group if op[1:4] not in won)
-
-    def _set_finished(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
-        rows = [(key, run, attempt, outcome, fin, due, attempt + 1 if retry else 1, et, em)
-                for _, key, run, attempt, outcome, fin, due, retry, et, em in group]  # fmt: skip
-        values, params = _values(rows, ("text", "bigint", "int", "text", "bigint", "bigint", "int", "text", "text"))
-        done = {tuple(r) for r in cur.execute(
-            f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns, next_attempt, error_type,
-                error_message) AS (VALUES {values}),
-            done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
-                error_type = v.error_type, error_message = v.error_message
-                FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
-                AND r.holder = %s AND r.token = %s RETURNING r.key, r.run, r.attempt),
-            resched AS (UPDATE procsched_tasks t SET next_due_ns = v.next_due_ns, next_attempt = v.next_attempt,
-                last_outcome = v.outcome, holder = NULL, token = NULL, updated_ns = %s
-                FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key AND t.holder = %s AND t.token = %s)
-            SELECT key, run, attempt FROM done""",
-            [*params, h.id, h.token, now, h.id, h.token]).fetchall()}  # fmt: skip
-        result.stale.extend(op[1:4] for op in group if op[1:4] not in done)
-        trim = [(op[1], op[2] - self.keep_runs) for op in group if op[1:4] in done and op[2] > self.keep_runs]
-        if trim:
-            values, params = _values(trim, ("text", "bigint"))
-            cur.execute(f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
-                WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""", params)  # fmt: skip
-
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
@@ -202,12 +161,7 @@ class PostgresStore(SQLStore):
         with self._tx("measuring", write=False) as cur:
             row = cur.execute(
                 "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['procsched_tasks', 'procsched_runs', "
+                "'procsched_definitions', 'procsched_skipped', 'procsched_limits', 'procsched_requests', "
                 "'procsched_schedulers', 'procsched_version']::regclass[]) AS c"
             ).fetchone()
         return int(row[0])
-
-
-def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
-    """A typed ``VALUES`` list of ``rows`` and its flat parameters."""
-    one = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
-    return ", ".join([one] * len(rows)), [x for row in rows for x in row]

@@ -1,32 +1,76 @@
-"""The SQL both stores share: schema, migrations, batches, leases.
+"""The SQL both stores share: schema, migrations, batches, leases, control, reads.
 
     dispatcher turn ──▶ Batch (ops in memory, no I/O) ──▶ commit(): ONE transaction
-                                                           ├─ fence: renew the holder's lease
-                                                           ├─ started: claim task row + insert run row
+                                                           ├─ fence: renew the holder's lease (+ its change counter)
+                                                           ├─ started: claim the state row + insert the run row
                                                            ├─ finished: fenced run update + reschedule + trim
-                                                           └─ upsert / update / delete / unloadable
-    start-up ──▶ load() (tasks + in-flight runs + schedulers) ──▶ take_over(dead) per dead holder
+                                                           ├─ skipped: a skipped slot + its counter + trim
+                                                           ├─ upsert (definition row only if it changed)
+                                                           │   / update / delete / unloadable / answer
+                                                           └─ an op the database refuses: left out, reported
+    start-up ──▶ load() (tasks + in-flight runs + schedulers + retries) ──▶ take_over(dead) per dead holder
+    any process ──▶ pause / resume / remove / ask (run now, backfill) ──▶ the holding instance
+                    takes the request (take_requests) and answers it in a batch
+    console, CLI ──▶ change_mark() (cheap: the counters) ──▶ jobs_view / job_view / instances / counts
 
-Theory of operation. A keyed task is one row of ``procsched_tasks`` (its
-definition and its state), its runs rows of ``procsched_runs`` keyed by
-(key, run, attempt), and each live scheduler a row of
-``procsched_schedulers`` with a lease and a fencing token (from a counter
-in ``procsched_version``, so tokens never repeat).
+Theory of operation. A keyed task is a row of ``procsched_definitions``
+(what the program asked for: function reference, pickled arguments,
+schedule, options - written when the program schedules or replaces it,
+never by a run) and a row of ``procsched_tasks`` (its state: run count,
+next due time, pause, runs in flight, holder, per-outcome totals). Its runs
+are rows of ``procsched_runs`` keyed by (key, run, attempt), its skipped
+slots rows of ``procsched_skipped``; each live scheduler instance is a row
+of ``procsched_schedulers`` with a lease and a fencing token (from a counter
+in ``procsched_version``, so tokens never repeat). ``_schema.py`` has the
+DDL, ``_writes.py`` writes batches (the rules below are its ops'),
+``_control.py`` is control from outside, ``_views.py`` the read model.
 
-- *Claiming* a run (``Batch.started``) is a conditional update of the task
-  row - only if nobody holds it, it is not paused, and (run, attempt) is
-  exactly its next claim, and for a slot at least ``SLOT_GAP_NS`` after the
-  previous run's (a scheduler whose run numbers drifted cannot run a slot
-  twice under another number) - followed by the insert of the run row, whose
-  primary key is a second guard. Both in one transaction: SQLite's ``BEGIN
-  IMMEDIATE`` serialises writers; PostgreSQL's row lock on the task row
-  makes a second claimer wait, re-check and find the row taken. So each
-  (key, run, attempt) is won at most once, and the state is written with
-  the claim, before the worker gets the run.
+- *Schema versions.* This release writes schema 2 and reads 1 and 2: a
+  schema-1 store is migrated at its first open, in the transaction that
+  read its version (two instances opening it at once: one migrates, the
+  other finds schema 2), with nothing lost (``_schema.migration_2``) - and
+  only when no instance of the older release holds a live lease on it (its
+  writes would fail from then on: stop it first). A store of a higher
+  version is refused ("upgrade procsched"), as the older release refuses a
+  schema-2 store.
+
+- *Claims* (``Batch.started``). A claim names (key, run, attempt) and is won
+  only if it is a claim the state row allows, decided on the row itself
+  (SQLite: ``BEGIN IMMEDIATE`` serialises writers; PostgreSQL: the claim
+  locks the row, so a second claimer waits, re-reads it, and finds it taken):
+  the task has fewer than ``max_concurrent`` runs in flight; a new run
+  (attempt 1) is exactly ``run_count + 1``; a scheduled one (cause
+  ``"schedule"``) only while not paused, not while a retry of the task's
+  latest run is due (with ``max_concurrent`` 1), and only for a slot at least
+  ``SLOT_GAP_NS`` after the last scheduled slot claimed (a scheduler whose
+  run numbers drifted cannot run a slot twice under another number); a
+  retry (attempt k > 1) only if it is the one the state says is next
+  (``run_count``, ``next_attempt``) or one a failed attempt of an earlier
+  run asked for (``retry_due_ns`` on its row), and never twice. The run row
+  is inserted in the same transaction, before the worker gets the run. So
+  each (key, run, attempt) is won at most once among instances, and run
+  numbers are unique. A claim of a task in a *group* with a shared limit
+  is also counted against it, in the claim transaction (the group's limit
+  row is locked, its runs in flight counted): over the limit it is
+  ``limited`` - not lost: the run waits, it is nobody else's.
+- *Causes.* Runs asked for by ``run_now`` (``"manual"``) or ``backfill``
+  (``"backfill"``) are claimed like any (numbered like the others, each once
+  among instances, counted in ``max_concurrent`` and the group's limit) but
+  never move the task's next scheduled slot (``next_due_ns``, the slot
+  guard) and are not held by a pause. ``sched_run`` remembers the latest
+  scheduled run: only its end reschedules the task.
+- *Concurrency.* With ``max_concurrent`` > 1 a task may have several runs
+  in flight, on any instances (``in_flight`` counts them; ``holder`` names
+  one of their holders). A failed attempt that asks for a retry keeps the
+  retry's due time on its run row (``retry_due_ns``, cleared by the retry's
+  claim): a retry of a run that is not the task's latest any more (a newer
+  run was claimed meanwhile) is claimed from there. ``load()`` lists them.
 - *Finishing* a run updates its row only if it is still in flight and held
-  with the caller's token (fencing), and in the same transaction sets the
-  task's next due time, frees the holder and trims the history: there is
-  no instant at which a kill leaves a run finished but not rescheduled.
+  with the caller's token (fencing), and in the same transaction frees its
+  unit of ``in_flight``, sets the task's next due time (the latest scheduled
+  run's end only), adds to the outcome's total and trims the history:
+  there is no instant at which a kill leaves a run finished but not
+  rescheduled, nor a unit of a limit held by a run that ended.
 - *Fencing*: every batch that claims or finishes first renews its holder's
   lease, conditioned on the holder's row still carrying its token; a
   holder that was taken over (its row deleted by a survivor) gets
@@ -37,7 +81,44 @@ in ``procsched_version``, so tokens never repeat).
 - *Taking over* a dead holder deletes its row (only if its lease expired,
   judged by the store clock, or the caller proved it dead) and records its
   in-flight runs ``crashed``: the delete succeeds once, so the crash is
-  recorded exactly once.
+  recorded exactly once, and the runs stop counting in ``max_concurrent``
+  and in their groups' limits at that instant (a SIGKILL never leaks a unit
+  of a limit: it is held by a run row, which the take-over ends). Control
+  requests the dead holder took and did not answer are given back.
+- *Idempotent retries* (issue 20 item 5): a batch committed whose answer
+  was lost (the connection dropped at COMMIT) is sent again by its caller.
+  A claim already written by this very holder and token (its run row in
+  flight, theirs) is won again, not lost; an end already recorded by them
+  with the same outcome and time is not stale. The same makes a claim that
+  appears twice in one batch harmless (issue 20 item 9).
+- *One bad op never blocks the others* (issue 20 item 7): an op the
+  database refuses because of its own data (a key PostgreSQL cannot store,
+  a value out of range) makes the batch go again op by op, each in a
+  savepoint; the refused ops are left out and reported
+  (``BatchResult.failed``, their claims also ``lost``, their ends ``stale``)
+  and the rest is written. A fault of the store itself (unreachable,
+  locked, full) still fails the whole batch (StoreError, nothing written):
+  the caller tries it again.
+- *Control from outside* (DESIGN part three). Pause, resume and remove are
+  conditional writes of the task's state that every instance already
+  follows at its re-read (lease/3, at most 1 s): a pause holds scheduled
+  claims at once, in the store. Run now and backfill are requests
+  (``procsched_requests``): the instance that runs the task takes one
+  (``take_requests``: once, atomically, fenced), carries it out, and answers
+  it (``Batch.answer``) in the batch that holds the claims it caused; the
+  asker reads the answer (``request``).
+- *Change mark*: every write transaction of an instance adds one to its
+  own change counter (``procsched_schedulers.changes``: never a row two
+  instances write; free in a batch that claims or ends runs, whose fence
+  writes that row anyway); other writers add to the store's
+  (``procsched_version.changes``), except a batch with no registration
+  that only writes task rows (upserts, updates), which the mark sees
+  through the tasks' latest write time (an index's last entry).
+  ``change_mark()`` reads only those (a row per instance, one index
+  entry): no table scan, whatever the store holds.
+- *Trust* (``_trust``): with a secret, definitions are signed when written
+  and checked when read; a row that fails is returned untrusted, never
+  loadable.
 
 Clocks and skew: run timestamps (scheduled, started, finished, next due)
 come from the caller (the dispatcher's wall clock). Lease times come from
@@ -59,73 +140,69 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Iterator
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any, ClassVar, Self
 
 from .._errors import StoreError
+from . import _control, _schema, _views, _writes
+from ._batch import Batch, Update
 from ._model import (
-    OUTCOMES,
     BatchResult,
+    ChangeMark,
+    ControlRequest,
     Holder,
+    InstanceStatus,
+    InstanceView,
+    JobDetail,
+    JobView,
     Loaded,
     RunRecord,
+    SkippedSlot,
+    StoreCounts,
     StoredTask,
     TaskDefinition,
     TaskState,
+    stored_definition,
 )
+from ._trust import Keyring, Secret
+from ._writes import _REPLACE_RUN, _RUN_COLS, RUN_COLS, SLOT_GAP_NS
+
+__all__ = [
+    "DEFAULT_LEASE_NS",
+    "KEEP_RUNS",
+    "RUN_COLS",
+    "SCHEMA_VERSION",
+    "SLOT_GAP_NS",
+    "_REPLACE_RUN",
+    "_RUN_COLS",
+    "Batch",
+    "SQLStore",
+    "dead_here",
+]
 
 #: The schema this procsched writes. A store with a higher version was
 #: written by a newer procsched and is refused; a lower one is migrated.
-SCHEMA_VERSION = 1
-#: Runs kept per task (the oldest finished ones beyond this are trimmed).
+SCHEMA_VERSION = 2
+#: Runs (and skipped slots) kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
-#: A new run's slot must come at least this long after the previous run's
-#: (a scheduler whose run numbers drifted from the store's cannot run a slot
-#: twice under another number; two schedulers' wall times of one slot differ
-#: by microseconds of clock reading, far below this).
-SLOT_GAP_NS = 1_000_000
-
-# Column lists, in the order the row readers below expect.
-_TASK_COLS = ("key, fn_ref, args, schedule, options, def_hash, run_count, next_due_ns, next_attempt, paused, "
-              "last_outcome, unloadable, holder, token, updated_ns")  # fmt: skip
-_RUN_COLS = ("key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
-             "error_message, holder, token")  # fmt: skip
-_SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
-#: A claimed run's row replaces one left by an earlier task of the same key
-#: (deleted, then scheduled again): the claim on the task row decided.
-_REPLACE_RUN = ("ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
-                "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
-                "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
-                "token = excluded.token")  # fmt: skip
-
-
-def _task(row: Any, parsed: dict[str, Any] | None = None) -> StoredTask:
-    """A task from its row. ``parsed`` memoizes JSON texts within one read:
-    a load() of 100,000 tasks parses each distinct schedule and options text
-    once (JSON decoding was 60% of load()), so equal dicts are shared."""
-    if parsed is None:
-        schedule, options = json.loads(row[3]), json.loads(row[4])
-    else:
-        schedule = parsed.get(row[3])
-        if schedule is None:
-            schedule = parsed[row[3]] = json.loads(row[3])
-        options = parsed.get(row[4])
-        if options is None:
-            options = parsed[row[4]] = json.loads(row[4])
-    return StoredTask(
-        TaskDefinition(row[0], row[1], bytes(row[2]), schedule, options, row[5]),
-        TaskState(row[6], row[7], row[8], bool(row[9])),
-        row[10], row[11], row[12], row[13], row[14],
-    )  # fmt: skip
-
-
-def _run(row: Any) -> RunRecord:
-    return RunRecord(*row)
+# Column lists, in the order the row readers below (and RunRecord, Holder) expect
+# (RUN_COLS: _writes; _RUN_COLS, _REPLACE_RUN: schema 1's, which the stores' modules import).
+SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
+TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
+    t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
+    t.max_concurrent, t.grp, t.last_holder, d.signature
+    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
+# (the same without the arguments: see peers_view)
+_TASK_SELECT_LIGHT = TASK_SELECT.replace("d.args,", "NULL,", 1)
 
 
 def _holder(row: Any) -> Holder:
     return Holder(*row)
+
+
+def _run(row: Any) -> RunRecord:
+    return RunRecord(*row)
 
 
 class SQLStore:
@@ -134,28 +211,50 @@ class SQLStore:
     One owner: a store object is used by one thread (the dispatcher's). Every
     method either does what it says in one transaction or raises
     ``StoreError`` with nothing written.
+
+    ``secret``: None, or the secret(s) that sign and check definitions
+    (``_trust``): bytes or str, or a list of them (sign with the first,
+    accept any). The stores' constructors pass it here (``secret=``).
     """
 
-    #: schema version -> statements that migrate a store from version - 1.
-    #: (Empty in the first release; a later release appends to it.)
+    #: schema version -> statements that migrate a store from version - 1,
+    #: beyond those of this release (a later release, or a test, adds to it).
     MIGRATIONS: ClassVar[dict[int, list[str]]] = {}
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
     BLOB: ClassVar[str] = "BLOB"
     RUNS_SUFFIX: ClassVar[str] = ""
-    #: Op kinds a store writes as one statement per group of consecutive
-    #: ops (``_set_<kind>``) instead of one per op (``_op_<kind>``).
-    SET_OPS: ClassVar[frozenset[str]] = frozenset()
     describe: str = "store"
 
-    def __init__(self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None,
-                 secret: Any = None) -> None:  # fmt: skip
-        # secret: the key(s) that sign stored payloads (issue 24; the signing is the store2 branch's)
+    def __init__(
+        self, *, keep_runs: int = KEEP_RUNS, clock: Callable[[], int] | None = None, secret: Secret = None
+    ) -> None:
         if type(keep_runs) is not int or keep_runs < 1:
             raise ValueError(f"keep_runs must be an int >= 1, got {keep_runs!r}")
         self.keep_runs = keep_runs
         self._clock = clock
+        self._keyring = Keyring(secret)
+
+    def _use_secret(self, secret: Secret) -> None:
+        """Sign and check with ``secret`` from now on (the constructor's
+        ``secret=``, for a store made before it could pass one)."""
+        self._keyring = Keyring(secret)
+
+    @property
+    def signed(self) -> bool:
+        """Whether this store object signs and checks definitions (has a secret)."""
+        return bool(self._keyring)
 
     # -- dialect hooks -------------------------------------------------------
+
+    @property
+    def _pg(self) -> bool:
+        """PostgreSQL (its binary type names the dialect: the set-wise
+        statements and the row locks differ)."""
+        return self.BLOB == "BYTEA"
+
+    @property
+    def _for_update(self) -> str:
+        return " FOR UPDATE" if self._pg else ""  # SQLite: BEGIN IMMEDIATE serialises writers already
 
     def _cursor(self) -> Any:
         raise NotImplementedError
@@ -179,14 +278,46 @@ class SQLStore:
     def _after_error(self) -> None:
         """Called after a failed transaction was rolled back."""
 
+    def _row_fault(self, exc: BaseException) -> bool:
+        """Is ``exc`` a refusal of one op's own data (isolate it), rather
+        than a fault of the store (fail the batch)?"""
+        if isinstance(exc, (ValueError, TypeError, OverflowError)):  # a value the driver cannot bind (UnicodeError too)
+            return True
+        if self._pg:
+            import psycopg
+
+            return isinstance(exc, (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded))
+        import sqlite3
+
+        if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError)):
+            return True
+        return isinstance(exc, (sqlite3.InterfaceError, sqlite3.ProgrammingError)) and "binding" in str(exc)
+
     def close(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> SQLStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # Abilities only one store has: no-ops here, so that callers need no probes.
+    def bound_idle_transactions(self, ms: int) -> None:
+        """PostgreSQL: have the server end a session stuck inside a
+        transaction for ``ms`` (its locks go with it). Elsewhere nothing."""
+
+    def manual_checkpoints(self) -> Callable[[], None] | None:
+        """SQLite: take WAL checkpoints out of commits and return the
+        checkpoint for the caller to run. Elsewhere None (nothing to do)."""
+        return None
+
+    def gate_writes(self) -> None:
+        """SQLite: queue this connection's writers on a file lock. Elsewhere nothing."""
+
+    def size_bytes(self) -> int:
+        """Bytes the store's tables take (for the benchmarks)."""
+        raise NotImplementedError
 
     # -- transactions --------------------------------------------------------
 
@@ -217,30 +348,64 @@ class SQLStore:
         cur.execute(self._q(sql), params)
         return cur
 
+    def _bump(self, cur: Any, holder: Holder | None) -> None:
+        """Count one more write for the change mark (see the module docstring)."""
+        if holder is not None:
+            cur = self._x(cur, "UPDATE procsched_schedulers SET changes = changes + 1 WHERE id = ?", (holder.id,))
+            if cur.rowcount == 1:
+                return
+        self._x(cur, "UPDATE procsched_version SET changes = changes + 1 WHERE id = 1")
+
     # -- schema --------------------------------------------------------------
 
+    def _dialect(self) -> dict[str, str]:
+        serial = (
+            "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY" if self._pg else "INTEGER PRIMARY KEY AUTOINCREMENT"
+        )  # ids never reused
+        return {"blob": self.BLOB, "serial": serial, "runs_suffix": self.RUNS_SUFFIX}
+
     def _schema(self) -> list[str]:
-        b = self.BLOB
-        return [
-            "CREATE TABLE procsched_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, "
-            "written_by TEXT NOT NULL, fence BIGINT NOT NULL)",
-            f"""CREATE TABLE procsched_tasks (
-                key TEXT PRIMARY KEY, fn_ref TEXT NOT NULL, args {b} NOT NULL, schedule TEXT NOT NULL,
-                options TEXT NOT NULL, def_hash TEXT NOT NULL,
-                run_count BIGINT NOT NULL, next_due_ns BIGINT, next_attempt INTEGER NOT NULL,
-                paused INTEGER NOT NULL, last_outcome TEXT, unloadable TEXT,
-                holder TEXT, token BIGINT, updated_ns BIGINT NOT NULL)""",
-            "CREATE INDEX procsched_tasks_updated ON procsched_tasks (updated_ns)",
-            f"""CREATE TABLE procsched_runs (
-                key TEXT NOT NULL, run BIGINT NOT NULL, attempt INTEGER NOT NULL, scheduled_ns BIGINT NOT NULL,
-                started_ns BIGINT, finished_ns BIGINT, host TEXT, pid INTEGER, outcome TEXT,
-                error_type TEXT, error_message TEXT, holder TEXT, token BIGINT,
-                PRIMARY KEY (key, run, attempt)){self.RUNS_SUFFIX}""",
-            "CREATE INDEX procsched_runs_in_flight ON procsched_runs (holder) WHERE outcome IS NULL",
-            """CREATE TABLE procsched_schedulers (
-                id TEXT PRIMARY KEY, token BIGINT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
-                lease_ns BIGINT NOT NULL, lease_until_ns BIGINT NOT NULL, heartbeat_ns BIGINT NOT NULL)""",
-        ]
+        return _schema.schema(**self._dialect())
+
+    def _migration(self, cur: Any, target: int) -> list[str]:
+        """The statements that migrate the store to ``target`` from the version before."""
+        if target == 2:
+            self._refuse_live_instances(cur)
+            return _schema.migration_2(**self._dialect(), now_ns=self._now(cur))
+        return self.MIGRATIONS.get(target, [])
+
+    def _after_migration(self, cur: Any, target: int) -> None:
+        """What a migration does beyond its statements (schema 2: the display
+        names, from the options - one statement on PostgreSQL, whose JSON
+        functions are always there; SQLite's may be left out of a build)."""
+        if target != 2:
+            return
+        if self._pg:
+            cur.execute(
+                "UPDATE procsched_definitions SET name = CASE WHEN json_typeof(options::json -> 'name') = "
+                "'string' THEN options::json ->> 'name' END"
+            )
+            return
+        rows = self._x(cur, "SELECT key, options FROM procsched_definitions").fetchall()
+        names = [(name, key) for key, options in rows if (name := _writes._name(options)) is not None]
+        cur.executemany("UPDATE procsched_definitions SET name = ? WHERE key = ?", names)
+
+    def _refuse_live_instances(self, cur: Any) -> None:
+        """Before changing the tables under them: no instance of the older
+        procsched may still be running on this store (its writes would fail
+        from then on). One whose lease expired, or whose process is gone on
+        this host, is not running."""
+        now = self._now(cur)
+        rows = self._x(
+            cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns >= ?", (now,)
+        ).fetchall()
+        live = [h for h in map(_holder, rows) if h not in dead_here([h])]
+        if live:
+            who = ", ".join(f"{h.host}/{h.pid}" for h in live)
+            raise StoreError(
+                f"{self.describe} has schema version 1 and instance(s) of an older procsched hold a live lease on "
+                f"it ({who}): stop them (or wait for their leases to expire) before this procsched upgrades it"
+            )
 
     def _init_schema(self) -> None:
         from .. import __name__ as pkg
@@ -249,58 +414,181 @@ class SQLStore:
             if not self._has_schema(cur):
                 for stmt in self._schema():
                     cur.execute(stmt)
-                self._x(cur, "INSERT INTO procsched_version VALUES (1, ?, ?, 0)",
-                        (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
-                return
-            row = self._x(cur, "SELECT version, written_by FROM procsched_version WHERE id = 1").fetchone()
-            if row is None:
-                raise StoreError(f"{self.describe}: the procsched_version table is empty: not a procsched store")
-            version, written_by = row
-            if version > self.SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.describe} has schema version {version} (written by {written_by}); this procsched "
-                    f"reads up to version {self.SCHEMA_VERSION}: upgrade procsched"
+                self._x(
+                    cur,
+                    "INSERT INTO procsched_version (id, version, written_by, fence) VALUES (1, ?, ?, 0)",
+                    (self.SCHEMA_VERSION, f"{pkg} {_version()}"),
                 )
-            for target in range(version + 1, self.SCHEMA_VERSION + 1):
-                for stmt in self.MIGRATIONS.get(target, []):
-                    cur.execute(stmt)
-            if version < self.SCHEMA_VERSION:
-                self._x(cur, "UPDATE procsched_version SET version = ?, written_by = ? WHERE id = 1",
-                        (self.SCHEMA_VERSION, f"{pkg} {_version()}"))  # fmt: skip
+            else:
+                row = self._x(cur, "SELECT version, written_by FROM procsched_version WHERE id = 1").fetchone()
+                if row is None:
+                    raise StoreError(f"{self.describe}: the procsched_version table is empty: not a procsched store")
+                version, written_by = row
+                if version > self.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.describe} has schema version {version} (written by {written_by}); this procsched "
+                        f"reads up to version {self.SCHEMA_VERSION}: upgrade procsched"
+                    )
+                for target in range(version + 1, self.SCHEMA_VERSION + 1):
+                    for stmt in self._migration(cur, target):
+                        cur.execute(stmt)
+                    self._after_migration(cur, target)
+                if version < self.SCHEMA_VERSION:
+                    self._x(
+                        cur,
+                        "UPDATE procsched_version SET version = ?, written_by = ? WHERE id = 1",
+                        (self.SCHEMA_VERSION, f"{pkg} {_version()}"),
+                    )
+        self._keyring.told(self.describe)
 
     def schema_version(self) -> int:
         with self._tx("reading the schema version", write=False) as cur:
             return int(self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()[0])
 
+    # -- reading rows ----------------------------------------------------------
+
+    def _task(self, row: Any, parsed: dict[str, Any] | None = None, check: bool = True) -> StoredTask:
+        """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
+        within one read: a load() of 100,000 tasks parses each distinct
+        schedule and options text once (JSON decoding was 60% of load()),
+        so equal dicts are shared. With a secret, the signature is checked
+        here: a row that fails is returned untrusted (see ``_trust``)."""
+        (
+            key,
+            fn_ref,
+            args,
+            sched_text,
+            opts_text,
+            def_hash,
+            run_count,
+            next_due,
+            next_attempt,
+            paused,
+            last_outcome,
+            unloadable,
+            holder,
+            token,
+            updated,
+            in_flight,
+            max_concurrent,
+            group,
+            last_holder,
+            signature,
+        ) = row
+        if args is None:  # (read without its arguments: see peers_view)
+            args = b""
+        if check and self._keyring:
+            untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text)
+            if untrusted is not None:
+                return self._untrusted(row, untrusted)
+        if parsed is None:
+            schedule, options = json.loads(sched_text), json.loads(opts_text)
+        else:
+            schedule = parsed.get(sched_text)
+            if schedule is None:
+                schedule = parsed[sched_text] = json.loads(sched_text)
+            options = parsed.get(opts_text)
+            if options is None:
+                options = parsed[opts_text] = json.loads(opts_text)
+        return StoredTask(
+            stored_definition(key, fn_ref, args, schedule, options, def_hash, max_concurrent, group),
+            TaskState(run_count, next_due, next_attempt, paused == 1),
+            last_outcome,
+            unloadable,
+            holder,
+            token,
+            updated,
+            in_flight,
+            last_holder,
+        )
+
+    @staticmethod
+    def _untrusted(row: Any, why: str) -> StoredTask:
+        """A task whose signature failed: listed, its arguments withheld, never loadable."""
+        (
+            key,
+            fn_ref,
+            _args,
+            sched_text,
+            opts_text,
+            def_hash,
+            run_count,
+            next_due,
+            next_attempt,
+            paused,
+            last_outcome,
+            _unloadable,
+            holder,
+            token,
+            updated,
+            in_flight,
+            max_concurrent,
+            group,
+            last_holder,
+            _signature,
+        ) = row
+        try:
+            d = TaskDefinition(
+                key, fn_ref, b"", json.loads(sched_text), json.loads(opts_text), def_hash, max_concurrent, group
+            )
+        except (ValueError, TypeError):  # whatever was written there: it is never loaded
+            d = TaskDefinition(key, fn_ref, b"", {"kind": "once"}, {}, def_hash)
+        return StoredTask(
+            d,
+            TaskState(run_count, next_due, next_attempt, paused == 1),
+            last_outcome,
+            why,
+            holder,
+            token,
+            updated,
+            in_flight,
+            last_holder,
+            why,
+        )
+
     # -- reads ---------------------------------------------------------------
 
     def load(self) -> Loaded:
-        """Every stored task, every in-flight run, every registered scheduler.
+        """Every stored task, every in-flight run, every registered scheduler,
+        every retry due and not claimed yet.
 
         The caller records as ``crashed`` the in-flight runs whose holder is
         dead (``take_over``); runs held by live schedulers are theirs. Equal
         ``schedule`` / ``options`` dicts are shared among the tasks: read them,
-        never mutate them.
+        never mutate them. A task whose ``untrusted`` is set must not be
+        loaded (its arguments are withheld).
         """
         with self._tx("loading", write=False) as cur:
             parsed: dict[str, Any] = {}
-            tasks = [_task(r, parsed) for r in self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks").fetchall()]
-            in_flight = [_run(r) for r in self._x(
-                cur, f"SELECT {_RUN_COLS} FROM procsched_runs WHERE outcome IS NULL ORDER BY key, run, attempt"
-            ).fetchall()]  # fmt: skip
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return Loaded(tasks, in_flight, holders)
+            tasks = [self._task(r, parsed) for r in self._x(cur, TASK_SELECT).fetchall()]
+            in_flight = [
+                _run(r)
+                for r in self._x(
+                    cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE outcome IS NULL ORDER BY key, run, attempt"
+                ).fetchall()
+            ]
+            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            retries = [
+                _run(r)
+                for r in self._x(
+                    cur,
+                    f"SELECT {RUN_COLS} FROM procsched_runs WHERE retry_due_ns IS NOT NULL ORDER BY key, run, attempt",
+                ).fetchall()
+            ]
+        return Loaded(tasks, in_flight, holders, retries)
 
     def get(self, key: str) -> StoredTask | None:
         with self._tx("reading a task", write=False) as cur:
-            row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _task(row)
+            row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (key,)).fetchone()
+        return None if row is None else self._task(row)
 
     def jobs(self) -> list[StoredTask]:
-        """Stored tasks, by key (for ``procsched jobs``)."""
+        """Stored tasks, by key, definitions included (``jobs_view`` lists
+        them without their arguments)."""
         with self._tx("listing jobs", write=False) as cur:
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks ORDER BY key").fetchall()
-        return [_task(r) for r in rows]
+            rows = self._x(cur, f"{TASK_SELECT} ORDER BY t.key").fetchall()
+        parsed: dict[str, Any] = {}
+        return [self._task(r, parsed) for r in rows]
 
     def changed_since(self, since_ns: int) -> list[StoredTask]:
         """Tasks written at or after ``since_ns`` (store clock): the bounded
@@ -308,22 +596,25 @@ class SQLStore:
         Re-read with an overlap of a few seconds: a transaction may commit a
         little after the time it stamped."""
         with self._tx("reading changes", write=False) as cur:
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
-                           (since_ns,)).fetchall()  # fmt: skip
-        return [_task(r) for r in rows]
+            rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
+        return [self._task(r) for r in rows]
 
-    def peers_view(self, since_ns: int) -> tuple[list[StoredTask], int, list[Holder], int]:
+    def peers_view(self, since_ns: int, *, arguments: bool = True) -> tuple[list[StoredTask], int, list[Holder], int]:
         """One snapshot for a scheduler sharing the store (issue 11): the
         tasks written at or after ``since_ns`` (store clock), how many tasks
         there are (a drop shows deletions: then ``keys()``), every
-        registered scheduler, and the store clock."""
+        registered scheduler, and the store clock. ``arguments=False``: the
+        tasks' definitions come without their pickled arguments (``args``
+        empty; not checked against a secret: nothing of them is loadable),
+        so a re-read every second does not read (and check) the arguments of
+        every task that ran meanwhile - ``get(key)`` reads a whole one."""
+        select = TASK_SELECT if arguments else _TASK_SELECT_LIGHT
         with self._tx("reading changes", write=False) as cur:
             now = self._now(cur)
-            rows = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE updated_ns >= ?",
-                           (since_ns,)).fetchall()  # fmt: skip
+            rows = self._x(cur, f"{select} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
             count = int(self._x(cur, "SELECT count(*) FROM procsched_tasks").fetchone()[0])
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return [_task(r) for r in rows], count, holders, now
+            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+        return [self._task(r, check=arguments) for r in rows], count, holders, now
 
     def keys(self) -> set[str]:
         """Every stored task's key."""
@@ -333,21 +624,23 @@ class SQLStore:
     def schedulers(self) -> list[Holder]:
         """Every registered scheduler (for ``procsched jobs``)."""
         with self._tx("listing schedulers", write=False) as cur:
-            return [_holder(r) for r in self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            return [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
 
-    def history(self, key: str | None = None, n: int = KEEP_RUNS) -> list[RunRecord]:
-        """The last ``n`` run attempts of ``key`` (of every task if None), oldest first."""
+    def history(
+        self, key: str | None = None, n: int = KEEP_RUNS, *, skipped: bool = False
+    ) -> list[RunRecord] | list[RunRecord | SkippedSlot]:
+        """The last ``n`` run attempts of ``key`` (of every task if None),
+        oldest first. ``skipped=True``: runs and skipped slots together, the
+        last ``n`` in slot order (a run's slot is its scheduled time; newest
+        last)."""
         if type(n) is not int or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         with self._tx("reading history", write=False) as cur:
-            if key is None:
-                sql = (f"SELECT {_RUN_COLS} FROM procsched_runs "
-                       "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?")
-                rows = self._x(cur, sql, (n,)).fetchall()
-            else:
-                sql = f"SELECT {_RUN_COLS} FROM procsched_runs WHERE key = ? ORDER BY run DESC, attempt DESC LIMIT ?"
-                rows = self._x(cur, sql, (key, n)).fetchall()
-        return [_run(r) for r in reversed(rows)]
+            runs = _views.runs(self, cur, key, n)
+            if not skipped:
+                return runs
+            slots = _views.skipped(self, cur, key, n)
+        return _views.merge(runs, slots, n)
 
     def last_run(self, key: str) -> int:
         """The highest run number in ``key``'s history (0: none). A new task
@@ -362,6 +655,34 @@ class SQLStore:
         with self._tx("reading the clock", write=False) as cur:
             return self._now(cur)
 
+    # -- the read model (console, CLI, metrics; see _views) -------------------
+
+    def jobs_view(self) -> list[JobView]:
+        """Every stored task as plain data (never its arguments), by key, in
+        one query: schedule, state, last outcome, who holds / keeps it and
+        whether that instance's lease is alive, totals by outcome."""
+        return _views.jobs_view(self)
+
+    def job_view(self, key: str, n: int = 20) -> JobDetail | None:
+        """One task with its last ``n`` runs and skipped slots (None: no such key)."""
+        return _views.job_view(self, key, n)
+
+    def instances(self) -> list[InstanceView]:
+        """Every registered instance: lease (alive or not), the keys whose
+        runs it holds, how many tasks it keeps, what it published."""
+        return _views.instances(self)
+
+    def counts(self) -> StoreCounts:
+        """Counts for metrics: jobs, instances, attempts by outcome, skipped slots by reason."""
+        return _views.counts(self)
+
+    def change_mark(self) -> ChangeMark:
+        """A cheap read (the change counters and the instances' rows, no
+        table scan) whose value changes whenever anything a view shows
+        changed: read it (at most once a second), and re-read the views only
+        when it differs from the last one."""
+        return _views.change_mark(self)
+
     # -- writes --------------------------------------------------------------
 
     def batch(self, holder: Holder | None = None) -> Batch:
@@ -370,16 +691,33 @@ class SQLStore:
         ``holder`` (the scheduler's registration) for fencing."""
         return Batch(self, holder)
 
-    def claim_run(self, holder: Holder, key: str, run: int, attempt: int, scheduled_ns: int,
-                  started_ns: int | None = None) -> bool:  # fmt: skip
+    def claim_run(
+        self,
+        holder: Holder,
+        key: str,
+        run: int,
+        attempt: int,
+        scheduled_ns: int,
+        started_ns: int | None = None,
+        **kw: Any,
+    ) -> bool:
         """Claim (key, run, attempt) for ``holder`` in one transaction; True
-        if this caller won it (see ``Batch.started``)."""
+        if this caller won it (see ``Batch.started``; ``kw``: its keywords)."""
         b = self.batch(holder)
-        b.started(key, run, attempt, scheduled_ns, started_ns)
+        b.started(key, run, attempt, scheduled_ns, started_ns, **kw)
         return b.commit().ok
 
-    def finish_run(self, holder: Holder, key: str, run: int, attempt: int, outcome: str, finished_ns: int,
-                   next_due_ns: int | None, **kw: Any) -> bool:  # fmt: skip
+    def finish_run(
+        self,
+        holder: Holder,
+        key: str,
+        run: int,
+        attempt: int,
+        outcome: str,
+        finished_ns: int,
+        next_due_ns: int | None,
+        **kw: Any,
+    ) -> bool:
         """Record a run's end and the reschedule, fenced; False (nothing
         written) if ``holder`` no longer holds it (see ``Batch.finished``)."""
         b = self.batch(holder)
@@ -387,114 +725,11 @@ class SQLStore:
         return b.commit().ok
 
     def _commit(self, batch: Batch) -> BatchResult:
-        result = BatchResult()
-        if not batch.ops:
-            return result
-        with self._tx(f"writing a batch of {len(batch.ops)} change(s)") as cur:
-            now = self._now(cur)
-            holder = batch.holder
-            if holder is not None and batch.fenced:
-                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                                   "WHERE id = ? AND token = ?", (now, now, holder.id, holder.token))  # fmt: skip
-                if cur.rowcount != 1:
-                    result.fenced_out = True
-                    return result  # nothing written: the transaction commits no change
-            self._lock_tasks(cur, batch.ops)
-            for kind, group in _groups(batch.ops):
-                if len(group) > 1 and kind in self.SET_OPS:
-                    getattr(self, "_set_" + kind)(cur, now, holder, result, group)
-                else:
-                    for op in group:
-                        getattr(self, "_op_" + kind)(cur, now, holder, result, *op[1:])
-        return result
-
-    def _lock_tasks(self, cur: Any, ops: list[tuple[Any, ...]]) -> None:
-        """Lock the task rows ``ops`` write, in one order for every writer
-        (a store whose transactions lock rows one by one: see PostgreSQL's)."""
-
-    # one method per batch op; each runs inside _commit's transaction
-    def _op_upsert(self, cur: Any, now: int, holder: Any, result: BatchResult, d: TaskDefinition,
-                   s: TaskState | None) -> None:  # fmt: skip
-        sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
-        st = s or TaskState()
-        # A stored state is replaced only by a writer that saw every claim
-        # (several schedulers: one that adopted the task before another
-        # claimed a run must not set the run count back).
-        state_update = ("" if s is None else "".join(
-            f", {c} = CASE WHEN procsched_tasks.holder IS NULL AND procsched_tasks.run_count <= excluded.run_count "
-            f"THEN excluded.{c} ELSE procsched_tasks.{c} END"
-            for c in ("next_due_ns", "next_attempt", "paused", "run_count")))  # fmt: skip
-        self._x(cur, f"""INSERT INTO procsched_tasks ({_TASK_COLS})
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)
-                ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
-                schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
-                unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
-                (d.key, d.fn_ref, d.args, sched, opts, d.def_hash, st.run_count, st.next_due_ns, st.next_attempt,
-                 int(st.paused), now))  # fmt: skip
-
-    def _op_update(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str,
-                   fields: dict[str, Any]) -> None:  # fmt: skip
-        sets = ", ".join(f"{name} = ?" for name in fields)
-        values = [int(v) if name == "paused" else v for name, v in fields.items()]
-        if "run_count" in fields:
-            # Run numbers are set only by a writer that saw every claim (as
-            # in _op_upsert): several schedulers, one that adopted the task
-            # before another claimed a run must not set the count back.
-            self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND holder IS NULL "
-                         "AND run_count <= ?", (*values, now, key, fields["run_count"]))  # fmt: skip
-            return
-        self._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, now, key))
-
-    def _op_delete(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str, history: bool) -> None:
-        self._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
-        if history:
-            self._x(cur, "DELETE FROM procsched_runs WHERE key = ?", (key,))
-
-    def _op_unloadable(self, cur: Any, now: int, holder: Any, result: BatchResult, key: str, why: str) -> None:
-        self._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (why, now, key))
-
-    def _op_started(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
-                    scheduled_ns: int, started_ns: int | None) -> None:  # fmt: skip
-        # The claim: only the task's exact next (run, attempt), only if free and not paused - or
-        # this very claim, already ours: a batch retried after its COMMIT's answer was lost
-        # (the connection dropped) finds what it wrote (issue 20 item 5).
-        cur = self._x(cur, """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?,
-                holder = ?, token = ?, updated_ns = ?
-                WHERE key = ? AND ((holder IS NULL AND paused = 0 AND next_attempt = ?
-                AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
-                AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
-                    AND r.scheduled_ns > ?))
-                OR (holder = ? AND token = ? AND run_count = ? AND next_attempt = ?))""",
-                (run, attempt, scheduled_ns, h.id, h.token, now, key, attempt, run,
-                 key, run - 1 if attempt == 1 else 0, scheduled_ns - SLOT_GAP_NS, h.id, h.token, run, attempt))  # fmt: skip
-        if cur.rowcount != 1:
-            result.lost.append((key, run, attempt))
-            return
-        self._x(cur, f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, "
-                     f"?, ?) {_REPLACE_RUN}", (key, run, attempt, scheduled_ns, started_ns, h.host, h.pid, h.id,
-                                               h.token))  # fmt: skip
-
-    def _op_finished(self, cur: Any, now: int, h: Holder, result: BatchResult, key: str, run: int, attempt: int,
-                     outcome: str, finished_ns: int, next_due_ns: int | None, retry: bool,
-                     error_type: str | None, error_message: str | None) -> None:  # fmt: skip
-        cur = self._x(cur, """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?,
-                error_message = ? WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL
-                AND holder = ? AND token = ?""",
-                (finished_ns, outcome, error_type, error_message, key, run, attempt, h.id, h.token))  # fmt: skip
-        if cur.rowcount != 1:
-            result.stale.append((key, run, attempt))
-            return
-        self._x(cur, """UPDATE procsched_tasks SET next_due_ns = ?, next_attempt = ?, last_outcome = ?,
-                holder = NULL, token = NULL, updated_ns = ? WHERE key = ? AND holder = ? AND token = ?""",
-                (next_due_ns, attempt + 1 if retry else 1, outcome, now, key, h.id, h.token))  # fmt: skip
-        if run > self.keep_runs:
-            self._x(cur, "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL",
-                    (key, run - self.keep_runs))  # fmt: skip
+        return _writes.commit(self, batch)
 
     # -- schedulers, leases, take-over (issue 11) -----------------------------
 
-    def register(self, *, lease_ns: int = DEFAULT_LEASE_NS, host: str | None = None,
-                 pid: int | None = None) -> Holder:  # fmt: skip
+    def register(self, *, lease_ns: int = DEFAULT_LEASE_NS, host: str | None = None, pid: int | None = None) -> Holder:
         """Register a scheduler: a new id, a fresh fencing token (never
         reused), a lease of ``lease_ns`` from the store clock."""
         if type(lease_ns) is not int or lease_ns <= 0:
@@ -504,191 +739,195 @@ class SQLStore:
         ident = f"{host}:{pid}:{secrets.token_hex(4)}"
         with self._tx("registering a scheduler") as cur:
             now = self._now(cur)
-            token = self._x(cur, "UPDATE procsched_version SET fence = fence + 1 WHERE id = 1 RETURNING fence").fetchone()[0]
-            self._x(cur, f"INSERT INTO procsched_schedulers ({_SCHED_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (ident, token, host, pid, lease_ns, now + lease_ns, now))  # fmt: skip
+            token = self._x(
+                cur, "UPDATE procsched_version SET fence = fence + 1 WHERE id = 1 RETURNING fence"
+            ).fetchone()[0]
+            self._x(
+                cur,
+                f"INSERT INTO procsched_schedulers ({SCHED_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (ident, token, host, pid, lease_ns, now + lease_ns, now),
+            )
         return Holder(ident, int(token), host, pid, lease_ns, now + lease_ns, now)
 
-    def renew_lease(self, holder: Holder) -> bool:
-        """Extend ``holder``'s lease by its length from now (store clock).
+    def renew_lease(self, holder: Holder, *, status: InstanceStatus | None = None) -> bool:
+        """Extend ``holder``'s lease by its length from now (store clock),
+        and publish ``status`` (its workers, its standby keys) if given.
         False: it was taken over - it holds nothing any more and must stop
         running stored tasks (and may register again). A committed batch
         with claims or finishes renews the lease too."""
         with self._tx("renewing a lease") as cur:
             now = self._now(cur)
-            cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                               "WHERE id = ? AND token = ?", (now, now, holder.id, holder.token))  # fmt: skip
+            if status is None:
+                cur = self._x(
+                    cur,
+                    "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
+                    "WHERE id = ? AND token = ?",
+                    (now, now, holder.id, holder.token),
+                )
+            else:
+                cur = self._x(
+                    cur,
+                    "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                    "status = ? WHERE id = ? AND token = ?",
+                    (now, now, status.to_json(), holder.id, holder.token),
+                )
             return bool(cur.rowcount == 1)
 
     def unregister(self, holder: Holder) -> bool:
         """A clean shutdown: drop the registration (its in-flight runs, if
-        any, are recorded ``cancelled``: it stopped them). False if it was
-        taken over already."""
+        any, are recorded ``cancelled``: it stopped them; the requests it
+        took and did not answer are given back). False if it was taken over
+        already."""
         with self._tx("unregistering a scheduler") as cur:
             now = self._now(cur)
             cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ?", (holder.id, holder.token))
             if cur.rowcount != 1:
                 return False
-            self._end_runs_of(cur, holder.id, holder.token, now, "cancelled", None, None)
+            _writes.end_runs_of(self, cur, holder.id, holder.token, now, "cancelled", None, None)
+            self._bump(cur, None)
             return True
 
     def expired_holders(self, now_ns: int | None = None) -> list[Holder]:
         """Schedulers whose lease ended before ``now_ns`` (default: the store clock)."""
         with self._tx("reading leases", write=False) as cur:
             now = self._now(cur) if now_ns is None else now_ns
-            rows = self._x(cur, f"SELECT {_SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?",
-                           (now,)).fetchall()  # fmt: skip
+            rows = self._x(
+                cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?", (now,)
+            ).fetchall()
         return [_holder(r) for r in rows]
 
-    def take_over(self, dead: Holder, by: Holder | None = None, *, force: bool = False,
-                  reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None
-                  ) -> list[RunRecord] | None:  # fmt: skip
+    def take_over(
+        self,
+        dead: Holder,
+        by: Holder | None = None,
+        *,
+        force: bool = False,
+        reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None,
+    ) -> list[RunRecord] | None:
         """Record the in-flight runs of ``dead`` as ``crashed`` and free its
         tasks, once: of all callers, exactly one gets the list (possibly
         empty); the others get None. Only if ``dead``'s lease has expired by
         the store clock - or ``force``: the caller proved it dead (same host,
         its pid gone; see ``dead_here``). ``by``, if given, must hold a live
         registration (fenced like a batch), so a taken-over scheduler cannot
-        take over others. The caller then reschedules those tasks (and
-        retries the crashed runs its Retry covers) with a batch - or, with
-        ``reschedule(task, crashed_run)`` -> the task's new state fields (see
-        ``Batch.update``; None: the task ended, it is deleted), in this same
-        transaction, so no other scheduler sees the task between the crash
-        and its reschedule (several schedulers, issue 11).
+        take over others. The runs stop counting in their tasks'
+        ``max_concurrent`` and their groups' limits; the requests ``dead``
+        took and did not answer are given back. The caller then reschedules
+        those tasks (and retries the crashed runs its Retry covers) with a
+        batch - or, with ``reschedule(task, crashed_run)`` -> the task's new
+        state fields (see ``Batch.update``; None: the task ended, it is
+        deleted), in this same transaction, so no other scheduler sees the
+        task between the crash and its reschedule (several schedulers, issue 11).
         """
         with self._tx("taking over a scheduler") as cur:
             now = self._now(cur)
             if by is not None:
-                cur = self._x(cur, "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns "
-                                   "WHERE id = ? AND token = ?", (now, now, by.id, by.token))  # fmt: skip
+                cur = self._x(
+                    cur,
+                    "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                    "changes = changes + 1 WHERE id = ? AND token = ?",
+                    (now, now, by.id, by.token),
+                )
                 if cur.rowcount != 1:
                     return None
-            cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ? AND (lease_until_ns < ? OR ?)",
-                          (dead.id, dead.token, now, bool(force)))  # fmt: skip
+            else:
+                self._bump(cur, None)
+            cur = self._x(
+                cur,
+                "DELETE FROM procsched_schedulers WHERE id = ? AND token = ? AND (lease_until_ns < ? OR ?)",
+                (dead.id, dead.token, now, bool(force)),
+            )
             if cur.rowcount != 1:
                 return None
             why = f"its scheduler {dead.id} (host {dead.host}, pid {dead.pid}) died"
-            runs = self._end_runs_of(cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
+            runs = _writes.end_runs_of(self, cur, dead.id, dead.token, now, "crashed", "SchedulerDied", why)
             if reschedule is not None:
+                c = _writes.Commit(now, by, BatchResult(), [])
                 for record in runs:
-                    row = self._x(cur, f"SELECT {_TASK_COLS} FROM procsched_tasks WHERE key = ?",
-                                  (record.key,)).fetchone()  # fmt: skip
+                    row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (record.key,)).fetchone()
                     if row is None:
                         continue
-                    fields = reschedule(_task(row), record)
+                    fields = reschedule(self._task(row), record)
                     if fields is None:
-                        self._op_delete(cur, now, None, BatchResult(), record.key, False)
+                        _writes.delete(self, cur, record.key, False)
                     elif fields:
-                        self._op_update(cur, now, None, BatchResult(), record.key, fields)
+                        _writes.op_update(self, cur, c, Update("update", record.key, fields))
             return runs
 
-    def _end_runs_of(self, cur: Any, holder_id: str, token: int, now: int, outcome: str,
-                     error_type: str | None, why: str | None) -> list[RunRecord]:  # fmt: skip
-        rows = self._x(cur, f"SELECT {_RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
-                            "AND outcome IS NULL", (holder_id, token)).fetchall()  # fmt: skip
-        self._x(cur, "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
-                     "WHERE holder = ? AND token = ? AND outcome IS NULL",
-                (outcome, now, error_type, why, holder_id, token))  # fmt: skip
-        # Next claim: the next run (a caller whose Retry covers this outcome
-        # sets next_attempt and next_due_ns with Batch.update).
-        self._x(cur, "UPDATE procsched_tasks SET holder = NULL, token = NULL, next_attempt = 1, last_outcome = ?, "
-                     "updated_ns = ? WHERE holder = ? AND token = ?", (outcome, now, holder_id, token))  # fmt: skip
-        return [RunRecord(*r[:5], now, r[6], r[7], outcome, error_type, why, r[11], r[12]) for r in rows]
+    # -- control from outside (DESIGN part three; see _control) ------------------
 
+    def pause(self, key: str) -> bool:
+        """Pause the stored task ``key``, from any process: no scheduled run
+        of it is claimed from now on (the store refuses the claims), and the
+        instance holding it pauses it at its next re-read. True if it was
+        running; False if it was paused already. Raises KeyError: no such key."""
+        return _control.pause(self, key)
 
-def _groups(ops: list[tuple[Any, ...]]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive ops of one kind, each key at most once per group (so a
-    set-wise statement does exactly what the ops one by one would)."""
-    kind: str | None = None
-    group: list[tuple[Any, ...]] = []
-    keys: set[str] = set()
-    for op in ops:
-        key = op[1] if isinstance(op[1], str) else op[1].key  # upsert carries a TaskDefinition
-        if op[0] != kind or key in keys:
-            if group:
-                yield kind, group  # type: ignore[misc]
-            kind, group, keys = op[0], [], set()
-        group.append(op)
-        keys.add(key)
-    if group:
-        yield kind, group  # type: ignore[misc]
+    def resume(self, key: str) -> bool:
+        """Resume the stored task ``key`` (the holding instance continues it
+        at its next slot from now, at its next re-read). True if it was
+        paused. Raises KeyError: no such key."""
+        return _control.resume(self, key)
 
+    def remove(self, key: str) -> bool:
+        """Remove the stored task ``key`` (its definition and state; its
+        history stays): every instance drops it at its next re-read (a run
+        in flight finishes and is recorded). True if it was there."""
+        return _control.remove(self, key)
 
-class Batch:
-    """The changes of one dispatcher turn, written by ``commit()`` in one
-    transaction (see the module docstring). Ops apply in the order given.
-    Building a batch does no I/O; a batch commits once."""
+    def cancel(self, key: str) -> bool:
+        """Cancel the stored task ``key`` from outside: the same write as
+        ``remove`` (the instances cancel their live task at the re-read, as
+        after a ``cancel()`` made on one of them). True if it was there."""
+        return _control.remove(self, key)
 
-    __slots__ = ("store", "holder", "ops", "fenced", "done")
+    def set_limits(self, limits: Mapping[str, int]) -> None:
+        """Set shared limits (``{"db": 2}``: at most 2 runs of tasks of group
+        "db" in flight at once, across every instance). Groups not named keep
+        theirs (instances sharing a store should agree; the last writer wins).
+        Raises ValueError: a bad group name or limit (nothing is set)."""
+        _control.set_limits(self, limits)
 
-    def __init__(self, store: SQLStore, holder: Holder | None) -> None:
-        self.store = store
-        self.holder = holder
-        self.ops: list[tuple[Any, ...]] = []
-        self.fenced = False
-        self.done = False
+    def limits(self) -> dict[str, int]:
+        """The shared limits set on this store."""
+        return _control.limits(self)
 
-    def __len__(self) -> int:
-        return len(self.ops)
+    def ask(
+        self,
+        key: str,
+        kind: str,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        dry_run: bool = False,
+        asked_by: str | None = None,
+    ) -> int:
+        """Ask the instance that runs ``key`` to run it now (``kind``
+        ``"run_now"``) or to backfill its slots in ``[start_ns, end_ns)``
+        (``"backfill"``; ``dry_run``: only list them). Returns the request's
+        id; read its answer with ``request(id)``. ``asked_by``: who asks (for
+        the record). Raises KeyError: no such key; ValueError, TypeError:
+        bad arguments (nothing asked)."""
+        return _control.ask(self, key, kind, start_ns=start_ns, end_ns=end_ns, dry_run=dry_run, asked_by=asked_by)
 
-    def _need_holder(self, what: str) -> None:
-        if self.holder is None:
-            raise ValueError(f"{what} needs a batch made with the scheduler's holder: store.batch(holder)")
-        self.fenced = True
+    def request(self, request_id: int) -> ControlRequest | None:
+        """A control request as it stands (None: unknown or forgotten)."""
+        return _control.request(self, request_id)
 
-    def upsert(self, definition: TaskDefinition, state: TaskState | None = None) -> None:
-        """Store ``definition`` (insert or replace; clears ``unloadable``).
-        ``state``: None keeps a stored task's state (a new one starts at
-        ``TaskState()``). Never touches the holder of an in-flight run."""
-        self.ops.append(("upsert", definition, state))
+    def take_requests(self, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
+        """Take the open requests for tasks this instance runs (``keys``: the
+        keys it runs itself, not those on standby): each is taken once among
+        instances, atomically, fenced by ``holder``'s registration (a holder
+        taken over takes nothing). The taker carries each out and answers
+        it (``Batch.answer``). Cheap when there is none (one read of an
+        index of open requests)."""
+        return _control.take_requests(self, holder, keys)
 
-    def update(self, key: str, **fields: Any) -> None:
-        """Set state fields of ``key``: ``next_due_ns``, ``paused``,
-        ``run_count``, ``next_attempt`` (pause/resume, a reschedule), and
-        ``unloadable`` (None: a restart loaded it again)."""
-        bad = set(fields) - {"next_due_ns", "paused", "run_count", "next_attempt", "unloadable"}
-        if bad or not fields:
-            raise ValueError(f"update takes next_due_ns, paused, run_count, next_attempt, unloadable; "
-                             f"got {sorted(fields)}")  # fmt: skip
-        self.ops.append(("update", key, fields))
-
-    def delete(self, key: str, *, history: bool = False) -> None:
-        """Remove ``key`` from the stored tasks (an ended one-shot, a
-        cancel); its runs stay in history unless ``history=True``."""
-        self.ops.append(("delete", key, history))
-
-    def unloadable(self, key: str, why: str) -> None:
-        """Mark ``key`` unloadable (its function failed to import): kept,
-        listed, never run, never deleted by this. A later upsert clears it."""
-        self.ops.append(("unloadable", key, why))
-
-    def started(self, key: str, run: int, attempt: int, scheduled_ns: int, started_ns: int | None = None) -> None:
-        """Claim (key, run, attempt) and record it in flight, with the
-        task's new state (``run_count = run``, ``next_due_ns = scheduled_ns``,
-        held by this batch's holder). Lost (``BatchResult.lost``) unless it
-        is exactly the task's next claim, unheld and not paused."""
-        self._need_holder("started")
-        self.ops.append(("started", key, run, attempt, scheduled_ns, started_ns))
-
-    def finished(self, key: str, run: int, attempt: int, outcome: str, finished_ns: int, next_due_ns: int | None,
-                 *, retry: bool = False, error_type: str | None = None, error_message: str | None = None) -> None:  # fmt: skip
-        """Record the end of an in-flight run and the reschedule together:
-        ``next_due_ns`` (None: no further run), ``retry`` (the next claim is
-        attempt + 1 of this run, else run + 1). Fenced: refused
-        (``BatchResult.stale``) unless this holder still holds the run."""
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        self._need_holder("finished")
-        self.ops.append(("finished", key, run, attempt, outcome, finished_ns, next_due_ns, retry,
-                         error_type, None if error_message is None else error_message[:2000]))  # fmt: skip
-
-    def commit(self) -> BatchResult:
-        """Write every op in one transaction. Raises StoreError (nothing
-        written) on a database fault."""
-        if self.done:
-            raise RuntimeError("this batch was committed already")
-        self.done = True
-        return self.store._commit(self)
+    def answer(self, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None) -> bool:
+        """Answer a request ``holder`` took, in a transaction of its own
+        (``Batch.answer`` puts it with the claims it caused). False: not
+        taken by ``holder`` (given back after a take-over), or answered."""
+        return _control.answer(self, holder, request_id, result=result, error=error)
 
 
 def dead_here(holders: list[Holder], host: str | None = None) -> list[Holder]:

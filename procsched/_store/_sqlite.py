@@ -27,24 +27,7 @@ from typing import Any, Callable, Iterator
 
 from .._errors import StoreError
 from ._open import check_schema, lease_ns, seconds
-from ._sql import _REPLACE_RUN, _RUN_COLS, KEEP_RUNS, SLOT_GAP_NS, SQLStore
-
-# The statements of _set_started / _set_finished: the same as _sql's
-# _op_started / _op_finished (the slot guard included), run with executemany (one prepared statement
-# for the whole group, no Python between rows).
-_CLAIM = """UPDATE procsched_tasks SET run_count = ?, next_attempt = ?, next_due_ns = ?, holder = ?, token = ?,
-    updated_ns = ? WHERE key = ? AND ((holder IS NULL AND paused = 0 AND next_attempt = ?
-    AND run_count + (CASE WHEN next_attempt = 1 THEN 1 ELSE 0 END) = ?
-    AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt = 1
-        AND r.scheduled_ns > ?))
-    OR (holder = ? AND token = ? AND run_count = ? AND next_attempt = ?))"""
-_INSERT_RUN = (f"INSERT INTO procsched_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?) "
-               f"{_REPLACE_RUN}")  # fmt: skip
-_END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?
-    WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL AND holder = ? AND token = ?"""
-_RESCHEDULE = """UPDATE procsched_tasks SET next_due_ns = ?, next_attempt = ?, last_outcome = ?, holder = NULL,
-    token = NULL, updated_ns = ? WHERE key = ? AND holder = ? AND token = ?"""
-_TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL"
+from ._sql import KEEP_RUNS, SQLStore
 
 
 class SQLiteStore(SQLStore):
@@ -88,7 +71,9 @@ class SQLiteStore(SQLStore):
     ) -> None:
         super().__init__(keep_runs=keep_runs, clock=clock, secret=secret)
         if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+            raise ValueError(
+                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}"
+            )
         busy_timeout = seconds("busy_timeout", busy_timeout)
         self.lease_ns = lease_ns(lease)
         self.read_only = read_only
@@ -99,11 +84,15 @@ class SQLiteStore(SQLStore):
             try:
                 os.stat(self.path)
             except (FileNotFoundError, NotADirectoryError):
-                raise StoreError(f"no store at {self.path} (opened read-only: nothing was created)") from None
+                raise StoreError(
+                    f"no store at {self.path} (opened read-only: nothing was created)"
+                ) from None
             except OSError as exc:
                 raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         if not os.path.isdir(directory):
-            raise StoreError(f"{self.describe}: the directory {directory} does not exist")
+            raise StoreError(
+                f"{self.describe}: the directory {directory} does not exist"
+            )
         if os.path.isdir(self.path):
             raise StoreError(f"{self.describe}: is a directory, not a database file")
         try:
@@ -112,24 +101,35 @@ class SQLiteStore(SQLStore):
                                      check_same_thread=False)  # fmt: skip
             else:
                 _create_private(self.path)
-                self.conn = _connect(self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False)
+                self.conn = _connect(
+                    self.path,
+                    isolation_level=None,
+                    timeout=busy_timeout,
+                    check_same_thread=False,
+                )
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             if read_only:
-                self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
+                self.conn.execute(
+                    "PRAGMA schema_version"
+                ).fetchone()  # reads the header: is it a database?
                 check_schema(self)
                 return
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StoreError(f"{self.describe}: cannot use WAL mode (journal_mode is {mode})")
+                raise StoreError(
+                    f"{self.describe}: cannot use WAL mode (journal_mode is {mode})"
+                )
             self.conn.execute(f"PRAGMA synchronous = {synchronous}")
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             if "not a database" in str(exc) or "malformed" in str(exc):
-                raise StoreError(f"{self.describe}: not a SQLite database, or corrupted: {exc}") from exc
+                raise StoreError(
+                    f"{self.describe}: not a SQLite database, or corrupted: {exc}"
+                ) from exc
             raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         except BaseException:
             self.conn.close()
@@ -152,47 +152,6 @@ class SQLiteStore(SQLStore):
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
-
-    # A turn's claims and ends, a group at a time: executemany sums the rows
-    # it changed, so when every claim was won (every run still ours) - the
-    # rule on one scheduler - the group is done in two or three statements.
-    # Otherwise (another scheduler won a claim, a take-over ended a run) the
-    # group is rolled back to its savepoint and redone op by op, which says
-    # exactly which ones were lost or stale.
-    SET_OPS = frozenset({"started", "finished"})
-
-    def _set_started(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
-        cur.execute("SAVEPOINT claims")
-        cur.executemany(_CLAIM, [(run, attempt, sched, h.id, h.token, now, key, attempt, run,
-                                  key, run - 1 if attempt == 1 else 0, sched - SLOT_GAP_NS, h.id, h.token, run, attempt)
-                                 for _, key, run, attempt, sched, _started in group])  # fmt: skip
-        if cur.rowcount != len(group):
-            cur.execute("ROLLBACK TO claims")
-            cur.execute("RELEASE claims")
-            for op in group:
-                self._op_started(cur, now, h, result, *op[1:])
-            return
-        cur.executemany(_INSERT_RUN, [(key, run, attempt, sched, started, h.host, h.pid, h.id, h.token)
-                                      for _, key, run, attempt, sched, started in group])  # fmt: skip
-        cur.execute("RELEASE claims")
-
-    def _set_finished(self, cur: Any, now: int, h: Any, result: Any, group: list[tuple[Any, ...]]) -> None:
-        cur.execute("SAVEPOINT ends")
-        cur.executemany(_END_RUN, [(fin, outcome, et, em, key, run, attempt, h.id, h.token)
-                                   for _, key, run, attempt, outcome, fin, _due, _retry, et, em in group])  # fmt: skip
-        if cur.rowcount != len(group):
-            cur.execute("ROLLBACK TO ends")
-            cur.execute("RELEASE ends")
-            for op in group:
-                self._op_finished(cur, now, h, result, *op[1:])
-            return
-        cur.executemany(_RESCHEDULE, [(due, attempt + 1 if retry else 1, outcome, now, key, h.id, h.token)
-                                      for _, key, _run, attempt, outcome, _fin, due, retry, _et, _em in group])  # fmt: skip
-        keep = self.keep_runs
-        trim = [(op[1], op[2] - keep) for op in group if op[2] > keep]
-        if trim:
-            cur.executemany(_TRIM, trim)
-        cur.execute("RELEASE ends")
 
     def _begin(self, cur: Any, write: bool) -> None:
         # A writer takes the lock up front (waiting busy_timeout for it); a
@@ -256,7 +215,9 @@ class SQLiteStore(SQLStore):
         return checkpoint
 
     def _has_schema(self, cur: Any) -> bool:
-        row = cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procsched_version'").fetchone()
+        row = cur.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procsched_version'"
+        ).fetchone()
         return row is not None
 
     def _now(self, cur: Any) -> int:
@@ -286,7 +247,11 @@ def _create_private(path: str) -> None:
     an existing file keeps its mode. SQLite gives its -wal and -shm files
     the database's mode, so they are private too."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+        )
     except FileExistsError:
         return
     try:
@@ -300,7 +265,11 @@ def _open_beside(db: str, path: str) -> int:
     next to the database ``db``, with the database's mode whatever the umask."""
     mode = os.stat(db).st_mode & 0o777
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        fd = os.open(
+            path,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+            mode,
+        )
     except FileExistsError:
         return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:

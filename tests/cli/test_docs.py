@@ -31,7 +31,7 @@ def _options(text: str) -> set[str]:
 def test_readme_and_help_list_the_same_options() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Jobs files"):readme.index("## Semantics")]
-    shown = "".join(cli(*command, "--help").stdout for command in ((), ("run",), ("demo",), ("next",)))
+    shown = "".join(cli(*command, "--help").stdout for command in ((), ("run",), ("demo",), ("next",), ("web",)))
     assert _options(section) - {"--help"} == _options(shown) - {"--help"}
 
 

@@ -37,7 +37,7 @@ def test_decorators_return_the_function_and_declare_jobs_for_its_module() -> Non
     ("make", "error", "match"),
     [
         (lambda: every(0), ValueError, "period must be > 0"),
-        (lambda: every(-1, fixed_delay=True), ValueError, "delay must be >= 0"),
+        (lambda: every(-1, fixed_delay=True), ValueError, "delay must be > 0, not -1"),
         (lambda: every(float("nan")), ValueError, "finite"),
         (lambda: every("5"), TypeError, "period must be a number"),
         (lambda: every(1, misfire="later"), ValueError, "misfire must be one of"),

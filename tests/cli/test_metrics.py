@@ -29,6 +29,11 @@ JOBS = """
         if procsched.current_run().run % 2 == 0:
             faulthandler.disable()
             ctypes.string_at(0)
+
+    @every(0.1, retry=procsched.Retry(attempts=2, delay=0.01))
+    def flaky():
+        if procsched.current_run().attempt == 1:
+            raise ConnectionError("not yet")
 """
 
 
@@ -65,7 +70,10 @@ def test_metrics_endpoint(jobs_file) -> None:
     assert samples["procsched_workers_alive"] >= 1
     assert samples["procsched_worker_restarts_total"] >= 1
     assert samples["procsched_worker_crashes_total"] >= 1
-    assert samples["procsched_pending_tasks"] == 2
+    assert samples["procsched_pending_tasks"] == 3
+    # a run counts once, by its last attempt; the attempt tried again counts as a retry (issue 26 item 9)
+    assert samples['procsched_runs_total{job="flaky",outcome="ok"}'] >= 1
+    assert samples['procsched_retries_total{job="flaky",outcome="error"}'] >= 1
     assert "procsched_crash_loop_holds" in samples and "procsched_running_runs" in samples
 
 

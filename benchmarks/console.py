@@ -1,0 +1,126 @@
+"""What the web console costs over a big store: ``procsched web --store`` answering.
+
+    python -m benchmarks.console                       # 10,000 stored jobs, a job with 100 runs
+    python -m benchmarks.console --jobs 1000 --repeat 5  # a quick look
+
+A SQLite store is filled with N keyed jobs (a mix of fixed-rate and cron
+schedules in a few zones, as a fleet has them) and one job with R finished
+runs; the console is served over it (``StoreSource``, the real app and
+security layer, uvicorn on a loopback port) and timed through HTTP with the
+bearer token, as curl or a browser would ask:
+
+    GET /api/jobs           every job as JSON             target <= 200 ms (N = 10,000)
+    GET /jobs/{key}         one job's page, R runs, HTML  target <= 100 ms (R = 100)
+    GET /api/jobs/{key}     the same job as JSON          (no target)
+
+Wall time per request, median and max of --repeat after one warm-up
+request. A benchmark, not a test: the machine's load moves the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+NS = 1_000_000_000
+TOKEN = "benchmark-token"
+ZONES = ("Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC")
+CRONS = ("0 3 * * *", "*/5 * * * *", "30 2 * * 1-5", "0 */2 * * *")
+
+
+def fill(path: str, jobs: int, runs: int) -> str:
+    """A store with ``jobs`` keyed jobs and ``runs`` finished runs of the first; its key."""
+    import cloudpickle
+
+    from procsched._store import TaskDefinition, TaskState, open_store
+
+    store = open_store(path)
+    args = cloudpickle.dumps(((), {}))
+    now = time.time_ns()
+    batch = store.batch()
+    for i in range(jobs):
+        if i % 2:
+            schedule = {"kind": "cron", "expr": CRONS[i % len(CRONS)], "tz": ZONES[i % len(ZONES)], "misfire": "coalesce"}
+        else:
+            schedule = {"kind": "fixed_rate", "period_ns": (1 + i % 60) * NS, "initial_delay_ns": 0,
+                        "misfire": "catch_up"}  # fmt: skip
+        options = {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": f"job-{i:05d}",
+                   "max_runs": None, "retry": None, "until_wall_ns": None}  # fmt: skip
+        d = TaskDefinition(f"job-{i:05d}", "benchmarks.console:work", args, schedule, options)
+        batch.upsert(d, TaskState(run_count=0, next_due_ns=now + i * NS))
+    batch.commit()
+    me = store.register(lease_ns=3600 * NS)
+    key = "job-00000"
+    for run in range(1, runs + 1):
+        slot = now - (runs - run + 1) * NS
+        b = store.batch(me)
+        b.started(key, run, 1, slot, slot + 2_000_000)
+        b.finished(key, run, 1, "ok" if run % 7 else "error", slot + 50_000_000 + run * 100_000, slot + NS,
+                   error_type=None if run % 7 else "ValueError", error_message=None if run % 7 else "bad luck")  # fmt: skip
+        b.commit()
+    store.unregister(me)
+    store.close()
+    return key
+
+
+def work() -> None:
+    """The stored jobs' function (never run here)."""
+
+
+def timed(client: object, path: str, repeat: int) -> list[float]:
+    get = client.get  # type: ignore[attr-defined]
+    answer = get(path)  # warm-up (and a check)
+    if answer.status_code != 200:
+        raise SystemExit(f"GET {path}: {answer.status_code} {answer.text[:200]}")
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        get(path).read()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=10_000, help="stored jobs (default 10000)")
+    p.add_argument("--runs", type=int, default=100, help="finished runs of the job whose page is timed (default 100)")
+    p.add_argument("--repeat", type=int, default=20, help="timed requests per path (default 20)")
+    args = p.parse_args(argv)
+
+    import httpx
+
+    from procsched._web import Console
+    from procsched._web._store_source import StoreSource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "console.db")
+        started = time.perf_counter()
+        key = fill(path, args.jobs, args.runs)
+        print(f"store: {args.jobs} jobs, {args.runs} runs of {key} (filled in {time.perf_counter() - started:.1f} s)")
+        console = Console(StoreSource(path), port=0, token=TOKEN)
+        console.start()
+        try:
+            with httpx.Client(base_url=console.url.rstrip("/"), headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=60) as client:  # fmt: skip
+                rows = [
+                    (f"GET /api/jobs ({args.jobs} jobs)", timed(client, "/api/jobs", args.repeat), 0.200),
+                    (f"GET /jobs/{key} ({args.runs} runs, HTML)", timed(client, f"/jobs/{key}", args.repeat), 0.100),
+                    (f"GET /api/jobs/{key} (JSON)", timed(client, f"/api/jobs/{key}", args.repeat), None),
+                ]
+        finally:
+            console.close()
+    print("\n| request | median [ms] | max [ms] | target [ms] | verdict |\n|---|---:|---:|---:|---|")
+    for name, times, target in rows:
+        median = statistics.median(times)
+        verdict = "-" if target is None else ("PASS" if median <= target else "MISS")
+        shown = "-" if target is None else f"{target * 1e3:.0f}"
+        print(f"| {name} | {median * 1e3:.1f} | {max(times) * 1e3:.1f} | {shown} | {verdict} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

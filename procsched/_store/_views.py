@@ -1,0 +1,258 @@
+"""The read model: what the console, the CLI and the metrics read (issue 23).
+
+    change_mark()  ── the change counters (a row per instance + one) ── cheap, at most once a second
+    jobs_view()    ── tasks JOIN definitions LEFT JOIN schedulers (holder, last claimer): one query
+    job_view(key)  ── that row + the last runs and skipped slots
+    instances()    ── schedulers + their runs in flight + how many tasks each keeps + their status
+    counts()       ── the per-task totals (attempts by outcome, skipped slots by reason)
+
+Plain data only: nothing here reads a task's pickled arguments, so a view
+can be shown to whoever may see a job's name, schedule and state (the
+console still shows arguments, output and tracebacks to authenticated
+sessions only). Every view is one read transaction: one snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from ._model import (
+    OUTCOMES,
+    SKIP_REASONS,
+    ChangeMark,
+    HolderRef,
+    InstanceStatus,
+    InstanceView,
+    JobDetail,
+    JobView,
+    RunRecord,
+    SkippedSlot,
+    StoreCounts,
+    TaskState,
+)
+from ._schema import RUN_COUNTERS, SKIP_COUNTERS
+
+if TYPE_CHECKING:
+    from ._sql import SQLStore
+
+_COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
+_JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
+    t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.in_flight, t.max_concurrent, t.grp, t.updated_ns,
+    t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns
+    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key
+    LEFT JOIN procsched_schedulers h ON h.id = t.holder LEFT JOIN procsched_schedulers l ON l.id = t.last_holder"""
+_RUNS = len(RUN_COUNTERS)
+
+
+def holder_ref(
+    ident: str | None, host: str | None, pid: int | None, lease_until: int | None, now: int
+) -> HolderRef | None:
+    """Who ``ident`` is, from its registration row if it has one (else from
+    the id, ``host:pid:nonce``: a registration taken over or ended)."""
+    if ident is None:
+        return None
+    if lease_until is not None:
+        return HolderRef(ident, host, pid, lease_until >= now, True)
+    name, _, rest = ident.partition(":")
+    number = rest.partition(":")[0]
+    return HolderRef(ident, name or None, int(number) if number.isdigit() else None, False, False)
+
+
+def _json(text: str, parsed: dict[str, Any]) -> Any:
+    value = parsed.get(text)
+    if value is None:
+        value = parsed[text] = json.loads(text)
+    return value
+
+
+def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
+    (
+        key,
+        name,
+        fn_ref,
+        schedule,
+        options,
+        def_hash,
+        run_count,
+        next_due,
+        next_attempt,
+        paused,
+        last_outcome,
+        unloadable,
+        in_flight,
+        max_concurrent,
+        group,
+        updated,
+        holder,
+        h_host,
+        h_pid,
+        h_lease,
+        last,
+        l_host,
+        l_pid,
+        l_lease,
+    ) = row
+    try:
+        sched = _json(schedule, parsed)
+    except ValueError:  # a row nobody can read is listed, not a reason to fail the listing
+        sched = {"kind": "unknown"}
+    return JobView(
+        key,
+        name,
+        fn_ref,
+        sched,
+        options,
+        def_hash,
+        TaskState(run_count, next_due, next_attempt, bool(paused)),
+        last_outcome,
+        unloadable,
+        in_flight,
+        max_concurrent,
+        group,
+        holder_ref(holder, h_host, h_pid, h_lease, now),
+        holder_ref(last, l_host, l_pid, l_lease, now),
+        updated,
+    )
+
+
+def jobs_view(store: SQLStore) -> list[JobView]:
+    with store._tx("listing jobs", write=False) as cur:
+        now = store._now(cur)
+        rows = store._x(cur, f"{_JOB_SELECT} ORDER BY t.key").fetchall()
+    parsed: dict[str, Any] = {}
+    return [_job(r, now, parsed) for r in rows]
+
+
+def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
+    if type(n) is not int or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    with store._tx("reading a job", write=False) as cur:
+        now = store._now(cur)
+        row = store._x(cur, f"{_JOB_SELECT} WHERE t.key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        totals = store._x(cur, f"SELECT {_COUNTER_COLS} FROM procsched_tasks t WHERE t.key = ?", (key,)).fetchone()
+        last_runs = runs(store, cur, key, n)
+        last_skipped = skipped(store, cur, key, n)
+    return JobDetail(
+        _job(row, now, {}),
+        last_runs,
+        last_skipped,
+        merge(last_runs, last_skipped, n),
+        dict(zip(OUTCOMES, totals[:_RUNS])),
+        dict(zip(SKIP_REASONS, totals[_RUNS:])),
+    )
+
+
+def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
+    """The last ``n`` attempts of ``key`` (every task's if None), oldest first."""
+    from ._sql import RUN_COLS
+
+    if key is None:
+        sql = (
+            f"SELECT {RUN_COLS} FROM procsched_runs "
+            "ORDER BY COALESCE(started_ns, scheduled_ns) DESC, key DESC, run DESC, attempt DESC LIMIT ?"
+        )
+        rows = store._x(cur, sql, (n,)).fetchall()
+    else:
+        sql = f"SELECT {RUN_COLS} FROM procsched_runs WHERE key = ? ORDER BY run DESC, attempt DESC LIMIT ?"
+        rows = store._x(cur, sql, (key, n)).fetchall()
+    return [RunRecord(*r) for r in reversed(rows)]
+
+
+def skipped(store: SQLStore, cur: Any, key: str | None, n: int) -> list[SkippedSlot]:
+    """The last ``n`` skipped slots of ``key`` (every task's if None), oldest first."""
+    cols = "key, slot_ns, reason, recorded_ns, holder"
+    if key is None:
+        rows = store._x(
+            cur, f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns DESC, key DESC LIMIT ?", (n,)
+        ).fetchall()
+    else:
+        rows = store._x(
+            cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
+        ).fetchall()
+    return [SkippedSlot(*r) for r in reversed(rows)]
+
+
+def merge(last_runs: list[RunRecord], last_skipped: list[SkippedSlot], n: int) -> list[RunRecord | SkippedSlot]:
+    """Runs and skipped slots in slot order (a skipped slot before a run of
+    the same slot), the last ``n``."""
+    both: list[RunRecord | SkippedSlot] = [*last_runs, *last_skipped]
+    both.sort(key=lambda x: (x.slot_ns, 1, x.run, x.attempt) if isinstance(x, RunRecord) else (x.slot_ns, 0, 0, 0))
+    return both[-n:]
+
+
+def instances(store: SQLStore) -> list[InstanceView]:
+    from ._sql import SCHED_COLS
+
+    with store._tx("listing instances", write=False) as cur:
+        now = store._now(cur)
+        rows = store._x(cur, f"SELECT {SCHED_COLS}, status FROM procsched_schedulers ORDER BY host, pid, id").fetchall()
+        held = store._x(cur, "SELECT holder, key FROM procsched_runs WHERE outcome IS NULL ORDER BY key").fetchall()
+        keeping = dict(
+            store._x(
+                cur,
+                "SELECT last_holder, count(*) FROM procsched_tasks WHERE last_holder IS NOT NULL GROUP BY last_holder",
+            ).fetchall()
+        )
+    holding: dict[str, list[str]] = {}
+    for holder, key in held:
+        keys = holding.setdefault(holder, [])
+        if not keys or keys[-1] != key:
+            keys.append(key)
+    return [
+        InstanceView(
+            ident,
+            host,
+            pid,
+            token,
+            lease,
+            until,
+            beat,
+            until >= now,
+            holding.get(ident, []),
+            int(keeping.get(ident, 0)),
+            InstanceStatus.from_json(status),
+        )
+        for ident, token, host, pid, lease, until, beat, status in rows
+    ]
+
+
+def counts(store: SQLStore) -> StoreCounts:
+    cols = ", ".join(RUN_COUNTERS + SKIP_COUNTERS)
+    with store._tx("counting", write=False) as cur:
+        now = store._now(cur)
+        rows = store._x(cur, f"SELECT key, {cols} FROM procsched_tasks").fetchall()
+        leases = [r[0] for r in store._x(cur, "SELECT lease_until_ns FROM procsched_schedulers").fetchall()]
+    runs_total = dict.fromkeys(OUTCOMES, 0)
+    skipped_total = dict.fromkeys(SKIP_REASONS, 0)
+    by_job = {}
+    for key, *values in rows:
+        r, s = dict(zip(OUTCOMES, values[:_RUNS])), dict(zip(SKIP_REASONS, values[_RUNS:]))
+        for name, v in r.items():
+            runs_total[name] += v
+        for name, v in s.items():
+            skipped_total[name] += v
+        by_job[key] = (r, s)
+    return StoreCounts(
+        len(rows), len(leases), sum(1 for until in leases if until >= now), runs_total, skipped_total, by_job
+    )
+
+
+def change_mark(store: SQLStore) -> ChangeMark:
+    with store._tx("reading the change mark", write=False) as cur:
+        now = store._now(cur)
+        rows = store._x(
+            cur,
+            "SELECT '', changes, (SELECT max(updated_ns) FROM procsched_tasks), NULL "
+            "FROM procsched_version UNION ALL "
+            "SELECT id, changes, lease_until_ns, status FROM procsched_schedulers",
+        ).fetchall()
+    rows.sort(key=lambda r: r[0])
+    jobs = hashlib.blake2b(repr([(r[0], r[1]) for r in rows] + [rows[0][2]]).encode(), digest_size=12).hexdigest()
+    instances = hashlib.blake2b(
+        repr([(r[0], r[2] >= now, r[3]) for r in rows[1:]]).encode(), digest_size=12
+    ).hexdigest()
+    return ChangeMark(jobs, instances)

@@ -1,0 +1,759 @@
+"""Writing a batch (``Batch.commit`` -> ``commit``): one transaction, op by op or set-wise.
+
+    commit(store, batch) ── _write(isolate=False) ── fence / change counter ── lock rows (PostgreSQL)
+        │                       └─ per group of consecutive ops of one kind:
+        │                            claims  ── _claim_group: set-wise when plain, else _op_started
+        │                            ends    ── _end_group: set-wise while every run is ours, else _op_finished
+        │                            others  ── _op_upsert / _op_update / _op_delete / _op_unloadable /
+        │                                       _op_skipped / _op_answer
+        └─ an op refused for its own data ── _write(isolate=True): each op in a savepoint, the refused left out
+
+The rules each op follows are in ``_sql``'s theory of operation ("Claims",
+"Causes", "Concurrency", "Finishing", "Idempotent retries", "One bad op");
+``_op_started`` and ``_op_finished`` are their reference implementations,
+the set-wise paths fast paths that must give the same results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import _schema
+from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
+from ._model import OUTCOMES, BatchResult, FailedOp, Holder, RunRecord, TaskState
+
+if TYPE_CHECKING:
+    from ._sql import SQLStore
+
+#: A new scheduled run's slot must come at least this long after the last
+#: scheduled slot claimed (a scheduler whose run numbers drifted from the
+#: store's cannot run a slot twice under another number; two schedulers'
+#: wall times of one slot differ by microseconds of clock reading, far below this).
+SLOT_GAP_NS = 1_000_000
+
+# Schema 1's run columns (the stores' modules import them from _sql still).
+_RUN_COLS = (
+    "key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
+    "error_message, holder, token"
+)
+_REPLACE_RUN = (
+    "ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
+    "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
+    "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
+    "token = excluded.token"
+)
+#: A run row's columns, in RunRecord's order.
+RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
+
+# A claimed run's row: it replaces one left by an earlier task of the same key
+# (deleted, then scheduled again): the claim on the state row decided.
+_INSERT_RUN = f"""INSERT INTO procsched_runs ({RUN_COLS})
+    VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, NULL, NULL, ?, ?, ?, NULL, NULL, ?, NULL, NULL, ?)
+    {_REPLACE_RUN}, cause = excluded.cause, reason = NULL, error_traceback = NULL, worker_pid = excluded.worker_pid,
+    output = NULL, retry_due_ns = NULL, grp = excluded.grp"""
+_RUN_COUNTER_SETS = ", ".join(f"{c} = {c} + ?" for c in _schema.RUN_COUNTERS)
+# The end of a run: its row (fenced), then the task's state (see "Finishing").
+_END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?,
+    error_traceback = ?, reason = ?, worker_pid = COALESCE(?, worker_pid), output = ?, retry_due_ns = ?
+    WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL AND holder = ? AND token = ?"""
+_OTHER_HOLDER = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL
+    AND NOT (r.run = ? AND r.attempt = ?) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
+_RESCHEDULE = f"""UPDATE procsched_tasks SET next_due_ns = CASE WHEN sched_run = ? THEN ? ELSE next_due_ns END,
+    next_attempt = CASE WHEN sched_run = ? AND run_count = ? THEN ? ELSE next_attempt END,
+    in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END,
+    holder = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="holder")} END,
+    token = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="token")} END,
+    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?"""
+_TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL"
+# The set-wise claim (SQLite: executemany): a new scheduled run of a task with
+# no group and no retry due - the claims of a busy turn. Anything else, and any
+# claim this does not win, is decided op by op (_op_started).
+_CLAIM_PLAIN = """UPDATE procsched_tasks SET run_count = ?, next_attempt = 1, next_due_ns = ?, sched_run = ?,
+    last_slot_ns = ?, in_flight = in_flight + 1, holder = ?, token = ?, last_holder = ?, updated_ns = ?
+    WHERE key = ? AND grp IS NULL AND paused = 0 AND next_attempt = 1 AND in_flight < max_concurrent
+    AND run_count + 1 = ? AND (last_slot_ns IS NULL OR last_slot_ns <= ?)"""
+
+
+def _outcome_counts(outcome: str, n: int = 1) -> list[int]:
+    return [n if o == outcome else 0 for o in OUTCOMES]
+
+
+class _RowFault(Exception):
+    """An op the database refused for its own data (see "One bad op"): the
+    batch goes again op by op. Carries the original exception."""
+
+
+@dataclasses.dataclass(slots=True)
+class Commit:
+    """One commit's context, for the ops it writes."""
+
+    now: int
+    holder: Holder | None
+    result: BatchResult
+    claim_keys: list[str]
+    groups_locked: bool = False
+
+
+def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
+    """Consecutive ops of one kind, each key at most once per group (so a
+    set-wise statement does exactly what the ops one by one would)."""
+    kind: str | None = None
+    group: list[Any] = []
+    keys: set[str] = set()
+    for op in ops:
+        key = op_key(op)
+        if op[0] != kind or (key is not None and key in keys):
+            if group:
+                yield kind, group  # type: ignore[misc]
+            kind, group, keys = op[0], [], set()
+        group.append(op)
+        if key is not None:
+            keys.add(key)
+    if group:
+        yield kind, group  # type: ignore[misc]
+
+
+def commit(store: SQLStore, batch: Batch) -> BatchResult:
+    if not batch.ops:
+        return BatchResult()
+    try:
+        return _write(store, batch, isolate=False)
+    except _RowFault:
+        return _write(store, batch, isolate=True)
+
+
+def _write(store: SQLStore, batch: Batch, isolate: bool) -> BatchResult:
+    """One try at writing ``batch``; ``isolate``: op by op, each in a
+    savepoint, leaving out those the database refuses."""
+    ops = batch.ops
+    holder = batch.holder
+    c = Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
+    with store._tx(f"writing a batch of {len(ops)} change(s)") as cur:
+        c.now = store._now(cur)
+        if holder is not None and batch.fenced:
+            cur = store._x(
+                cur,
+                "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+                "changes = changes + 1 WHERE id = ? AND token = ?",
+                (c.now, c.now, holder.id, holder.token),
+            )
+            if cur.rowcount != 1:
+                c.result.fenced_out = True
+                return c.result  # nothing written: the transaction commits no change
+        elif holder is not None or any(op[0] in ("delete", "skipped") for op in ops):
+            store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
+        _lock_keys(store, cur, ops, isolate)
+        for kind, group in _groups(ops):
+            if isolate:
+                for op in group:
+                    _isolated(store, cur, c, op)
+                continue
+            try:
+                if len(group) > 1 and kind == "started":
+                    _claim_group(store, cur, c, group)
+                elif len(group) > 1 and kind == "finished":
+                    _end_group(store, cur, c, group)
+                else:
+                    for op in group:
+                        _apply(store, cur, c, op)
+            except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+                if store._row_fault(exc):
+                    raise _RowFault(exc) from exc
+                raise
+    c.result.lost = list(dict.fromkeys(c.result.lost))
+    return c.result
+
+
+def _apply(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
+    _OPS[op[0]](store, cur, c, op)
+
+
+def _isolated(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
+    """``op`` in a savepoint: refused for its own data, it is left out and reported."""
+    cur.execute("SAVEPOINT procsched_op")
+    try:
+        _apply(store, cur, c, op)
+    except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+        if not store._row_fault(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_op")
+        run: int | None = None
+        attempt: int | None = None
+        if isinstance(op, (Started, Finished)):
+            run, attempt = op.run, op.attempt
+            (c.result.lost if isinstance(op, Started) else c.result.stale).append((op.key, op.run, op.attempt))
+        c.result.failed.append(FailedOp(op[0], op_key(op), run, attempt, f"{type(exc).__name__}: {exc}"))
+    cur.execute("RELEASE SAVEPOINT procsched_op")
+
+
+def _lock_keys(store: SQLStore, cur: Any, ops: list[Any], isolate: bool) -> None:
+    """PostgreSQL: lock the state rows the batch writes, in key order:
+    two instances' batches writing the same rows in different orders
+    would deadlock (the server aborts one after a second). SQLite
+    serialises writers already. (Isolating a bad op: the keys the database
+    refuses make the lock fail: then the ops lock their rows one by one as
+    they go - a deadlock with another batch is then possible, and the server
+    ends it by aborting one, which its caller tries again.)"""
+    if not store._pg:
+        return
+    keys = sorted({k for op in ops if (k := op_key(op)) is not None})
+    if len(keys) < 2:
+        return
+    sql = "SELECT 1 FROM procsched_tasks WHERE key = ANY(?) ORDER BY key FOR UPDATE"
+    if not isolate:
+        try:
+            store._x(cur, sql, (keys,))
+        except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+            if store._row_fault(exc):
+                raise _RowFault(exc) from exc
+            raise
+        return
+    cur.execute("SAVEPOINT procsched_lock")
+    try:
+        store._x(cur, sql, (keys,))
+    except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+        if not store._row_fault(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_lock")
+    cur.execute("RELEASE SAVEPOINT procsched_lock")
+
+
+# -- claims ------------------------------------------------------------------
+
+
+class _State(NamedTuple):
+    """What a claim is decided on: the task's state row, as locked."""
+
+    run_count: int
+    next_attempt: int
+    paused: int
+    in_flight: int
+    max_concurrent: int
+    group: str | None
+    last_slot_ns: int | None
+
+
+def _exists(store: SQLStore, cur: Any, sql: str, params: tuple[Any, ...]) -> bool:
+    return store._x(cur, sql, params).fetchone() is not None
+
+
+def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
+    """The reference claim (see "Claims"): decided on the state row, locked."""
+    row = store._x(
+        cur,
+        "SELECT run_count, next_attempt, paused, in_flight, max_concurrent, grp, last_slot_ns "
+        f"FROM procsched_tasks WHERE key = ?{store._for_update}",
+        (op.key,),
+    ).fetchone()
+    state = None if row is None else _State(*row)
+    if state is None or not _claimable(store, cur, op, state):
+        if not _own_claim(store, cur, c.holder, op):  # (a batch sent again, a claim twice: it is ours)
+            c.result.lost.append((op.key, op.run, op.attempt))
+        return
+    if state.group is not None and not _within_limit(store, cur, c, state.group):
+        c.result.limited.append((op.key, op.run, op.attempt))
+        return
+    h = c.holder
+    assert h is not None
+    sets = ["in_flight = in_flight + 1", "holder = ?", "token = ?", "last_holder = ?", "updated_ns = ?"]
+    values: list[Any] = [h.id, h.token, h.id, c.now]
+    if op.attempt == 1:
+        if state.next_attempt > 1:  # the latest run's retry, due still, moves to its run row (see "Concurrency")
+            store._x(
+                cur,
+                "UPDATE procsched_runs SET retry_due_ns = COALESCE(retry_due_ns, "
+                "(SELECT next_due_ns FROM procsched_tasks WHERE key = ?)) WHERE key = ? AND run = ? AND attempt = ?",
+                (op.key, op.key, state.run_count, state.next_attempt - 1),
+            )
+        sets += ["run_count = ?", "next_attempt = 1"]
+        values.append(op.run)
+        if op.cause == "schedule":
+            sets += ["next_due_ns = ?", "sched_run = ?", "last_slot_ns = ?"]
+            values += [op.scheduled_ns, op.run, op.scheduled_ns]
+    else:
+        if op.run == state.run_count and state.next_attempt == op.attempt:  # the state's own next claim
+            sets.append("next_due_ns = ?")
+            values.append(op.scheduled_ns)
+        store._x(
+            cur,
+            "UPDATE procsched_runs SET retry_due_ns = NULL WHERE key = ? AND run = ? AND attempt = ?",
+            (op.key, op.run, op.attempt - 1),
+        )
+    store._x(cur, f"UPDATE procsched_tasks SET {', '.join(sets)} WHERE key = ?", (*values, op.key))
+    run = (op.key, op.run, op.attempt, op.scheduled_ns, op.started_ns, h.host, h.pid, h.id, h.token, op.cause)
+    store._x(cur, _INSERT_RUN, (*run, op.worker_pid, state.group))
+
+
+def _claimable(store: SQLStore, cur: Any, op: Started, state: _State) -> bool:
+    """May ``op`` be claimed, given the task's state row? (see "Claims")"""
+    scheduled = op.cause == "schedule"
+    if state.in_flight >= state.max_concurrent or (scheduled and state.paused):
+        return False
+    if op.attempt == 1:
+        if op.run != state.run_count + 1:
+            return False
+        if scheduled and state.next_attempt != 1 and state.max_concurrent == 1:
+            return False  # the latest run's retry comes first
+        last = state.last_slot_ns
+        return not (scheduled and last is not None and last > op.scheduled_ns - SLOT_GAP_NS)
+    attempt = "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ?"
+    if _exists(store, cur, attempt, (op.key, op.run, op.attempt)):
+        return False  # claimed already (never twice)
+    if op.run == state.run_count and state.next_attempt == op.attempt:
+        return True
+    return _exists(store, cur, attempt + " AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1))
+
+
+def _own_claim(store: SQLStore, cur: Any, holder: Holder | None, op: Started) -> bool:
+    """Is (key, run, attempt) in flight already, claimed by this very holder and token?"""
+    if holder is None:
+        return False
+    row = store._x(
+        cur,
+        "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? "
+        "AND outcome IS NULL AND holder = ? AND token = ?",
+        (op.key, op.run, op.attempt, holder.id, holder.token),
+    ).fetchone()
+    return row is not None
+
+
+def _within_limit(store: SQLStore, cur: Any, c: Commit, group: str) -> bool:
+    """Has ``group`` room for one more run in flight? Counted in this
+    transaction, on the group's locked limit row (no limit row: no limit)."""
+    if store._pg and not c.groups_locked:
+        # every group of the batch's claims at once, by name: never two
+        # batches each holding one group and waiting for the other's
+        store._x(
+            cur,
+            "SELECT 1 FROM procsched_limits WHERE name IN (SELECT grp FROM procsched_tasks WHERE "
+            "key = ANY(?) AND grp IS NOT NULL) ORDER BY name FOR UPDATE",
+            (c.claim_keys,),
+        )
+        c.groups_locked = True
+    row = store._x(cur, "SELECT lim FROM procsched_limits WHERE name = ?", (group,)).fetchone()
+    if row is None:
+        return True
+    n = store._x(cur, "SELECT count(*) FROM procsched_runs WHERE grp = ? AND outcome IS NULL", (group,)).fetchone()[0]
+    return int(n) < int(row[0])
+
+
+def _claim_group(store: SQLStore, cur: Any, c: Commit, group: list[Started]) -> None:
+    """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
+    the ones this does not win are decided op by op."""
+    plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
+    won: set[str] = set()
+    if plain:
+        won = (_claim_plain_pg if store._pg else _claim_plain_sqlite)(store, cur, c, plain)
+    for op in group:
+        if not (op.key in won and op.attempt == 1 and op.cause == "schedule"):
+            _op_started(store, cur, c, op)
+
+
+def _claim_plain_sqlite(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+    """SQLite: the plain claims with executemany (one prepared statement,
+    no Python between rows), which sums the rows it changed: when every
+    claim was won - the rule on one scheduler - two statements did it;
+    otherwise they are rolled back to a savepoint (and decided op by op)."""
+    h = c.holder
+    assert h is not None
+    cur.execute("SAVEPOINT procsched_claims")
+    claims = [(op.run, op.scheduled_ns, op.run, op.scheduled_ns, h.id, h.token, h.id, c.now) for op in plain]
+    cur.executemany(
+        _CLAIM_PLAIN,
+        [(*claim, op.key, op.run, op.scheduled_ns - SLOT_GAP_NS) for claim, op in zip(claims, plain)],
+    )
+    if cur.rowcount != len(plain):
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_claims")
+        cur.execute("RELEASE SAVEPOINT procsched_claims")
+        return set()
+    mine = (h.host, h.pid, h.id, h.token, "schedule")
+    cur.executemany(
+        _INSERT_RUN, [(op.key, op.run, 1, op.scheduled_ns, op.started_ns, *mine, op.worker_pid, None) for op in plain]
+    )
+    cur.execute("RELEASE SAVEPOINT procsched_claims")
+    return {op.key for op in plain}
+
+
+def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+    """PostgreSQL: the plain claims in one statement (a round trip and
+    ~50 us of server work per statement made a 100-run turn ~3x slower op
+    by op); RETURNING says which were won."""
+    h = c.holder
+    assert h is not None
+    values, params = _values(
+        [(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
+        ("text", "bigint", "bigint", "bigint", "int"),
+    )
+    rows = store._x(
+        cur,
+        f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
+        won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
+            sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
+            last_holder = ?, updated_ns = ?
+            FROM v WHERE t.key = v.key AND t.grp IS NULL AND t.paused = 0 AND t.next_attempt = 1
+            AND t.in_flight < t.max_concurrent AND t.run_count + 1 = v.run
+            AND (t.last_slot_ns IS NULL OR t.last_slot_ns <= v.scheduled_ns - ?)
+            RETURNING t.key)
+        INSERT INTO procsched_runs ({RUN_COLS})
+        SELECT v.key, v.run, 1, v.scheduled_ns, v.started_ns, NULL, ?, ?, NULL, NULL, NULL, ?, ?, 'schedule',
+            NULL, NULL, v.worker_pid, NULL, NULL, NULL
+        FROM v JOIN won USING (key) {_REPLACE_RUN}, cause = excluded.cause, reason = NULL,
+            error_traceback = NULL, worker_pid = excluded.worker_pid, output = NULL, retry_due_ns = NULL,
+            grp = excluded.grp
+        RETURNING key""",
+        [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token],
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+# -- ends ----------------------------------------------------------------------
+
+
+def _op_finished(store: SQLStore, cur: Any, c: Commit, op: Finished) -> None:
+    h = c.holder
+    assert h is not None
+    cur = store._x(cur, _END_RUN, _end_params(op, h))
+    if cur.rowcount != 1:
+        if not _own_end(store, cur, h, op):
+            c.result.stale.append((op.key, op.run, op.attempt))
+        return
+    store._x(cur, _RESCHEDULE, _reschedule_params(op, c.now))
+    if op.run > store.keep_runs:
+        store._x(cur, _TRIM, (op.key, op.run - store.keep_runs))
+
+
+def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
+    """_END_RUN's parameters, in its order."""
+    retry_due = op.next_due_ns if op.retry else None
+    errors = (op.error_type, op.error_message, op.error_traceback, op.reason)
+    return (
+        op.finished_ns,
+        op.outcome,
+        *errors,
+        op.worker_pid,
+        op.output,
+        retry_due,
+        op.key,
+        op.run,
+        op.attempt,
+        h.id,
+        h.token,
+    )
+
+
+def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
+    """_RESCHEDULE's parameters, in its order."""
+    next_due = (op.run, op.next_due_ns)  # CASE WHEN sched_run = ? THEN ? ...
+    next_attempt = (op.run, op.run, op.attempt + 1 if op.retry else 1)  # ... AND run_count = ? THEN ? ...
+    other_holder = (op.run, op.attempt) * 2  # the holder and token of another run in flight
+    return (*next_due, *next_attempt, *other_holder, op.outcome, *_outcome_counts(op.outcome), now, op.key)
+
+
+def _own_end(store: SQLStore, cur: Any, h: Holder, op: Finished) -> bool:
+    """Was this very end recorded already by this holder (a batch sent again)?"""
+    row = store._x(
+        cur,
+        "SELECT 1 FROM procsched_runs WHERE key = ? AND run = ? AND attempt = ? AND outcome = ? "
+        "AND finished_ns = ? AND holder = ? AND token = ?",
+        (op.key, op.run, op.attempt, op.outcome, op.finished_ns, h.id, h.token),
+    ).fetchone()
+    return row is not None
+
+
+def _end_group(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> None:
+    """A turn's ends set-wise (when every run is still ours - the rule on
+    one scheduler); otherwise op by op, which says exactly which are stale."""
+    h = c.holder
+    assert h is not None
+    if store._pg:
+        done = _end_pg(store, cur, c, group)
+        for op in group:
+            if (op.key, op.run, op.attempt) not in done:
+                _op_finished(store, cur, c, op)
+        return
+    cur.execute("SAVEPOINT procsched_ends")
+    cur.executemany(store._q(_END_RUN), [_end_params(op, h) for op in group])
+    if cur.rowcount != len(group):
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_ends")
+        cur.execute("RELEASE SAVEPOINT procsched_ends")
+        for op in group:
+            _op_finished(store, cur, c, op)
+        return
+    cur.executemany(store._q(_RESCHEDULE), [_reschedule_params(op, c.now) for op in group])
+    trim = [(op.key, op.run - store.keep_runs) for op in group if op.run > store.keep_runs]
+    if trim:
+        cur.executemany(store._q(_TRIM), trim)
+    cur.execute("RELEASE SAVEPOINT procsched_ends")
+
+
+def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
+    """PostgreSQL: the ends and reschedules in one statement; the (key,
+    run, attempt) it recorded."""
+    h = c.holder
+    assert h is not None
+    rows = [
+        (
+            op.key,
+            op.run,
+            op.attempt,
+            op.outcome,
+            op.finished_ns,
+            op.next_due_ns,
+            op.attempt + 1 if op.retry else 1,
+            op.error_type,
+            op.error_message,
+            op.error_traceback,
+            op.reason,
+            op.worker_pid,
+            op.output,
+            op.next_due_ns if op.retry else None,
+        )
+        for op in group
+    ]
+    types = "text bigint int text bigint bigint int text text text text int text bigint"
+    values, params = _values(rows, tuple(types.split()))
+    counters = ", ".join(
+        f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
+        for col, o in zip(_schema.RUN_COUNTERS, OUTCOMES)
+    )
+    other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
+        AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
+    done = {
+        tuple(r)
+        for r in store._x(
+            cur,
+            f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
+            next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns)
+            AS (VALUES {values}),
+        done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
+            error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
+            reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
+            retry_due_ns = v.retry_due_ns
+            FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
+            AND r.holder = ? AND r.token = ? RETURNING r.key, r.run, r.attempt),
+        resched AS (UPDATE procsched_tasks t SET
+            in_flight = CASE WHEN t.in_flight > 0 THEN t.in_flight - 1 ELSE 0 END,
+            holder = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="holder")} END,
+            token = CASE WHEN t.in_flight <= 1 THEN NULL ELSE {other.format(col="token")} END,
+            next_due_ns = CASE WHEN t.sched_run = v.run THEN v.next_due_ns ELSE t.next_due_ns END,
+            next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
+                ELSE t.next_attempt END,
+            last_outcome = v.outcome, {counters}, updated_ns = ?
+            FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
+        SELECT key, run, attempt FROM done""",
+            [*params, h.id, h.token, c.now],
+        ).fetchall()
+    }
+    trim = [
+        (op.key, op.run - store.keep_runs)
+        for op in group
+        if (op.key, op.run, op.attempt) in done and op.run > store.keep_runs
+    ]
+    if trim:
+        values, params = _values(trim, ("text", "bigint"))
+        store._x(
+            cur,
+            f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, upto)
+            WHERE r.key = v.key AND r.run <= v.upto AND r.outcome IS NOT NULL""",
+            params,
+        )
+    return done
+
+
+# -- the other ops ---------------------------------------------------------------
+
+
+def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
+    d, s = op.definition, op.state
+    sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
+    signature = store._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
+    differs = "IS DISTINCT FROM" if store._pg else "IS NOT"
+    # The definition's row only if it changed (item 18: arguments are written once).
+    store._x(
+        cur,
+        f"""INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature,
+            written_ns, args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (key) DO UPDATE SET fn_ref = excluded.fn_ref, args = excluded.args,
+            schedule = excluded.schedule, options = excluded.options, def_hash = excluded.def_hash,
+            name = excluded.name, signature = excluded.signature, written_ns = excluded.written_ns
+            WHERE procsched_definitions.def_hash <> excluded.def_hash
+            OR procsched_definitions.fn_ref <> excluded.fn_ref
+            OR procsched_definitions.signature {differs} excluded.signature""",
+        (d.key, d.fn_ref, sched, opts, d.def_hash, _name(opts), signature, c.now, d.args),
+    )
+    st = s or TaskState()
+    # A stored state is replaced only by a writer that saw every claim
+    # (several schedulers: one that adopted the task before another
+    # claimed a run must not set the run count back).
+    state_update = (
+        ""
+        if s is None
+        else "".join(
+            f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
+            f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
+            for col in ("next_due_ns", "next_attempt", "paused", "run_count")
+        )
+    )
+    store._x(
+        cur,
+        f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
+            max_concurrent, grp, last_slot_ns)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
+                AND r.attempt = 1 AND r.cause = 'schedule'))
+            ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
+            unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
+        (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent, d.group, d.key),
+    )
+
+
+def op_update(store: SQLStore, cur: Any, c: Commit, op: Update) -> None:
+    fields = op.fields
+    sets = ", ".join(f"{name} = ?" for name in fields)
+    values = [int(v) if name == "paused" else v for name, v in fields.items()]
+    if "run_count" in fields:
+        # Run numbers are set only by a writer that saw every claim (as
+        # in _op_upsert): several schedulers, one that adopted the task
+        # before another claimed a run must not set the count back.
+        store._x(
+            cur,
+            f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 AND run_count <= ?",
+            (*values, c.now, op.key, fields["run_count"]),
+        )
+        return
+    store._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
+
+
+def _op_delete(store: SQLStore, cur: Any, c: Commit, op: Delete) -> None:
+    delete(store, cur, op.key, op.history)
+
+
+def delete(store: SQLStore, cur: Any, key: str, history: bool) -> bool:
+    store._x(cur, "DELETE FROM procsched_definitions WHERE key = ?", (key,))
+    cur = store._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
+    gone = bool(cur.rowcount == 1)
+    if history:
+        store._x(cur, "DELETE FROM procsched_runs WHERE key = ?", (key,))
+        store._x(cur, "DELETE FROM procsched_skipped WHERE key = ?", (key,))
+    return gone
+
+
+def _op_unloadable(store: SQLStore, cur: Any, c: Commit, op: Unloadable) -> None:
+    store._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (op.why, c.now, op.key))
+
+
+def _op_skipped(store: SQLStore, cur: Any, c: Commit, op: Skipped) -> None:
+    h = c.holder
+    cur = store._x(
+        cur,
+        "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
+        (
+            op.key,
+            op.slot_ns,
+            op.reason,
+            c.now if op.recorded_ns is None else op.recorded_ns,
+            None if h is None else h.id,
+        ),
+    )
+    if cur.rowcount != 1:
+        return  # recorded already: its first reason stands
+    column = f"skipped_{op.reason}"
+    store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
+    store._x(
+        cur,
+        "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
+        "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
+        (op.key, op.key, store.keep_runs - 1),
+    )
+
+
+def _op_answer(store: SQLStore, cur: Any, c: Commit, op: Answer) -> None:
+    h = c.holder
+    assert h is not None
+    store._x(
+        cur,
+        "UPDATE procsched_requests SET done_ns = ?, result = ?, error = ? WHERE id = ? AND taken_by = ? "
+        "AND taken_token = ? AND done_ns IS NULL",
+        (c.now, json.dumps(op.result), op.error, op.request_id, h.id, h.token),
+    )
+
+
+def end_runs_of(
+    store: SQLStore,
+    cur: Any,
+    holder_id: str,
+    token: int,
+    now: int,
+    outcome: str,
+    error_type: str | None,
+    why: str | None,
+) -> list[RunRecord]:
+    rows = store._x(
+        cur,
+        f"SELECT {RUN_COLS} FROM procsched_runs WHERE holder = ? AND token = ? "
+        "AND outcome IS NULL ORDER BY key, run, attempt",
+        (holder_id, token),
+    ).fetchall()
+    store._x(
+        cur,
+        "UPDATE procsched_runs SET outcome = ?, finished_ns = ?, error_type = ?, error_message = ? "
+        "WHERE holder = ? AND token = ? AND outcome IS NULL",
+        (outcome, now, error_type, why, holder_id, token),
+    )
+    per_key: dict[str, int] = {}
+    for r in rows:
+        per_key[r[0]] = per_key.get(r[0], 0) + 1
+    # Next claim: the next run (a caller whose Retry covers this outcome
+    # sets next_attempt and next_due_ns with Batch.update).
+    other = (
+        "(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL "
+        "ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"
+    )
+    for key, n in per_key.items():
+        store._x(
+            cur,
+            f"""UPDATE procsched_tasks SET in_flight = CASE WHEN in_flight > ? THEN in_flight - ? ELSE 0 END,
+                holder = {other.format(col="holder")}, token = {other.format(col="token")}, next_attempt = 1,
+                last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?""",
+            (n, n, outcome, *_outcome_counts(outcome, n), now, key),
+        )
+    store._x(
+        cur,
+        "UPDATE procsched_requests SET taken_by = NULL, taken_token = NULL, taken_ns = NULL "
+        "WHERE taken_by = ? AND taken_token = ? AND done_ns IS NULL",
+        (holder_id, token),
+    )
+    return [
+        dataclasses.replace(RunRecord(*r), finished_ns=now, outcome=outcome, error_type=error_type, error_message=why)
+        for r in rows
+    ]
+
+
+def _name(options: str) -> str | None:
+    """A task's display name: ``options["name"]`` (None: none, or not a str)."""
+    try:
+        name = json.loads(options).get("name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+_OPS: dict[str, Any] = {
+    "upsert": _op_upsert,
+    "update": op_update,
+    "delete": _op_delete,
+    "unloadable": _op_unloadable,
+    "started": _op_started,
+    "finished": _op_finished,
+    "skipped": _op_skipped,
+    "answer": _op_answer,
+}
+
+
+def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """A typed ``VALUES`` list of ``rows`` and its flat parameters (PostgreSQL)."""
+    one = "(" + ", ".join(f"?::{t}" for t in types) + ")"
+    return ", ".join([one] * len(rows)), [x for row in rows for x in row]

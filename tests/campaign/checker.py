@@ -1,0 +1,367 @@
+"""The campaign's checker: the runs' own log, the store's tables (plain SQL)
+and what the nemesis did, against the promises of README ("durable",
+"Running several instances") and issue 20.
+
+    log lines ──▶ Attempt per (key, run, attempt, process) ─┐
+    store rows (procsched_runs, procsched_tasks) ───────────┼─▶ one check per promise ──▶ Violations
+    History (lives of instances, faults, key events) ───────┘
+
+The checks (each a function below, each violation with its evidence):
+
+- ``twice``: no (key, run, attempt) started twice;
+- ``overlap``: never two runs of one task at once (max_concurrent is 1 for
+  every campaign task); a run under way on an instance stopped past its lease
+  is the README's documented limit ("side effects are not fenced"), counted
+  apart, not a violation;
+- ``stale attempt``: no attempt of a run starts after a later attempt of it;
+- ``unrecorded`` / ``never ran``: every attempt that ran is in the store, and
+  every attempt the store says ended ``ok`` ran;
+- ``in flight``: nothing is left in flight once every instance has shut down;
+- ``slot lost``: every slot of a ``catch_up`` task either ran or is in the
+  store with a reason. Today's store records runs only, so a slot it does not
+  hold is accepted where a fault legitimately skips slots (a crashed run
+  behaves as ``skip``; a take-over after a kill or a stop; a pause); a clean
+  restart and a store outage excuse nothing. When the store records skipped
+  slots (issue 22: rows of ``procsched_runs`` with outcome ``skipped`` -
+  ``_recorded_skips`` is the one place that knows where), those excuses are
+  dropped: every slot must be a run or a recorded skip;
+- ``stalled``: in the calm phase at the end every live task runs, and every
+  one-shot has run and left the store's live set;
+- ``paused`` / ``cancelled`` / ``old definition``: no run starts after a
+  pause or a cancel was acknowledged, or with a definition older than one
+  acknowledged, on the instance that acknowledged it (at once) or on the
+  others (after the re-read interval, 1 s, plus 1 s of slack);
+- ``processes``, ``traceback``, ``died``, ``unresponsive``: every process
+  gone at the end, no traceback in an instance's stderr, no instance dead
+  or silent unless the nemesis did it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.campaign import storesql
+
+#: After a pause, a cancel or a changed definition acknowledged by one
+#: instance, the others follow within the re-read interval (<= 1 s); slack
+#: for a loaded machine on top.
+SETTLE = 2.0
+#: On the instance that acknowledged it: at once (a run that had begun as the
+#: call returned writes its start line within microseconds; 20 ms of slack).
+SAME = 0.02
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    key: str | None
+    what: str
+    evidence: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        head = f"[{self.kind}] {self.key + ': ' if self.key else ''}{self.what}"
+        return "\n      ".join([head, *self.evidence[:6]])
+
+
+@dataclass
+class Attempt:
+    """One attempt as the log saw it (a start line, and its end line if any)."""
+
+    key: str
+    run: int
+    attempt: int
+    inst: str  # the instance's life label, "A.2"
+    version: int
+    slot_us: int | None
+    pid: int
+    start: float
+    end: float | None = None
+    x: str | None = None  # "ok", "fail", "crash" (from the end line)
+
+    def __str__(self) -> str:
+        end = "?" if self.end is None else f"{self.end:.3f}"
+        slot = "" if self.slot_us is None else f" slot {_ts(self.slot_us / 1e6)}"
+        return (f"{self.key} run {self.run} attempt {self.attempt} v{self.version} on {self.inst} (pid {self.pid})"
+                f"{slot} ran {_ts(self.start)}..{end[-9:] if self.end else end} {self.x or ''}").rstrip()
+
+
+def _ts(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def read_log(path: str) -> list[Attempt]:
+    runs: dict[tuple[Any, ...], Attempt] = {}
+    order: list[Attempt] = []
+    try:
+        with open(path) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+    except FileNotFoundError:
+        return []
+    for d in lines:
+        ident = (d["k"], d["r"], d["a"], d["pid"], d["i"])
+        if d["ev"] == "start":
+            a = Attempt(d["k"], d["r"], d["a"], d["i"], d["v"], d["slot"], d["pid"], d["t"])
+            runs[ident] = a
+            order.append(a)
+        elif ident in runs:
+            runs[ident].end, runs[ident].x = d["t"], d["x"]
+    return order
+
+
+def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]:
+    """(violations, documented limits seen, attempts checked)."""
+    attempts = read_log(log_path)
+    rows = storesql.runs(h.url)
+    tasks = storesql.tasks(h.url)
+    lives = {life.label: life for life in h.lives}
+    for a in attempts:  # a run cut short by its instance's death ends with it
+        if a.end is None:
+            life = lives.get(a.inst)
+            a.end = life.ended if life is not None and life.ended is not None else h.end
+    out: list[Violation] = []
+    documented: list[Violation] = []
+    out += _twice(attempts)
+    found, limits = _overlap(attempts, lives, h.lease)
+    out += found
+    documented += limits
+    out += _stale_attempts(attempts)
+    out += _recorded(attempts, rows)
+    out += [Violation("in flight", r.key, f"run {r.run} attempt {r.attempt} never ended (held by {r.holder})")
+            for r in rows if r.outcome is None]  # fmt: skip
+    out += _slots(h, attempts, rows)
+    out += _stalled(h, attempts, tasks)
+    out += _after_events(h, attempts)
+    out += _health(h)
+    return out, documented, len(attempts)
+
+
+def _twice(attempts: list[Attempt]) -> list[Violation]:
+    seen: dict[tuple[str, int, int], list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        seen[(a.key, a.run, a.attempt)].append(a)
+    return [Violation("twice", k[0], f"run {k[1]} attempt {k[2]} started {len(v)} times", tuple(map(str, v)))
+            for k, v in seen.items() if len(v) > 1]  # fmt: skip
+
+
+def _stopped_past_lease(life: Any, start: float, end: float, lease: float) -> bool:
+    return any(a < end and b > start and b - a > lease for a, b in life.stops) if life else False
+
+
+def _overlap(attempts: list[Attempt], lives: dict[str, Any], lease: float) -> tuple[list[Violation], list[Violation]]:
+    out, documented = [], []
+    by_key: dict[str, list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_key[a.key].append(a)
+    for key, runs in by_key.items():
+        runs.sort(key=lambda a: a.start)
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                if b.start >= (a.end or 0):
+                    break
+                if (a.run, a.attempt) == (b.run, b.attempt) and a.pid == b.pid:
+                    continue
+                v = Violation("overlap", key, f"two runs at once ({b.start - a.start:.3f}s apart, the first "
+                              f"still running)", (str(a), str(b)))  # fmt: skip
+                if _stopped_past_lease(lives.get(a.inst), a.start, a.end or 0, lease):
+                    documented.append(Violation("overlap (documented)", key, "a run under way on an instance "
+                                                "stopped past its lease, retried elsewhere", (str(a), str(b))))  # fmt: skip
+                else:
+                    out.append(v)
+    return out, documented
+
+
+def _stale_attempts(attempts: list[Attempt]) -> list[Violation]:
+    out = []
+    by_run: dict[tuple[str, int], list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_run[(a.key, a.run)].append(a)
+    for (key, run), tries in by_run.items():
+        tries.sort(key=lambda a: a.start)
+        for i, a in enumerate(tries):
+            later = [b for b in tries[:i] if b.attempt > a.attempt]
+            if later:
+                out.append(Violation("stale attempt", key, f"run {run}: attempt {a.attempt} started after attempt "
+                                     f"{later[0].attempt} (the same run on two instances)", (str(later[0]), str(a))))  # fmt: skip
+    return out
+
+
+def _recorded(attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[Violation]:
+    stored = {(r.key, r.run, r.attempt): r for r in rows}
+    ran = {(a.key, a.run, a.attempt) for a in attempts}
+    out = [Violation("unrecorded", a.key, f"run {a.run} attempt {a.attempt} ran but the store has no record of it",
+                     (str(a),)) for a in attempts if (a.key, a.run, a.attempt) not in stored]  # fmt: skip
+    out += [Violation("never ran", r.key, f"run {r.run} attempt {r.attempt} recorded ok but never ran", (repr(r),))
+            for r in rows if r.outcome == "ok" and (r.key, r.run, r.attempt) not in ran]  # fmt: skip
+    return out
+
+
+# -- slots ------------------------------------------------------------------------------
+
+
+def _recorded_skips(rows: list[storesql.RunRow]) -> dict[str, set[int]] | None:
+    """Slots the store says were skipped (with a reason), or None while it
+    records runs only (before issue 22): then the checker excuses what a
+    fault may legitimately skip."""
+    skipped = [r for r in rows if r.outcome == "skipped"]
+    if not skipped:
+        return None
+    out: dict[str, set[int]] = defaultdict(set)
+    for r in skipped:
+        out[r.key].add(r.scheduled_ns // 1000)
+    return out
+
+
+def _grid(spec: dict[str, Any], first_us: int, last_us: int) -> list[int]:
+    if spec["kind"] == "rate":
+        step = round(spec["period"] * 1e6)
+        return list(range(first_us, last_us + 1, step))
+    from cronsim import CronSim
+
+    out = [first_us]
+    it = CronSim(spec["expr"], datetime.fromtimestamp(first_us / 1e6, UTC))
+    for when in it:
+        us = round(when.timestamp() * 1e6)
+        if us > last_us:
+            break
+        out.append(us)
+    return out
+
+
+def _excuses(h: Any, key: str, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[tuple[float, float]]:
+    """Windows (wall seconds) in which today's store may legitimately lose a slot without a record."""
+    spec = h.specs[key]
+    period = spec.get("period", 2.0)
+    out: list[tuple[float, float]] = []
+    events = sorted((e for e in h.key_events if e.key == key), key=lambda e: e.at)
+    for e in events:  # a pause: its slots are not made up ("on resume it continues at its next slot from now")
+        if e.kind == "pause":
+            resume = next((r.at for r in events if r.kind == "resume" and r.at > e.at), h.end)
+            out.append((e.at - period, resume + SETTLE))
+    for life in h.lives:  # a take-over: the crashed run is not caught up (it behaves as "skip")
+        if life.how in ("kill", "kill_user", "died") and life.ended:
+            out.append((life.ended - 2 * period, life.ended + h.lease + SETTLE + period))
+        for a, b in life.stops:
+            out.append((a - 2 * period, b + h.lease + SETTLE + period))
+    crashed = [r for r in rows if r.key == key and r.outcome in ("crashed", "timeout")]
+    crashed += [r for r in rows if r.key == key and r.outcome == "error" and r.error_type == "SchedulerDied"]
+    for r in crashed:  # after a crash or a timeout: "skip" to the next slot from now
+        out.append((r.scheduled_ns / 1e9, (r.finished_ns or r.scheduled_ns) / 1e9 + period + SETTLE))
+    for a in attempts:
+        if a.key == key and a.x == "crash" and a.slot_us is not None:
+            out.append((a.slot_us / 1e6, (a.end or a.start) + period + SETTLE))
+    return out
+
+
+def _slots(h: Any, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[Violation]:
+    skips = _recorded_skips(rows)
+    out = []
+    for key, spec in h.specs.items():
+        if spec.get("misfire") != "catch_up" or spec["kind"] not in ("rate", "cron"):
+            continue  # coalesce / skip / fixed delay: which slots run depends on timing, not checkable yet
+        mine = [(a.version, a.slot_us) for a in attempts if a.key == key and a.slot_us is not None]
+        held = {r.scheduled_ns // 1000 for r in rows if r.key == key}
+        seen = sorted({slot for _v, slot in mine} | held)
+        tol = min(round(spec.get("period", 1.0) * 1e6) // 4, 50_000)
+        excuses = [] if skips is not None else _excuses(h, key, attempts, rows)
+        recorded = skips.get(key, set()) if skips is not None else set()
+        versions: dict[int, list[int]] = defaultdict(list)
+        for version, slot in mine:
+            versions[version].append(slot)
+        lost = []
+        firsts = sorted(min(slots) for slots in versions.values())
+        for v, slots in sorted(versions.items()):
+            # a version's grid ends where a newer definition's begins (an old one that runs on past
+            # that is reported as "old definition", not as lost slots of its own grid)
+            end = min([max(slots), *(f for f in firsts if f > min(slots))])
+            for slot in _grid(spec, min(slots), end):
+                if any(abs(slot - s) <= tol for s in seen) or any(abs(slot - s) <= tol for s in recorded):
+                    continue
+                t = slot / 1e6
+                if any(a <= t <= b for a, b in excuses):
+                    continue
+                lost.append((v, slot))
+        if lost:
+            near = [f.line() for f in h.faults if f.at is not None and any(abs(f.at - s / 1e6) < 3 for _, s in lost)]
+            out.append(Violation("slot lost", key, f"{len(lost)} slot(s) never ran and are not in the store: "
+                                 + ", ".join(f"v{v} {_ts(s / 1e6)}" for v, s in lost[:8]),
+                                 tuple(f"fault near: {x}" for x in near[:5])))  # fmt: skip
+    return out
+
+
+# -- liveness -----------------------------------------------------------------------------
+
+
+def _stalled(h: Any, attempts: list[Attempt], tasks: dict[str, storesql.TaskRow]) -> list[Violation]:
+    out = []
+    window = (h.calm_start + h.lease + 1.5, h.calm_end)
+    for key in sorted(h.live_at_end):
+        ran = [a for a in attempts if a.key == key and window[0] <= a.start <= window[1]]
+        if not ran:
+            last = max((a.start for a in attempts if a.key == key), default=None)
+            out.append(Violation("stalled", key, f"no run in the calm phase {_ts(window[0])}..{_ts(window[1])} "
+                                 f"(last start {_ts(last) if last else 'never'})",
+                                 (f"store: {tasks.get(key)}",)))  # fmt: skip
+    for key, added in sorted(h.oneshots.items()):
+        cancelled = any(e.kind == "cancel" and e.key == key for e in h.key_events)
+        if not cancelled and not any(a.key == key for a in attempts):
+            out.append(Violation("stalled", key, f"a one-shot added at {_ts(added)} never ran",
+                                 (f"store: {tasks.get(key)}",)))  # fmt: skip
+        ok = [a for a in attempts if a.key == key and a.x == "ok"]
+        if len(ok) > 1:
+            out.append(Violation("twice", key, "a one-shot ran to completion more than once", tuple(map(str, ok))))
+        if key in tasks:
+            out.append(Violation("stalled", key, "a one-shot is still in the store's live set at the end",
+                                 (str(tasks[key]),)))  # fmt: skip
+    return out
+
+
+def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
+    """No start after an acknowledged pause / cancel / newer definition."""
+    out = []
+    events = sorted(h.key_events, key=lambda e: e.at)
+    for e in events:
+        if e.kind not in ("pause", "cancel", "replace", "redefine", "readd"):
+            continue
+        until = h.end
+        if e.kind in ("pause", "cancel"):
+            back = "resume" if e.kind == "pause" else "readd"
+            until = next((b.at for b in events if b.key == e.key and b.kind == back and b.at > e.at), h.end)
+
+        def late(a: Attempt, e: Any = e) -> bool:
+            return a.start > (e.at + SAME if a.inst == e.via else e.at + SETTLE)
+
+        if e.kind in ("pause", "cancel"):
+            bad = [a for a in attempts if a.key == e.key and late(a) and a.start < until]
+            what = f"{len(bad)} run(s) started after {e.kind} was acknowledged by {e.via} at {_ts(e.at)}"
+            kind = "paused" if e.kind == "pause" else "cancelled"
+        else:
+            bad = [a for a in attempts if a.key == e.key and a.version < e.version and late(a)]
+            what = (f"{len(bad)} run(s) of an older definition started after v{e.version} was stored "
+                    f"({e.kind} by {e.via} at {_ts(e.at)})")  # fmt: skip
+            kind = "old definition"
+        if bad:
+            out.append(Violation(kind, e.key, what, tuple(map(str, bad[:4]))))
+    return out
+
+
+def _health(h: Any) -> list[Violation]:
+    out = [Violation("processes", None, f"{len(h.left_processes)} process(es) outlived the end",
+                     tuple(h.left_processes))] if h.left_processes else []  # fmt: skip
+    out += [Violation("unresponsive", None, x) for x in h.unresponsive]
+    for life in h.lives:
+        if "Traceback" in life.stderr:
+            first = life.stderr[life.stderr.index("Traceback"):]
+            lines = [x for x in first.splitlines() if x.strip()]
+            out.append(Violation("traceback", None, f"{life.label} printed a traceback ({life.how})",
+                                 tuple(lines[:2] + lines[-3:])))  # fmt: skip
+        if life.how == "died":
+            out.append(Violation("died", None, f"{life.label} ended by itself (exit {life.exit_code})",
+                                 tuple(life.stderr.strip().splitlines()[-4:])))  # fmt: skip
+        elif life.how == "quit" and life.exit_code not in (0, None):
+            out.append(Violation("died", None, f"{life.label} exited {life.exit_code} after a clean shutdown",
+                                 tuple(life.stderr.strip().splitlines()[-4:])))  # fmt: skip
+    return out

@@ -1,0 +1,95 @@
+"""The store's tables, read with plain SQL (the public, documented schema of
+``procsched jobs`` / ``history``), never through procsched's own store code.
+
+A URL is what ``Scheduler(store=...)`` takes: a path, ``sqlite:///path?...``
+or ``postgresql://...``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of ``procsched_runs``: a (key, run, attempt) claimed by a scheduler."""
+
+    key: str
+    run: int
+    attempt: int
+    scheduled_ns: int
+    started_ns: int | None
+    finished_ns: int | None
+    pid: int | None
+    outcome: str | None
+    error_type: str | None
+    holder: str | None
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One row of ``procsched_tasks``: a live keyed task."""
+
+    key: str
+    fn_ref: str
+    run_count: int
+    next_due_ns: int | None
+    paused: bool
+    holder: str | None
+    unloadable: str | None
+
+
+def sqlite_path(url: str) -> str:
+    if url.startswith("sqlite:///"):
+        return urllib.parse.urlsplit(url).path
+    return url
+
+
+def _connect(url: str) -> Any:
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        parts = urllib.parse.urlsplit(url)
+        query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k not in ("keep_runs",)]
+        return psycopg.connect(urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query))),
+                               autocommit=True, connect_timeout=5)  # fmt: skip
+    conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
+    return conn
+
+
+def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows of one read-only statement (``?`` placeholders on both stores)."""
+    conn = _connect(url)
+    try:
+        if url.startswith("postgresql://"):
+            sql = sql.replace("?", "%s")
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
+def runs(url: str, key: str | None = None) -> list[RunRow]:
+    sql = ("SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, pid, outcome, error_type, holder "
+           "FROM procsched_runs")  # fmt: skip
+    rows = query(url, sql + (" WHERE key = ?" if key is not None else "") + " ORDER BY key, run, attempt",
+                 (key,) if key is not None else ())  # fmt: skip
+    return [RunRow(*r) for r in rows]
+
+
+def tasks(url: str) -> dict[str, TaskRow]:
+    rows = query(url, "SELECT key, fn_ref, run_count, next_due_ns, paused, holder, unloadable FROM procsched_tasks")
+    return {r[0]: TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in rows}
+
+
+def schedulers(url: str) -> list[tuple[str, str, int]]:
+    """(id, host, pid) of every registered scheduler."""
+    return [(r[0], r[1], r[2]) for r in query(url, "SELECT id, host, pid FROM procsched_schedulers")]
+
+
+def has_table(url: str, name: str) -> bool:
+    if url.startswith("postgresql://"):
+        return query(url, "SELECT to_regclass(?)::text", (name,))[0][0] is not None
+    return bool(query(url, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
