@@ -1,10 +1,12 @@
 """How the suite spreads over xdist workers (the README's ``pytest -q -n 2``),
 and one preparation before they start.
 
-- Tests marked ``slow`` are collected first, and xdist hands tests out one
-  at a time as workers free up (``_Schedule`` below), so the long ones start
-  early and the short ones fill in at the end, instead of a long test
-  starting last on one worker while the other sits idle.
+- xdist hands the tests out one at a time, in collection order, as workers
+  free up (``_Schedule`` below), instead of its default batches of
+  consecutive tests (a quarter of the suite per worker at first): no batch
+  of long tests waits behind one worker while the other sits idle. The
+  order is kept: the last directories hold short tests, and moving the
+  slow ones first would run the real-time tests beside the heaviest.
 - The tests on the Ray cluster go to one worker, together: it starts the one
   cluster (a start costs ~10 s of a 2-core machine) and runs them all; the
   other worker never starts one. They are found by name (``_on_ray``): the
@@ -36,14 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without xdist), once
         for path in (os.path.join(ROOT, "procsched"), HERE):
             compileall.compile_dir(path, quiet=1)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first, else the order kept (a stable sort). The Ray tests
-    keep theirs: they run as one unit wherever they stand, and the real-time
-    ones among them run best after the others have warmed the fresh cluster."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None or _on_ray(item.nodeid))
 
 
 def _on_ray(nodeid: str) -> bool:
