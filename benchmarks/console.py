@@ -1,7 +1,7 @@
-"""What the web console costs over a big store: ``procsched web --store`` answering.
+"""What the web console and the CLI cost over a big store: ``procsched web --store`` answering, ``procsched jobs``.
 
-    python -m benchmarks.console                       # 10,000 stored jobs, a job with 100 runs
-    python -m benchmarks.console --jobs 1000 --repeat 5  # a quick look
+    python -m benchmarks.console                       # 10,000 stored jobs, a job with 100 runs; 100,000 for the CLI
+    python -m benchmarks.console --jobs 1000 --repeat 5 --cli-jobs 0  # a quick look
 
 A SQLite store is filled with N keyed jobs (a mix of fixed-rate and cron
 schedules in a few zones, as a fleet has them) and one job with R finished
@@ -12,6 +12,10 @@ bearer token, as curl or a browser would ask:
     GET /api/jobs           every job as JSON             target <= 200 ms (N = 10,000)
     GET /jobs/{key}         one job's page, R runs, HTML  target <= 100 ms (R = 100)
     GET /api/jobs/{key}     the same job as JSON          (no target)
+
+and ``procsched jobs --store S`` is run as a command (its interpreter's
+start included) over a store of --cli-jobs jobs, its table read from a
+pipe: target <= 1 s (100,000 jobs).
 
 Wall time per request, median and max of --repeat after one warm-up
 request. A benchmark, not a test: the machine's load moves the figures.
@@ -84,15 +88,35 @@ def timed(client: object, path: str, repeat: int) -> list[float]:
     return times
 
 
+def listing(path: str, jobs: int, repeat: int) -> list[float]:
+    """Wall times of ``procsched jobs --store PATH`` as a command, its output read from a pipe."""
+    import subprocess
+
+    command = [sys.executable, "-m", "procsched", "jobs", "--store", path]
+    times = []
+    for i in range(1 + max(1, repeat // 4)):  # (a warm-up first: the file's pages in the OS cache)
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0 or done.stdout.count("\n") != jobs + 1:
+            raise SystemExit(f"procsched jobs: exit {done.returncode}: {done.stderr[-500:]}")
+        if i:
+            times.append(elapsed)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=10_000, help="stored jobs (default 10000)")
     p.add_argument("--runs", type=int, default=100, help="finished runs of the job whose page is timed (default 100)")
     p.add_argument("--repeat", type=int, default=20, help="timed requests per path (default 20)")
+    p.add_argument("--cli-jobs", type=int, default=100_000,
+                   help="stored jobs for timing procsched jobs (default 100000; 0: not timed)")  # fmt: skip
     args = p.parse_args(argv)
 
     import httpx
 
+    from procsched._store import open_store
     from procsched._web import Console
     from procsched._web._store_source import StoreSource
 
@@ -101,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         key = fill(path, args.jobs, args.runs)
         print(f"store: {args.jobs} jobs, {args.runs} runs of {key} (filled in {time.perf_counter() - started:.1f} s)")
-        console = Console(StoreSource(path), port=0, token=TOKEN)
+        console = Console(StoreSource(open_store(path)), port=0, token=TOKEN)
         console.start()
         try:
             with httpx.Client(base_url=console.url.rstrip("/"), headers={"Authorization": f"Bearer {TOKEN}"},
@@ -113,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
                 ]
         finally:
             console.close()
+        if args.cli_jobs:
+            many = os.path.join(tmp, "cli.db")
+            started = time.perf_counter()
+            fill(many, args.cli_jobs, 0)
+            print(f"store: {args.cli_jobs} jobs for the CLI (filled in {time.perf_counter() - started:.1f} s)")
+            rows.append((f"procsched jobs ({args.cli_jobs} jobs, to a pipe)", listing(many, args.cli_jobs, args.repeat),
+                         1.0))  # fmt: skip
     print("\n| request | median [ms] | max [ms] | target [ms] | verdict |\n|---|---:|---:|---:|---|")
     for name, times, target in rows:
         median = statistics.median(times)
