@@ -9,7 +9,11 @@ runs; the console is served over it (``StoreSource``, the real app and
 security layer, uvicorn on a loopback port) and timed through HTTP with the
 bearer token, as curl or a browser would ask:
 
-    GET /api/jobs           every job as JSON             target <= 200 ms (N = 10,000)
+    GET /api/jobs           every job as JSON, a job      target <= 200 ms (N = 10,000)
+                            paused or resumed before each
+                            request (the store changed:
+                            the listing is read again)
+    GET /api/jobs           the same, the store unchanged (no target: the change mark says so)
     GET /jobs/{key}         one job's page, R runs, HTML  target <= 100 ms (R = 100)
     GET /api/jobs/{key}     the same job as JSON          (no target)
 
@@ -75,13 +79,16 @@ def work() -> None:
     """The stored jobs' function (never run here)."""
 
 
-def timed(client: object, path: str, repeat: int) -> list[float]:
+def timed(client: object, path: str, repeat: int, between: object = None) -> list[float]:
+    """Wall times of ``GET path``; ``between()`` (untimed) before each: a change in the store."""
     get = client.get  # type: ignore[attr-defined]
     answer = get(path)  # warm-up (and a check)
     if answer.status_code != 200:
         raise SystemExit(f"GET {path}: {answer.status_code} {answer.text[:200]}")
     times = []
     for _ in range(repeat):
+        if between is not None:
+            between()  # type: ignore[operator]
         started = time.perf_counter()
         get(path).read()
         times.append(time.perf_counter() - started)
@@ -130,8 +137,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with httpx.Client(base_url=console.url.rstrip("/"), headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=60) as client:  # fmt: skip
+                other = open_store(path)  # another process's writes, as an instance's
+                flips = iter(range(10**9))
+
+                def change() -> None:
+                    (other.pause if next(flips) % 2 == 0 else other.resume)("job-00001")
+
+                try:
+                    changed = timed(client, "/api/jobs", args.repeat, change)
+                finally:
+                    other.close()
                 rows = [
-                    (f"GET /api/jobs ({args.jobs} jobs)", timed(client, "/api/jobs", args.repeat), 0.200),
+                    (f"GET /api/jobs ({args.jobs} jobs, after a change)", changed, 0.200),
+                    (f"GET /api/jobs ({args.jobs} jobs, unchanged)", timed(client, "/api/jobs", args.repeat), None),
                     (f"GET /jobs/{key} ({args.runs} runs, HTML)", timed(client, f"/jobs/{key}", args.repeat), 0.100),
                     (f"GET /api/jobs/{key} (JSON)", timed(client, f"/api/jobs/{key}", args.repeat), None),
                 ]

@@ -47,7 +47,7 @@ from ._model import (
 )
 
 if TYPE_CHECKING:
-    from .._store import ControlRequest, HolderRef, JobView, RunRecord, Store
+    from .._store import ChangeMark, ControlRequest, HolderRef, JobView, RunRecord, Store
 
 NS = 1_000_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -171,6 +171,14 @@ class StoreSource(ConsoleSource):
         self.title = f"{store.describe}"  # a URL without its password (the store's own redaction)
         self.asker = f"console {socket.gethostname()}/{os.getpid()}"
         self._lock = threading.Lock()  # one thread at a time on the connection
+        #: The last listing and the change mark read just before it: equal
+        #: marks, the same listing (a listing is a function of what the mark
+        #: counts: the tasks' writes and the instances' leases).
+        self._listed: tuple[ChangeMark, list[Job]] | None = None
+        #: key -> (what its Job is made of that can change, the Job): a row
+        #: not written since, whose instances' leases did not change, is not
+        #: made into a record again.
+        self._made: dict[str, tuple[tuple[int, HolderRef | None, HolderRef | None], Job]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -192,7 +200,25 @@ class StoreSource(ConsoleSource):
         return self._call(self.store.change_mark)
 
     def jobs(self) -> list[Job]:
-        return [job_of(v) for v in self._call(self.store.jobs_view)]
+        def read() -> tuple[ChangeMark, list[JobView] | None]:
+            mark = self.store.change_mark()
+            listed = self._listed
+            return mark, None if listed is not None and listed[0] == mark else self.store.jobs_view()
+
+        mark, views = self._call(read)
+        if views is None:
+            return self._listed[1]  # type: ignore[index]
+        made, fresh, jobs = self._made, {}, []
+        for v in views:
+            state = (v.updated_ns, v.held_by, v.claimed_by)
+            hit = made.get(v.key)
+            if hit is None or hit[0] != state:
+                hit = (state, job_of(v))
+            fresh[v.key] = hit
+            jobs.append(hit[1])
+        self._made = fresh  # two requests at once: each makes a valid cache, the last one stays
+        self._listed = (mark, jobs)
+        return jobs
 
     def job(self, ref: str, limit: int = 50) -> JobDetail:
         detail = self._call(self.store.job_view, ref, limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import procsched
-from cli_helpers import REPO, cli
+from cli_helpers import REPO, cli_here
 
 
 def test_every_pointer_to_a_design_document_resolves() -> None:
@@ -31,7 +31,9 @@ def _options(text: str) -> set[str]:
 def test_readme_and_help_list_the_same_options() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Jobs files"):readme.index("## Semantics")]
-    shown = "".join(cli(*command, "--help").stdout for command in ((), ("run",), ("demo",), ("next",), ("web",)))
+    shown = "".join(cli_here(*command, "--help").stdout for command in (
+        (), ("run",), ("demo",), ("next",), ("web",), ("jobs",), ("history",), ("remove",), ("pause",), ("resume",),
+        ("cancel",), ("run-now",)))  # fmt: skip
     assert _options(section) - {"--help"} == _options(shown) - {"--help"}
 
 

@@ -103,4 +103,4 @@ def test_console_benchmark_runs():
                            "--cli-jobs", "30"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| GET /api/jobs (50 jobs) |" in proc.stdout
+    assert "| GET /api/jobs (50 jobs, after a change) |" in proc.stdout and "| procsched jobs (30 jobs" in proc.stdout
