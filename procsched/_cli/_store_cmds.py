@@ -28,9 +28,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-import procsched
 from cli_helpers import REPO, cli_here
+
+import procsched
 
 
 def test_every_pointer_to_a_design_document_resolves() -> None:
