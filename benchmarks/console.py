@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         key = fill(path, args.jobs, args.runs)
         print(f"store: {args.jobs} jobs, {args.runs} runs of {key} (filled in {time.perf_counter() - started:.1f} s)")
-        console = Console(StoreSource(open_store(path)), port=0, token=TOKEN)
+        console = Console(StoreSource(open_store(path), path), port=0, token=TOKEN)
         console.start()
         try:
             with httpx.Client(base_url=console.url.rstrip("/"), headers={"Authorization": f"Bearer {TOKEN}"},

@@ -90,7 +90,7 @@ def web_command(args: argparse.Namespace) -> int:
     store = open_existing(args.store, write=True)  # never creates one; the reason on stderr
     if store is None:
         return EXIT_FAILED
-    source = StoreSource(store)
+    source = StoreSource(store, args.store)
     try:
         console = Console(source, host=args.host, port=args.port, read_only=args.read_only)
     except OSError as exc:

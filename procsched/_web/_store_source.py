@@ -164,11 +164,15 @@ class StoreSource(ConsoleSource):
         store: an open store (``procsched._store.open_store``); the source
             owns it from now on (``close()`` closes it). The caller opens it:
             ``procsched web`` opens only a store that exists.
+        target: what the user named the store by, for the pages' title (a
+            URL's password never reaches a page: the store's own redaction).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, target: str | None = None) -> None:
+        from .._store._open import redact
+
         self.store = store
-        self.title = f"{store.describe}"  # a URL without its password (the store's own redaction)
+        self.title = store.describe if target is None else f"store {redact(target)}"
         self.asker = f"console {socket.gethostname()}/{os.getpid()}"
         self._lock = threading.Lock()  # one thread at a time on the connection
         #: The last listing and the change mark read just before it: equal

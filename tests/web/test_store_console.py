@@ -9,6 +9,7 @@ and test_api.py, xfail until then)."""
 
 from __future__ import annotations
 
+import html
 import os
 import socket
 from datetime import datetime, timezone
@@ -181,3 +182,15 @@ def test_pause_resume_cancel_through_the_store_and_what_the_store_refuses(instan
     assert instance.get("report") is None and console.client.get("/api/jobs").json() == []
     for action in ("pause", "resume", "cancel", "run-now"):
         assert console.client.post(f"/api/jobs/report/{action}").status_code == 404, action
+
+
+def test_the_pages_name_the_store_as_given_never_with_its_password(store_url):
+    given = f"{store_url}&password=hunter2" if "://" in store_url else store_url
+    shown = html.escape(f"store {given.replace('hunter2', '***')}")
+    served = serve(store_source(given))
+    try:
+        for path in ("/", "/instances", "/workers"):
+            page = served.client.get(path).text
+            assert shown in page and "hunter2" not in page, path
+    finally:
+        served.close()

@@ -48,7 +48,7 @@ def store_source(target: str) -> Any:
     from procsched._store import open_store
     from procsched._web._store_source import StoreSource
 
-    return StoreSource(open_store(target))
+    return StoreSource(open_store(target), target)
 
 
 def serve(source: Any, **options: Any) -> Served:
