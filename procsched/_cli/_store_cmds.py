@@ -92,12 +92,23 @@ def iso(ns: int | None) -> str | None:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
 
 
+#: "YYYY-MM-DDTHH:MM:" by minute since the epoch, for ``iso_z`` (a listing's times share few minutes).
+_MINUTES: dict[int, str] = {}
+
+
 def iso_z(ns: int | None) -> str:
     """``2026-03-08T07:00:00.000Z`` (``-`` for None): ``iso`` for tables of
-    100,000 rows (a third of its cost)."""
+    100,000 rows (each minute's text made once: a third of ``iso``'s cost)."""
     if ns is None:
         return "-"
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(ns // 1_000_000_000))}.{ns // 1_000_000 % 1000:03d}Z"
+    ms = ns // 1_000_000
+    minute, ms = divmod(ms, 60_000)
+    head = _MINUTES.get(minute)
+    if head is None:
+        if len(_MINUTES) > 100_000:
+            _MINUTES.clear()
+        head = _MINUTES[minute] = time.strftime("%Y-%m-%dT%H:%M:", time.gmtime(minute * 60))
+    return f"{head}{ms // 1000:02d}.{ms % 1000:03d}Z"
 
 
 def schedule_words(s: dict[str, Any]) -> str:
@@ -168,15 +179,16 @@ def store_label(target: str) -> str:
 # -- procsched jobs -------------------------------------------------------------------
 
 
-def job_state(view: Any) -> str:
-    """unloadable, running (a run in flight), paused, done (no next run) or pending."""
+def job_state(view: Any, st: Any) -> str:
+    """unloadable, running (a run in flight), paused, done (no next run) or
+    pending (``st``: its ``state``)."""
     if view.unloadable is not None:
         return "unloadable"
     if view.in_flight:
         return "running"
-    if view.state.paused:
+    if st.paused:
         return "paused"
-    return "done" if view.state.next_due_ns is None else "pending"
+    return "done" if st.next_due_ns is None else "pending"
 
 
 JOB_COLUMNS = ("key", "schedule", "state", "next_run", "runs", "last_outcome", "held_by", "unloadable")
@@ -204,7 +216,7 @@ def jobs_command(args: argparse.Namespace) -> int:
             if text is None:
                 text = words[id(s)] = schedule_words(s)
             out.append(json.dumps({
-                "key": v.key, "name": v.name, "schedule": text, "function": v.fn_ref, "state": job_state(v),
+                "key": v.key, "name": v.name, "schedule": text, "function": v.fn_ref, "state": job_state(v, v.state),
                 "next_run": iso(v.state.next_due_ns), "runs": v.state.run_count, "last_outcome": v.last_outcome,
                 "paused": v.state.paused, "in_flight": v.in_flight, "unloadable": v.unloadable,
                 "held_by": None if v.held_by is None else held[v.held_by.id],
@@ -221,7 +233,7 @@ def jobs_command(args: argparse.Namespace) -> int:
             text = words[id(s)] = schedule_words(s)
         st = v.state
         rows.append((
-            v.key, text, job_state(v), iso_z(st.next_due_ns), str(st.run_count), v.last_outcome or "-",
+            v.key, text, job_state(v, st), iso_z(st.next_due_ns), str(st.run_count), v.last_outcome or "-",
             "-" if v.held_by is None else held_text[v.held_by.id], v.unloadable or "-",
         ))  # fmt: skip
     table(JOB_COLUMNS, rows)
