@@ -213,8 +213,8 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     async def request_fragment(request: Request) -> Response:
         try:
             found = await call(source.request, request.path_params["ident"])
-        except ConsoleError as exc:
-            return page(request, "_request.html", exc.status, error=exc.message)
+        except ConsoleError as exc:  # (a 200: the block that follows it shows why, and stops following)
+            return page(request, "_request.html", error=exc.message)
         return page(request, "_request.html", r=found, error="")
 
     async def instances_page(request: Request) -> Response:

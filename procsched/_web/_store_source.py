@@ -193,8 +193,8 @@ class StoreSource(ConsoleSource):
         with self._lock:
             try:
                 return call(*args, **kwargs)
-            except KeyError:
-                raise NotFound(f"no task {args[0]!r}") from None
+            except KeyError as exc:
+                raise NotFound(f"no task {exc.args[0]!r}" if exc.args else "no such task") from None
             except StoreError as exc:
                 raise ConsoleError(str(exc)) from exc
 
