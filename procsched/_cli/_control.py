@@ -41,6 +41,13 @@ FIRST_WAIT, MAX_WAIT = 0.05, 0.5
 #: The longest --wait (s).
 MAX_WAIT_OPTION = 3600.0
 ACTIONS = ("pause", "resume", "cancel", "run-now")
+EPILOG = """\
+exit status:
+  0    done (run-now: asked, or with --wait answered: the run started)
+  1    the store cannot be opened (none is ever created), no such key, or the action was refused
+  2    bad command line
+  3    run-now --wait: no answer within S seconds (the request stands)
+"""
 
 
 def add_parsers(commands: Any) -> None:
@@ -62,7 +69,8 @@ def add_parsers(commands: Any) -> None:
 
     for action in ACTIONS:
         short, long = helps[action]
-        p = commands.add_parser(action, help=short, description=long)
+        p = commands.add_parser(action, help=short, description=long, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
         p.set_defaults(handler=control_command, action=action)
         p.add_argument("key", metavar="KEY", help="the task's key")
         store_option(p)

@@ -57,7 +57,8 @@ def add_parsers(commands: Any) -> None:
     history.set_defaults(handler=history_command)
     store_option(history)
     history.add_argument("key", nargs="?", default=None, metavar="KEY", help="one task's key (default: every task)")
-    history.add_argument("-n", type=_count, default=20, metavar="N", help="the last N runs (default 20)")
+    history.add_argument("-n", type=_count, default=20, metavar="N",
+                         help="the last N runs (with --skipped: runs and skipped slots; default 20)")
     history.add_argument("--skipped", action="store_true",
                          help="list the skipped slots too, with their reason (overlap, misfire, late, paused, "
                          "down), in slot order")  # fmt: skip
