@@ -125,8 +125,11 @@ def fail_until(path, attempts_before_ok, exc_name="Flaky"):
     return info.attempt
 
 
-def schedule_cron_inside(expr):
-    handle = procsched.current_scheduler().schedule_cron(square, expr, args=(3,), max_runs=1, key="inner-cron")
+def schedule_cron_inside(expr, fifo):
+    # Its run waits on ``fifo``: the task stays live (its handle known) until the test has looked at it.
+    handle = procsched.current_scheduler().schedule_cron(
+        wait_for_fifo, expr, args=(fifo,), max_runs=1, key="inner-cron"
+    )
     return handle.id
 
 

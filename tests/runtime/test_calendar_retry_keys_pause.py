@@ -105,12 +105,16 @@ def test_pause_and_resume(make_scheduler, runner, tmp_path) -> None:
     assert handle.cancel()
 
 
-def test_a_task_schedules_a_keyed_cron_task(make_scheduler, runner) -> None:
+def test_a_task_schedules_a_keyed_cron_task(make_scheduler, runner, tmp_path) -> None:
     s = make_scheduler(1, runner=runner)
     waiter = Waiter(s)
-    inner_id = s.schedule(rt_tasks.schedule_cron_inside, args=("* * * * * *",)).result(30)
-    inner = waiter.until(lambda: s.handle(inner_id))
+    go = str(tmp_path / "go")
+    os.mkfifo(go)
+    inner_id = s.schedule(rt_tasks.schedule_cron_inside, args=("* * * * * *", go)).result(30)
+    inner = waiter.until(lambda: s.handle(inner_id))  # live until its run reads a line from ``go``
     assert inner.key == "inner-cron" and s.get("inner-cron") is inner
+    with open(go, "w") as fifo:
+        fifo.write("go\n")
     assert inner.result(30) is None and [r.run for r in inner.runs] == [1]
 
 
