@@ -339,12 +339,15 @@ class StoreSnapshot:
     removed: list[str]  # keys removed because the jobs file no longer declares them
 
 
-def sync_jobs(target: str, names: list[str], *, keep_others: bool) -> StoreSnapshot | None:
+def sync_jobs(
+    target: str, names: list[str], *, keep_others: bool, secret: list[bytes] | None = None
+) -> StoreSnapshot | None:
     """Make the store's keyed jobs match a jobs file's before it starts:
     the stored tasks the file does not declare are removed (their history
     kept), unless ``keep_others``. Returns what the store holds, or None
-    (the reason on stderr) if it cannot be opened or written."""
-    store = open_store_or_say(target)
+    (the reason on stderr) if it cannot be opened or written. ``secret``:
+    the program's (``--secret-file``), for the store it opens."""
+    store = open_store_or_say(target, secret=secret)
     if store is None:
         return None
     try:

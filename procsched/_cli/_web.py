@@ -47,6 +47,12 @@ def add_parser(commands: Any) -> None:
         "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)"
     )
     web.add_argument("--read-only", action="store_true", help="show, but offer and take no actions")
+    web.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="the store's secret (as procsched run --secret-file; default: PROCSCHED_SECRET)",
+    )
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
@@ -100,9 +106,17 @@ def web_command(args: argparse.Namespace) -> int:
         print(f"procsched: {NEEDS_EXTRA}", file=sys.stderr)
         return EXIT_FAILED
     from .._errors import StoreError
+    from .._secret import of_command
 
     try:
-        source = StoreSource(args.store)
+        secret, warning = of_command(args.secret_file)
+    except (OSError, ValueError) as exc:
+        print(f"procsched: cannot read the store's secret: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if warning is not None:
+        print(f"procsched: warning: {warning}", file=sys.stderr)
+    try:
+        source = StoreSource(args.store, secret)
     except (StoreError, ValueError, TypeError, ImportError) as exc:
         print(f"procsched: cannot open the store: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -63,13 +63,14 @@ class StoreSource(ConsoleSource):
 
     Args:
         target: the store, as ``procsched web --store`` takes it.
+        secret: the store's secret(s) (``--secret-file``; see ``Scheduler(secret=)``), or None.
     """
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, secret: list[bytes] | None = None) -> None:
         from .._store import open_store
         from .._store._open import redact
 
-        self.store: Any = open_store(target)  # StoreError / ValueError: the caller says why
+        self.store: Any = open_store(target, secret=secret)  # StoreError / ValueError: the caller says why
         self.title = f"store {redact(target)}"  # a URL's password never reaches a page
         self._lock = threading.Lock()  # one thread at a time on the connection
         self._since = 0  # store clock of the last change read
