@@ -1,0 +1,85 @@
+"""Helpers of the trust tests: rows written as whoever can write the store
+would (plain SQL), payloads that run code when unpickled, waits."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+P = 1_000_000_000
+
+
+class Planted:
+    """An object whose unpickling runs code: it appends the unpickling
+    process's pid and name (``psc-worker`` for a worker) to ``marker``, then
+    is the ``(args, kwargs)`` of a call to ``tasks.tick(out, "planted")`` -
+    so a run that unpickles it goes on as a normal run."""
+
+    def __init__(self, marker: str, out: str) -> None:
+        self.marker, self.out = marker, out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        expr = (
+            f"(open({self.marker!r}, 'a').write('%d %s\\n' % (__import__('os').getpid(), "
+            f"open('/proc/self/comm').read().strip())), (({self.out!r}, 'planted'), {{}}))[1]"
+        )
+        return (eval, (expr,))
+
+
+def planted(marker: str, out: str) -> bytes:
+    """A stored argument blob that runs code when unpickled (see ``Planted``)."""
+    return pickle.dumps(Planted(marker, out))
+
+
+def unpickled_by(marker: str) -> list[tuple[int, str]]:
+    """(pid, process name) of every process that unpickled a planted payload."""
+    try:
+        with open(marker) as f:
+            return [(int(pid), name) for pid, _, name in (line.strip().partition(" ") for line in f if line.strip())]
+    except FileNotFoundError:
+        return []
+
+
+def sqlite_path(url: str) -> str:
+    return url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
+
+
+def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the store's database, as anyone who can write it could."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            cur = conn.execute(statement.replace("?", "%s"), params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+    conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    try:
+        return [tuple(r) for r in conn.execute(statement, params).fetchall()]
+    finally:
+        conn.close()
+
+
+def lines(path: str) -> list[str]:
+    try:
+        with open(path) as f:
+            return [x.rstrip("\n") for x in f]
+    except FileNotFoundError:
+        return []
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Look every 20 ms until ``predicate()`` is true (a deadlock guard, not a timing)."""
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+    return result
+
+
+def mode(path: str) -> int:
+    return os.stat(path).st_mode & 0o777
