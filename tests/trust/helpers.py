@@ -6,33 +6,36 @@ from __future__ import annotations
 import os
 import pickle
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 P = 1_000_000_000
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Planted:
     """An object whose unpickling runs code: it appends the unpickling
-    process's pid and name (``psc-worker`` for a worker) to ``marker``, then
-    is the ``(args, kwargs)`` of a call to ``tasks.tick(out, "planted")`` -
-    so a run that unpickles it goes on as a normal run."""
+    process's pid and name (``psc-worker`` for a worker) to ``marker``, and
+    unpickles as ``value`` - so a run that unpickles it goes on as a normal run."""
 
-    def __init__(self, marker: str, out: str) -> None:
-        self.marker, self.out = marker, out
+    def __init__(self, marker: str, value: Any) -> None:
+        self.marker, self.value = marker, value
 
     def __reduce__(self) -> tuple[Any, ...]:
         expr = (
             f"(open({self.marker!r}, 'a').write('%d %s\\n' % (__import__('os').getpid(), "
-            f"open('/proc/self/comm').read().strip())), (({self.out!r}, 'planted'), {{}}))[1]"
+            f"open('/proc/self/comm').read().strip())), {self.value!r})[1]"
         )
         return (eval, (expr,))
 
 
 def planted(marker: str, out: str) -> bytes:
-    """A stored argument blob that runs code when unpickled (see ``Planted``)."""
-    return pickle.dumps(Planted(marker, out))
+    """A stored argument blob that runs code when unpickled (see ``Planted``),
+    then is the call ``tasks.tick(out, "planted")``."""
+    return pickle.dumps(Planted(marker, ((out, "planted"), {})))
 
 
 def unpickled_by(marker: str) -> list[tuple[int, str]]:
@@ -79,6 +82,26 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
     return result
+
+
+def procsched_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Any:
+    """Run ``python -m procsched ARGS`` to completion (a CompletedProcess)."""
+    return subprocess.run(
+        [sys.executable, "-m", "procsched", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+        cwd=ROOT,
+    )
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    env.pop("PROCSCHED_SECRET", None)
+    env.update(extra or {})
+    return env
 
 
 def mode(path: str) -> int:
