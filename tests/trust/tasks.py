@@ -14,3 +14,16 @@ def tick(path: str, tag: str = "") -> str:
     finally:
         os.close(fd)
     return tag
+
+
+def files() -> dict[str, object]:
+    """What this run's capture file and the directory it is in look like:
+    the path and mode of each entry (the dispatcher's temporary directory)."""
+    capture = os.readlink("/proc/self/fd/1")
+    where = os.path.dirname(capture)
+    return {
+        "capture": capture,
+        "capture_mode": os.fstat(1).st_mode & 0o777,
+        "dir_mode": os.stat(where).st_mode & 0o777,
+        "entries": {name: os.lstat(os.path.join(where, name)).st_mode & 0o777 for name in os.listdir(where)},
+    }
