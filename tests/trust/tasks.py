@@ -27,3 +27,14 @@ def files() -> dict[str, object]:
         "dir_mode": os.stat(where).st_mode & 0o777,
         "entries": {name: os.lstat(os.path.join(where, name)).st_mode & 0o777 for name in os.listdir(where)},
     }
+
+
+def chatty(tag: str) -> str:
+    """Print something (captured as the run's output) and fail on odd runs."""
+    import procsched
+
+    print(f"OUTPUT-{tag}", flush=True)
+    run = procsched.current_run()
+    if run is not None and run.run % 2:
+        raise ValueError(f"ERROR-{tag}")
+    return tag
