@@ -1,10 +1,11 @@
 """``python -m benchmarks``: procsched against its threads runner and its peers.
 
     python -m benchmarks                     # the full suite (several minutes)
-    python -m benchmarks --quick             # smaller workloads, under ~2 minutes
+    python -m benchmarks --quick             # smaller workloads, ~3 minutes
     python -m benchmarks --only throughput --only crashes   (or --only throughput,crashes)
-    python -m benchmarks --check             # exit 1 if procsched misses a target (the full run
-                                             # checks the core's targets too: core_scale)
+    python -m benchmarks --check             # exit 1 if procsched misses a target: every scenario's
+                                             # (issue 25's are in throughput, crashes, startup, stores,
+                                             # restart) and, in a full run, core_scale's
     python -m benchmarks --workers 4
     python -m benchmarks --only soak --minutes 10      # benchmarks/soak.py, if present
     python -m benchmarks --only core_scale             # benchmarks/core_scale.py, if present
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         + " (a full run without --only runs core_scale's target check too). "
         + "Unrecognised options are passed on to soak/core_scale.",
     )
-    p.add_argument("--quick", action="store_true", help="smaller workloads and fewer repetitions (< ~2 min)")
+    p.add_argument("--quick", action="store_true", help="smaller workloads and fewer repetitions (~3 min)")
     p.add_argument("--tiny", action="store_true", help="minimal sizes, for the smoke test only (figures meaningless)")
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these (repeatable, or a comma list)")
     p.add_argument("--contenders", default=None, metavar="LIST", help="comma list of contenders to keep")

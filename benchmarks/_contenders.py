@@ -1,21 +1,40 @@
-"""Contenders: procsched's runners and the peers users would pick instead.
+"""Contenders: procsched's runners and the peers users would pick instead,
+each called the way its own documentation calls it.
 
-Every contender is wrapped in the same small adapter, so a scenario is
-written once and runs unchanged on each:
+An adapter gives the scenarios one vocabulary but never stands between a
+peer and its results (issue 25: a Pool whose ``apply_async`` resolved a
+``concurrent.futures.Future`` through callbacks, which Pool's one
+result-handler thread then had to resolve, ran at a quarter of its speed).
+A handle is the library's own - an ``AsyncResult`` from
+``multiprocessing.Pool.apply_async``, a ``concurrent.futures.Future`` from
+an executor's ``submit`` (ProcessPoolExecutor, ThreadPoolExecutor, loky) or
+from procsched, pebble's ``ProcessFuture`` from ``ProcessPool.schedule`` -
+and every wait and completion hook is the library's own call:
 
-    start() / close()                       the pool's life (outside the timings)
-    submit(fn, *args) -> Future             run now
-    at(due, fn, *args) -> Future            run once at ``due`` (time.monotonic())
+    start() / close()                      the pool's life (outside the timings)
+    submit(fn, *args) -> handle            apply_async(fn, args) / submit(fn, *args) / schedule(fn, args=args)
+    result(handle, timeout)                async_result.get(timeout) / future.result(timeout)
+    results(handles, timeout) -> [value]   the same, in a plain loop over the handles
+    submit_then(fn, args, done) -> handle  with the library's completion hook, done(Outcome):
+                                           apply_async(callback=, error_callback=) / add_done_callback
+    at(due, fn, *args) -> timed            run once at ``due`` (time.monotonic());
+    timed_result(timed, timeout)           ... and its value
     fixed_rate(fn, args, period, first_due) -> job; job.stop() -> [RunRecord]
+
+The one layer in front of the library is the adapter's method call (a
+fraction of a microsecond, the same for every contender). No scenario maps
+a function over an iterable, so ``Pool.map``/``imap`` do not appear.
 
 Pools that cannot schedule (ProcessPoolExecutor, ThreadPoolExecutor,
 multiprocessing.Pool, loky, pebble) get what a user would write around them:
 one timer thread (``TimerDriver``) that sleeps until the earliest due time on
 a heap and submits then; a periodic job is re-armed at
-``previous slot + period`` when its run completes (fixed rate, catch-up, never
-concurrent with itself - procsched's defaults). The sequential baseline is the
-same timer loop running each task inline, i.e. a plain ``sched``-style loop.
-APScheduler 3 schedules by itself (date and interval triggers).
+``previous slot + period`` from the pool's completion hook (fixed rate,
+catch-up, never concurrent with itself - procsched's defaults). The
+sequential baseline is the same timer loop running each task inline, i.e. a
+plain ``sched``-style loop. APScheduler 3 schedules by itself (date and
+interval triggers) and reports results only through its event listeners,
+the channel its documentation gives: a future per job, set by the listener.
 
 All pools get the same number of workers.
 """
@@ -46,6 +65,14 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """How a submitted task ended, as its pool's completion hook told it."""
+
+    value: Any
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
 class ContenderInfo:
     name: str
     family: str  # "procsched" | "peer" | "baseline"
@@ -62,58 +89,58 @@ def _done_future(value: Any = None, exc: BaseException | None = None) -> concurr
     return f
 
 
-def _chain(inner: concurrent.futures.Future[Any], outer: concurrent.futures.Future[Any]) -> None:
-    def copy(f: concurrent.futures.Future[Any]) -> None:
-        if outer.done():
-            return
-        exc = f.exception() if not f.cancelled() else concurrent.futures.CancelledError()
-        if exc is not None:
-            outer.set_exception(exc)
-        else:
-            outer.set_result(f.result())
-
-    inner.add_done_callback(copy)
+def _outcome(f: concurrent.futures.Future[Any]) -> Outcome:
+    if f.cancelled():
+        return Outcome(None, concurrent.futures.CancelledError())
+    exc = f.exception()
+    return Outcome(None, exc) if exc is not None else Outcome(f.result(), None)
 
 
 # -- the timer thread users put in front of a plain pool ------------------------
 
 
 class _FixedRateJob:
-    def __init__(self, driver: TimerDriver, fn: Callable[..., Any], args: tuple[Any, ...], period: float) -> None:
-        self.driver, self.fn, self.args, self.period = driver, fn, args, period
+    def __init__(self, adapter: Adapter, fn: Callable[..., Any], args: tuple[Any, ...], period: float) -> None:
+        self.adapter, self.fn, self.args, self.period = adapter, fn, args, period
         self.records: list[RunRecord] = []
         self.errors: list[BaseException] = []
         self.stopped = False
 
     def fire(self, due: float) -> None:
-        try:
-            inner = self.driver.submit(self.fn, *self.args)
-        except BaseException as exc:  # noqa: BLE001 - a broken pool: the job is dead
-            self.errors.append(exc)
-            return
-
-        def done(f: concurrent.futures.Future[Any]) -> None:
-            exc = f.exception()
-            if exc is None:
-                start, end = f.result()
+        def done(outcome: Outcome) -> None:
+            if outcome.error is None:
+                start, end = outcome.value
                 self.records.append(RunRecord(due, start, end))
             else:
-                self.errors.append(exc)
+                self.errors.append(outcome.error)
             if not self.stopped:
-                self.driver.push(due + self.period, self.fire)
+                self.adapter.driver.push(due + self.period, self.fire)
 
-        inner.add_done_callback(done)
+        try:
+            self.adapter.submit_then(self.fn, self.args, done)
+        except BaseException as exc:  # noqa: BLE001 - a broken pool: the job is dead
+            self.errors.append(exc)
 
     def stop(self) -> list[RunRecord]:
         self.stopped = True
         return list(self.records)
 
 
+class Timed:
+    """A task the timer thread submits at its due time: the pool's own handle
+    once submitted (or the error its submit raised)."""
+
+    def __init__(self) -> None:
+        self.fired = threading.Event()
+        self.handle: Any = None
+        self.error: BaseException | None = None
+
+
 class TimerDriver:
     """A heap of (due, seq, action) and one thread that waits for the head."""
 
-    def __init__(self, submit: Callable[..., concurrent.futures.Future[Any]]) -> None:
-        self.submit = submit
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
         self._heap: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -127,20 +154,21 @@ class TimerDriver:
             if self._heap[0][2] is action:
                 self._cond.notify()
 
-    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> Timed:
+        timed = Timed()
 
         def fire(_due: float) -> None:
             try:
-                _chain(self.submit(fn, *args), outer)
-            except BaseException as exc:  # noqa: BLE001
-                outer.set_exception(exc)
+                timed.handle = self.adapter.submit(fn, *args)
+            except BaseException as exc:  # noqa: BLE001 - a broken pool refuses at the call
+                timed.error = exc
+            timed.fired.set()
 
         self.push(due, fire)
-        return outer
+        return timed
 
     def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> _FixedRateJob:
-        job = _FixedRateJob(self, fn, args, period)
+        job = _FixedRateJob(self.adapter, fn, args, period)
         self.push(first_due, job.fire)
         return job
 
@@ -191,26 +219,47 @@ class Adapter:
             self._driver.stop()
             self._driver = None
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """The pool's own call; returns its own handle (a Future, unless said otherwise)."""
         raise NotImplementedError
+
+    def result(self, handle: Any, timeout: float) -> Any:
+        return handle.result(timeout)
+
+    def results(self, handles: list[Any], timeout: float) -> list[Any]:
+        return [h.result(timeout) for h in handles]
+
+    def submit_then(self, fn: Callable[..., Any], args: tuple[Any, ...], done: Callable[[Outcome], None]) -> Any:
+        """Submit, with ``done(Outcome)`` called by the pool's own completion hook."""
+        handle = self.submit(fn, *args)
+        handle.add_done_callback(lambda f: done(_outcome(f)))
+        return handle
 
     @property
     def driver(self) -> TimerDriver:
         if self._driver is None:
-            self._driver = TimerDriver(self.submit)
+            self._driver = TimerDriver(self)
         return self._driver
 
-    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    def at(self, due: float, fn: Callable[..., Any], *args: Any) -> Any:
         return self.driver.at(due, fn, *args)
+
+    def timed_result(self, timed: Any, timeout: float) -> Any:
+        """The value of a task ``at`` gave: once the timer thread submitted it,
+        the pool's own wait on its handle."""
+        deadline = time.monotonic() + timeout
+        if not timed.fired.wait(timeout):
+            raise TimeoutError(f"not submitted within {timeout} s")
+        if timed.error is not None:
+            raise timed.error
+        return self.result(timed.handle, max(0.0, deadline - time.monotonic()))
 
     def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
         return self.driver.fixed_rate(fn, args, period, first_due)
 
     def warmup(self) -> None:
         """Start every worker and import the task module in it."""
-        futures = [self.submit(_tasks.probe, 0.01) for _ in range(2 * self.workers)]
-        for f in futures:
-            f.result(60)
+        self.results([self.submit(_tasks.probe, 0.01) for _ in range(2 * self.workers)], 60)
 
     def worker_pids(self) -> list[int]:
         """Pids of the pool's worker processes (empty for in-process pools)."""
@@ -239,6 +288,9 @@ class ProcschedAdapter(Adapter):
 
     def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         return self.s.schedule(fn, max(0.0, due - time.monotonic()), args=args)
+
+    def timed_result(self, timed: Any, timeout: float) -> Any:
+        return timed.result(timeout)
 
     def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
         handle = self.s.schedule_at_fixed_rate(fn, period, initial_delay=max(0.0, first_due - time.monotonic()), args=args)
@@ -304,7 +356,8 @@ class _ProcschedPeriodic:
 
 
 class ExecutorAdapter(Adapter):
-    """A concurrent.futures-style executor plus the timer thread."""
+    """A concurrent.futures executor (``submit``, then ``Future.result``)
+    plus the timer thread."""
 
     def __init__(self, workers: int, name: str, kind: str, note: str, make: Callable[[int], Any]) -> None:
         super().__init__(workers)
@@ -330,6 +383,9 @@ class ExecutorAdapter(Adapter):
 
 
 class PebbleAdapter(ExecutorAdapter):
+    """pebble.ProcessPool as its documentation calls it: ``schedule(fn,
+    args=...)``, then ``result()`` on the ``ProcessFuture`` (a Future)."""
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         return self.pool.schedule(fn, args=args)
 
@@ -349,11 +405,16 @@ class PebbleAdapter(ExecutorAdapter):
 
 
 class MpPoolAdapter(Adapter):
+    """multiprocessing.Pool as its documentation calls it: ``apply_async``,
+    then ``get()`` on each ``AsyncResult``; its ``callback``/``error_callback``
+    where a completion hook is needed (re-arming a periodic job, timing a crash)."""
+
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
         self.info = ContenderInfo(
-            "multiprocessing.Pool", "peer", "processes", "multiprocessing.Pool.apply_async (default context: fork)"
-        )
+            "multiprocessing.Pool", "peer", "processes",
+            "multiprocessing.Pool: apply_async, then AsyncResult.get (default context: fork)",
+        )  # fmt: skip
 
     def start(self) -> None:
         self.pool = multiprocessing.Pool(self.workers)
@@ -363,10 +424,19 @@ class MpPoolAdapter(Adapter):
         self.pool.terminate()  # a crashed task's result never arrives: close()+join() would hang
         self.pool.join()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        f: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.pool.apply_async(fn, args, callback=f.set_result, error_callback=f.set_exception)
-        return f
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.pool.apply_async(fn, args)
+
+    def result(self, handle: Any, timeout: float) -> Any:
+        return handle.get(timeout)
+
+    def results(self, handles: list[Any], timeout: float) -> list[Any]:
+        return [r.get(timeout) for r in handles]
+
+    def submit_then(self, fn: Callable[..., Any], args: tuple[Any, ...], done: Callable[[Outcome], None]) -> Any:
+        return self.pool.apply_async(
+            fn, args, callback=lambda value: done(Outcome(value, None)), error_callback=lambda exc: done(Outcome(None, exc))
+        )
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.pool._pool]  # type: ignore[attr-defined]
@@ -468,6 +538,9 @@ class APSchedulerAdapter(Adapter):
     def at(self, due: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         return self._add(fn, args, trigger="date", run_date=self._wall(due))
 
+    def timed_result(self, timed: Any, timeout: float) -> Any:
+        return timed.result(timeout)
+
     def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
         job_id = f"p{next(self._ids)}"
         job = _APSPeriodic(self, job_id)
@@ -534,15 +607,15 @@ def _make(name: str, workers: int) -> Adapter:
     if name == "sequential":
         return SequentialAdapter(workers)
     if name == "ProcessPoolExecutor":
-        return ExecutorAdapter(workers, name, "processes", "concurrent.futures (default context: fork) + timer thread", _ppe)
+        return ExecutorAdapter(workers, name, "processes", "concurrent.futures: submit, then Future.result (default context: fork) + timer thread", _ppe)
     if name == "ThreadPoolExecutor":
-        return ExecutorAdapter(workers, name, "threads", "concurrent.futures + timer thread", _tpe)
+        return ExecutorAdapter(workers, name, "threads", "concurrent.futures: submit, then Future.result + timer thread", _tpe)
     if name == "multiprocessing.Pool":
         return MpPoolAdapter(workers)
     if name == "loky":
-        return ExecutorAdapter(workers, name, "processes", "loky.ProcessPoolExecutor + timer thread", _loky)
+        return ExecutorAdapter(workers, name, "processes", "loky.ProcessPoolExecutor: submit, then Future.result + timer thread", _loky)
     if name == "pebble":
-        return PebbleAdapter(workers, name, "processes", "pebble.ProcessPool.schedule + timer thread", _pebble)
+        return PebbleAdapter(workers, name, "processes", "pebble.ProcessPool.schedule, then ProcessFuture.result + timer thread", _pebble)
     if name == "APScheduler3[thread]":
         return APSchedulerAdapter(workers, "thread")
     if name == "APScheduler3[process]":

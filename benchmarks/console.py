@@ -1,7 +1,7 @@
-"""What the web console costs over a big store: ``procsched web --store`` answering.
+"""What the web console and the CLI cost over a big store: ``procsched web --store`` answering, ``procsched jobs``.
 
-    python -m benchmarks.console                       # 10,000 stored jobs, a job with 100 runs
-    python -m benchmarks.console --jobs 1000 --repeat 5  # a quick look
+    python -m benchmarks.console                       # 10,000 stored jobs, a job with 100 runs; 100,000 for the CLI
+    python -m benchmarks.console --jobs 1000 --repeat 5 --cli-jobs 0  # a quick look
 
 A SQLite store is filled with N keyed jobs (a mix of fixed-rate and cron
 schedules in a few zones, as a fleet has them) and one job with R finished
@@ -9,9 +9,17 @@ runs; the console is served over it (``StoreSource``, the real app and
 security layer, uvicorn on a loopback port) and timed through HTTP with the
 bearer token, as curl or a browser would ask:
 
-    GET /api/jobs           every job as JSON             target <= 200 ms (N = 10,000)
+    GET /api/jobs           every job as JSON, a job      target <= 200 ms (N = 10,000)
+                            paused or resumed before each
+                            request (the store changed:
+                            the listing is read again)
+    GET /api/jobs           the same, the store unchanged (no target: the change mark says so)
     GET /jobs/{key}         one job's page, R runs, HTML  target <= 100 ms (R = 100)
     GET /api/jobs/{key}     the same job as JSON          (no target)
+
+and ``procsched jobs --store S`` is run as a command (its interpreter's
+start included) over a store of --cli-jobs jobs, its table read from a
+pipe: target <= 1 s (100,000 jobs).
 
 Wall time per request, median and max of --repeat after one warm-up
 request. A benchmark, not a test: the machine's load moves the figures.
@@ -71,16 +79,36 @@ def work() -> None:
     """The stored jobs' function (never run here)."""
 
 
-def timed(client: object, path: str, repeat: int) -> list[float]:
+def timed(client: object, path: str, repeat: int, between: object = None) -> list[float]:
+    """Wall times of ``GET path``; ``between()`` (untimed) before each: a change in the store."""
     get = client.get  # type: ignore[attr-defined]
     answer = get(path)  # warm-up (and a check)
     if answer.status_code != 200:
         raise SystemExit(f"GET {path}: {answer.status_code} {answer.text[:200]}")
     times = []
     for _ in range(repeat):
+        if between is not None:
+            between()  # type: ignore[operator]
         started = time.perf_counter()
         get(path).read()
         times.append(time.perf_counter() - started)
+    return times
+
+
+def listing(path: str, jobs: int, repeat: int) -> list[float]:
+    """Wall times of ``procsched jobs --store PATH`` as a command, its output read from a pipe."""
+    import subprocess
+
+    command = [sys.executable, "-m", "procsched", "jobs", "--store", path]
+    times = []
+    for i in range(1 + max(1, repeat // 4)):  # (a warm-up first: the file's pages in the OS cache)
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0 or done.stdout.count("\n") != jobs + 1:
+            raise SystemExit(f"procsched jobs: exit {done.returncode}: {done.stderr[-500:]}")
+        if i:
+            times.append(elapsed)
     return times
 
 
@@ -89,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=10_000, help="stored jobs (default 10000)")
     p.add_argument("--runs", type=int, default=100, help="finished runs of the job whose page is timed (default 100)")
     p.add_argument("--repeat", type=int, default=20, help="timed requests per path (default 20)")
+    p.add_argument("--cli-jobs", type=int, default=100_000,
+                   help="stored jobs for timing procsched jobs (default 100000; 0: not timed)")  # fmt: skip
     args = p.parse_args(argv)
 
     import httpx
 
+    from procsched._store import open_store
     from procsched._web import Console
     from procsched._web._store_source import StoreSource
 
@@ -101,18 +132,36 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         key = fill(path, args.jobs, args.runs)
         print(f"store: {args.jobs} jobs, {args.runs} runs of {key} (filled in {time.perf_counter() - started:.1f} s)")
-        console = Console(StoreSource(path), port=0, token=TOKEN)
+        console = Console(StoreSource(open_store(path), path), port=0, token=TOKEN)
         console.start()
         try:
             with httpx.Client(base_url=console.url.rstrip("/"), headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=60) as client:  # fmt: skip
+                other = open_store(path)  # another process's writes, as an instance's
+                flips = iter(range(10**9))
+
+                def change() -> None:
+                    (other.pause if next(flips) % 2 == 0 else other.resume)("job-00001")
+
+                try:
+                    changed = timed(client, "/api/jobs", args.repeat, change)
+                finally:
+                    other.close()
                 rows = [
-                    (f"GET /api/jobs ({args.jobs} jobs)", timed(client, "/api/jobs", args.repeat), 0.200),
+                    (f"GET /api/jobs ({args.jobs} jobs, after a change)", changed, 0.200),
+                    (f"GET /api/jobs ({args.jobs} jobs, unchanged)", timed(client, "/api/jobs", args.repeat), None),
                     (f"GET /jobs/{key} ({args.runs} runs, HTML)", timed(client, f"/jobs/{key}", args.repeat), 0.100),
                     (f"GET /api/jobs/{key} (JSON)", timed(client, f"/api/jobs/{key}", args.repeat), None),
                 ]
         finally:
             console.close()
+        if args.cli_jobs:
+            many = os.path.join(tmp, "cli.db")
+            started = time.perf_counter()
+            fill(many, args.cli_jobs, 0)
+            print(f"store: {args.cli_jobs} jobs for the CLI (filled in {time.perf_counter() - started:.1f} s)")
+            rows.append((f"procsched jobs ({args.cli_jobs} jobs, to a pipe)", listing(many, args.cli_jobs, args.repeat),
+                         1.0))  # fmt: skip
     print("\n| request | median [ms] | max [ms] | target [ms] | verdict |\n|---|---:|---:|---:|---|")
     for name, times, target in rows:
         median = statistics.median(times)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import cpu_periodic, crashes, fixed_rate, scale, startup, throughput, timer_accuracy
+from . import cpu_periodic, crashes, fixed_rate, restart, scale, startup, stores, throughput, timer_accuracy
 
 REGISTRY = {
-    m.NAME: m for m in (cpu_periodic, throughput, timer_accuracy, fixed_rate, scale, crashes, startup)
+    m.NAME: m for m in (cpu_periodic, throughput, timer_accuracy, fixed_rate, scale, crashes, startup, stores, restart)
 }

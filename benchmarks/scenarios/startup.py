@@ -32,7 +32,7 @@ def measure(adapter: Any, p: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     fresh.start()
     try:
-        fresh.submit(_tasks.noop).result(60)
+        fresh.result(fresh.submit(_tasks.noop), 60)
         t1 = time.perf_counter()
     finally:
         fresh.close()

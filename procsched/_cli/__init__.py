@@ -7,7 +7,9 @@
                           [--log-level L | -v | -q] [--fail-on-error] [--metrics-port PORT]
     procsched demo [--workers N] [--duration S] [--json | --plain] ...
     procsched next "EXPR" [--tz ZONE] [-n N] [--after ISO] [--json]
-    procsched jobs | history [KEY] | remove KEY  --store S
+    procsched jobs | history [KEY] [--skipped] | remove KEY  --store S [--json]
+    procsched pause | resume | cancel | run-now KEY --store S [--wait S] [--json]
+    procsched web --store S [--host H] [--port P] [--read-only]
     procsched --version
 
 Modules, by role::
@@ -20,7 +22,10 @@ Modules, by role::
     _times.py    monotonic scheduler times -> wall-clock times, in one place
     _demo.py     the demo command and its verdict
     _next.py     procsched next: a cron expression's next fire times
-    _store_cmds.py  procsched jobs / history / remove, and run --store's sync with the jobs file
+    _store_cmds.py  procsched jobs / history / remove, run --store's sync with the jobs file, and
+                    opening a store without ever creating one
+    _control.py  procsched pause / resume / cancel / run-now: control from outside, through the store
+    _web.py      procsched web, and run --web: the console
     _store_view.py  what run --store tells: resumed jobs, missed slots, recoveries, standby, take-overs
 
 Output: on a terminal with ``rich`` installed (``pip install procsched[cli]``),

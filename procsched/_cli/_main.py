@@ -17,9 +17,8 @@ from collections.abc import Callable
 
 from .._jobs import Job, JobsFileError, load_jobs_file
 from .._secret import of_command
-from . import _next, _store_cmds, _web
+from . import _control, _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
-from ._session import EXIT_LOAD, Session
 
 RUNNERS = ("processes", "threads", "ray")
 POLICIES = ("priority", "due", "fifo")
@@ -44,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from ._session import (  # (here: the store and web commands need none of the runtime)
+        EXIT_LOAD,
+        Session,
+    )
+
     try:
         module, jobs = load_jobs_file(args.file)
         check_unique_names(jobs)
@@ -263,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
 
     _next.add_parser(commands)
     _store_cmds.add_parsers(commands)
+    _control.add_parsers(commands)
     _web.add_parser(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top

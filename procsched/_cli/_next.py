@@ -19,8 +19,9 @@ import sys
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from .._core._units import EPOCH, NS, wall_datetime, wall_ns
+
 EXIT_BAD_INPUT = 2
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 
 
@@ -63,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"procsched next: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     shown = 0
-    instants = trigger.iter_ns((after - _EPOCH) // timedelta(microseconds=1) * 1000)
+    instants = trigger.iter_ns(wall_ns(after))
     while shown < args.n:
         try:
             instant = next(instants, None)
-            when = None if instant is None else (_EPOCH + timedelta(seconds=instant // 10**9)).astimezone(tz)
+            when = None if instant is None else wall_datetime(instant).astimezone(tz)
             note = "" if when is None or args.json else _dst_note(args.expr, when)
         except OverflowError:  # the walk (or a time zone's offset) left the years 1-9999
             if shown:
@@ -147,5 +148,5 @@ def _first_named(expr: str, wall: datetime) -> datetime | None:
     from .._core._calendar import CronTrigger
 
     start = wall.replace(tzinfo=UTC) - _SECOND
-    instant = CronTrigger(expr, UTC).next_ns((start - _EPOCH) // _SECOND * 10**9)
-    return None if instant is None else (_EPOCH + timedelta(seconds=instant // 10**9)).replace(tzinfo=None)
+    instant = CronTrigger(expr, UTC).next_ns((start - EPOCH) // _SECOND * NS)
+    return None if instant is None else wall_datetime(instant).replace(tzinfo=None)

@@ -1,7 +1,8 @@
 """``procsched web --store S`` and ``procsched run jobs.py --web [HOST:]PORT``: the console.
 
     procsched web --store S [--host H] [--port P] [--read-only]
-        StoreSource(S) ──▶ Console (its own thread) ──▶ the main thread waits for Ctrl-C / SIGTERM
+        open_existing(S) ──▶ StoreSource ──▶ Console (its own thread) ──▶ the main thread waits for
+                                                                        Ctrl-C / SIGTERM
     procsched run jobs.py --web [HOST:]PORT [--web-read-only]   (and procsched demo --web ...)
         Session ──▶ start_console(session, scheduler) ──▶ ProgramSource ──▶ Console on its own thread
 
@@ -24,13 +25,13 @@ NEEDS_EXTRA = "the console needs the web extra: pip install 'procsched[web]'"
 
 def add_parser(commands: Any) -> None:
     """Register ``procsched web``."""
-    from .._web._server import DEFAULT_HOST, DEFAULT_PORT
+    from .._web._model import DEFAULT_HOST, DEFAULT_PORT
 
     web = commands.add_parser(
         "web",
         help="serve the web console over a store (every instance sharing it)",
         description="Serve the web console over a durable store: the jobs of every "
-        "instance that shares it, their runs, the instances; pause, resume, cancel. "
+        "instance that shares it, their runs, the instances; pause, resume, cancel, run now, backfill. "
         "Prints a login link (its token is random per start, or PROCSCHED_WEB_TOKEN).",
     )
     web.set_defaults(handler=web_command)
@@ -79,7 +80,7 @@ def _port(text: str) -> int:
 
 def _address(text: str) -> tuple[str, int]:
     """``8765``, ``0.0.0.0:8765``, ``[::1]:8765`` -> (host, port)."""
-    from .._web._server import DEFAULT_HOST
+    from .._web._model import DEFAULT_HOST
 
     host, sep, port = text.rpartition(":")
     if not sep:
@@ -105,21 +106,20 @@ def web_command(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"procsched: {NEEDS_EXTRA}", file=sys.stderr)
         return EXIT_FAILED
-    from .._errors import StoreError
     from .._secret import of_command
+    from ._store_cmds import open_existing
 
-    try:
+    try:  # the store's secret: --secret-file, else PROCSCHED_SECRET (see README, "Security")
         secret, warning = of_command(args.secret_file)
     except (OSError, ValueError) as exc:
         print(f"procsched: cannot read the store's secret: {exc}", file=sys.stderr)
         return EXIT_FAILED
     if warning is not None:
         print(f"procsched: warning: {warning}", file=sys.stderr)
-    try:
-        source = StoreSource(args.store, secret)
-    except (StoreError, ValueError, TypeError, ImportError) as exc:
-        print(f"procsched: cannot open the store: {exc}", file=sys.stderr)
+    store = open_existing(args.store, write=True, secret=secret)  # never creates one; the reason on stderr
+    if store is None:
         return EXIT_FAILED
+    source = StoreSource(store, args.store)
     try:
         console = Console(source, host=args.host, port=args.port, read_only=args.read_only)
     except OSError as exc:

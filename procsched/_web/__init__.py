@@ -14,8 +14,25 @@ runs it (in the foreground for ``procsched web``, on a thread beside a
 running program for ``run --web``). Needs the ``procsched[web]`` extra.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._model import ConsoleSource as ConsoleSource
-from ._security import Access as Access
-from ._server import Console as Console
+
+if TYPE_CHECKING:
+    from ._security import Access as Access
+    from ._server import Console as Console
 
 __all__ = ["Access", "Console", "ConsoleSource"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: the command line reads _model's defaults without importing the web stack.
+    if name == "Console":
+        from ._server import Console
+
+        return Console
+    if name == "Access":
+        from ._security import Access
+
+        return Access
+    raise AttributeError(name)

@@ -4,9 +4,11 @@
     GET  /jobs/{ref}                one job: next slots, last runs and slots, chart, actions
     GET  /instances, /workers       the scheduler instances; their workers
     GET  /fragments/...             the same pages' live parts (htmx swaps them in)
-    POST /jobs/{ref}/{action}       an action from the page (answers the job's fragment)
+    POST /jobs/{ref}/{action}       an action from the page: pause, resume, cancel answer the job's
+                                    fragment; run-now and backfill a request's (it follows itself
+                                    until the instance that runs the job answers)
     GET  /events                    server-sent events: "change" when the source's change mark moved
-    GET  /api/jobs, /api/jobs/{ref}, /api/instances, /api/workers
+    GET  /api/jobs, /api/jobs/{ref}, /api/instances, /api/workers, /api/requests/{id}
     POST /api/jobs/{ref}/{action}   pause, resume, cancel, run-now, backfill (JSON body)
     GET  /metrics                   Prometheus text
     GET|POST /login, POST /logout   see _security
@@ -196,9 +198,7 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
     async def jobs_fragment(request: Request) -> Response:
         return page(request, "_jobs_table.html", **await jobs_context(request))
 
-    async def job_context(
-        ref: str, message: str = "", error: str = "", backfill: Any = None, fresh: bool = False
-    ) -> dict[str, Any]:
+    async def job_context(ref: str, message: str = "", error: str = "", fresh: bool = False) -> dict[str, Any]:
         detail: JobDetail = await (call(source.job, ref) if fresh else read(source.job, ref))
         return {
             "d": detail,
@@ -206,7 +206,6 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             "chart": _chart.chart(detail.runs),
             "message": message,
             "error": error,
-            "backfill": backfill,
             "now": datetime.now(UTC),
             "ref": ref,
         }
@@ -224,6 +223,20 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         except NotFound as exc:
             return page(request, "missing.html", 404, message=exc.message)
 
+    async def runs_fragment(request: Request) -> Response:
+        # The same read as the job's fragment: fetched on the same change, they share it.
+        try:
+            return page(request, "_job_runs.html", **await job_context(request.path_params["ref"]))
+        except NotFound as exc:
+            return page(request, "missing.html", 404, message=exc.message)
+
+    async def request_fragment(request: Request) -> Response:
+        try:
+            found = await call(source.request, request.path_params["ident"])
+        except ConsoleError as exc:  # (a 200: the block that follows it shows why, and stops following)
+            return page(request, "_request.html", error=exc.message)
+        return page(request, "_request.html", r=found, error="")
+
     async def instances_page(request: Request) -> Response:
         return page(request, "instances.html", instances=await read(source.instances), now=datetime.now(UTC))
 
@@ -237,35 +250,31 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         return page(request, "_workers.html", instances=await read(source.instances))
 
     async def page_action(request: Request) -> Response:
-        """An action from the job page: the job's fragment, with what happened."""
+        """An action from the job page. Pause, resume, cancel: the job's
+        fragment, with what happened. Run now, backfill: the request's
+        fragment (what was asked, then the answer), or why not."""
         ref, action = request.path_params["ref"], request.path_params["action"]
         form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        backfill = None
+        if action in ("run-now", "backfill"):
+            try:
+                if action == "run-now":
+                    asked = await call(source.run_now, ref)
+                else:
+                    start, end = _when(form.get("start", [""])[0], "start"), _when(form.get("end", [""])[0], "end")
+                    dry_run = form.get("dry_run", ["1"])[0] not in ("0", "false", "")
+                    asked = await call(source.backfill, ref, start, end, dry_run)
+            except ConsoleError as exc:
+                return page(request, "_request.html", error=exc.message)
+            return page(request, "_request.html", r=asked, error="")
         message = error = ""
         try:
-            if action == "backfill":
-                start, end = _when(form.get("start", [""])[0], "start"), _when(form.get("end", [""])[0], "end")
-                dry_run = form.get("dry_run", ["1"])[0] not in ("0", "false", "")
-                backfill = await call(source.backfill, ref, start, end, dry_run)
-                backfill = {"result": backfill, "start": start, "end": end}
-                message = (
-                    f"{len(backfill['result'].slots)} slot(s) would run"
-                    if dry_run
-                    else f"backfill started: {len(backfill['result'].slots)} slot(s)"
-                )
-            else:
-                await act(ref, action)
-                message = {
-                    "pause": "paused",
-                    "resume": "resumed",
-                    "cancel": "cancelled",
-                    "run-now": "started a run now",
-                }[action]
+            await act(ref, action)
+            message = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}[action]
         except NotFound as exc:
             return page(request, "missing.html", 404, message=exc.message)
         except ConsoleError as exc:
             error = exc.message
-        context = await job_context(ref, message, error, backfill, fresh=True)  # after an action: as it is now
+        context = await job_context(ref, message, error, fresh=True)  # after an action: as it is now
         return page(request, "_job_body.html", **context)
 
     async def act(ref: str, action: str) -> bool:
@@ -275,8 +284,6 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
             return bool(await call(source.resume, ref))
         if action == "cancel":
             return bool(await call(source.cancel, ref))
-        if action == "run-now":
-            return bool(await call(source.run_now, ref))
         raise NotFound(f"no action {action!r}; the actions are: {', '.join(ACTIONS)}")
 
     # -- live -----------------------------------------------------------------------------
@@ -299,10 +306,22 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
 
     # -- the JSON API -------------------------------------------------------------------
 
+    # Each job's JSON, made once while it stays equal (a listing of 10,000 jobs
+    # changes a few of them at a time): the answer joins them.
+    made_json: dict[Job, str] = {}
+
     async def api_jobs(request: Request) -> Response:
         jobs = await read(source.jobs)
         q, state = request.query_params.get("q", ""), request.query_params.get("state", "")
-        return _json([j.api() for j in filter_jobs(jobs, q, state)])
+        parts = []
+        for j in filter_jobs(jobs, q, state):
+            text = made_json.get(j)
+            if text is None:
+                text = made_json[j] = json.dumps(j.api(), ensure_ascii=False)
+            parts.append(text)
+        if len(made_json) > 2 * len(jobs) + 1000:
+            made_json.clear()
+        return Response(f"[{','.join(parts)}]", media_type="application/json")
 
     async def api_job(request: Request) -> Response:
         try:
@@ -321,6 +340,11 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         return _json(detail.api())
 
     async def api_action(request: Request) -> Response:
+        """pause / resume / cancel: ``{"key", "action", "ok"}``. run-now and
+        backfill: ``{"key", "action", "ok", "request"}`` (backfill also
+        ``"dry_run"``, ``"slots"`` and ``"count"``), 200 when carried out
+        at once, 202 when asked of the instance that runs the job (follow
+        it at ``/api/requests/{id}``; ``slots`` is null until it answers)."""
         ref, action = request.path_params["ref"], request.path_params["action"]
         try:
             if action == "backfill":
@@ -329,12 +353,36 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
                 dry_run = body.get("dry_run", False)
                 if not isinstance(dry_run, bool):
                     raise BadRequest(f"dry_run must be true or false, not {dry_run!r}")
-                result = await call(source.backfill, ref, start, end, dry_run)
-                return _json({"key": ref, "action": action, **result.api()})
+                asked = await call(source.backfill, ref, start, end, dry_run)
+                shown = asked.api()
+                return _json(
+                    {
+                        "key": ref,
+                        "action": action,
+                        "ok": True,
+                        "dry_run": dry_run,
+                        "slots": shown["slots"],
+                        "count": shown["count"],
+                        "request": shown,
+                    },
+                    202 if asked.pending else 200,
+                )
+            if action == "run-now":
+                asked = await call(source.run_now, ref)
+                return _json(
+                    {"key": ref, "action": action, "ok": True, "request": asked.api()}, 202 if asked.pending else 200
+                )
             done = await act(ref, action)
         except ConsoleError as exc:
             return _json({"error": exc.message}, exc.status)
         return _json({"key": ref, "action": action, "ok": done})
+
+    async def api_request(request: Request) -> Response:
+        try:
+            found = await call(source.request, request.path_params["ident"])
+        except ConsoleError as exc:
+            return _json({"error": exc.message}, exc.status)
+        return _json(found.api())
 
     async def api_instances(request: Request) -> Response:
         return _json([i.api() for i in await read(source.instances)])
@@ -368,6 +416,8 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         Route("/fragments/instances", instances_fragment),
         Route("/fragments/workers", workers_fragment),
         Route("/fragments/jobs/{ref:path}", job_fragment),
+        Route("/fragments/runs/{ref:path}", runs_fragment),
+        Route("/fragments/requests/{ident:int}", request_fragment),
         Route("/jobs/{ref:path}/{action}", page_action, methods=["POST"]),
         Route("/jobs/{ref:path}", job_page),
         Route("/instances", instances_page),
@@ -378,6 +428,7 @@ def make_app(source: ConsoleSource, access: Access) -> Guard:
         Route("/api/jobs/{ref:path}", api_job),
         Route("/api/instances", api_instances),
         Route("/api/workers", api_workers),
+        Route("/api/requests/{ident:int}", api_request),
         Route("/metrics", metrics),
         Mount("/static", static, name="static"),
     ]

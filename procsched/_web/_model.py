@@ -20,6 +20,13 @@ ACTIONS = ("pause", "resume", "cancel", "run-now", "backfill")
 UNKEYED = "~"
 #: Runs kept per task by the program source (the store keeps its own ``keep_runs``).
 RUNS_KEPT = 100
+#: Where the console listens unless told otherwise (loopback: this machine only).
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+#: The environment variable that sets the access token.
+TOKEN_ENV = "PROCSCHED_WEB_TOKEN"
+#: What a run-now or backfill request is, as it stands (``Request.state``).
+REQUEST_STATES = ("asked", "taken", "done", "refused")
 
 
 class ConsoleError(Exception):
@@ -51,7 +58,10 @@ class Job:
     """One task, as the jobs page and ``GET /api/jobs`` show it.
 
     ``ref`` addresses it in URLs: the key, or ``~ID`` for an unkeyed task.
-    ``held_by`` is who runs it now: ``"host/pid"`` (``None``: nobody).
+    ``held_by`` is who runs it now: ``"host/pid"`` (``None``: nobody), with
+    `` (lease expired)`` or `` (gone)`` when that instance is not alive;
+    ``kept_by`` is the instance that claimed its last run (over a store: the
+    one that keeps it, the others have it on standby), said the same way.
     """
 
     ref: str
@@ -66,6 +76,7 @@ class Job:
     held_by: str | None
     runs: int
     unloadable: str | None = None
+    kept_by: str | None = None
 
     def api(self) -> dict[str, Any]:
         return {
@@ -79,6 +90,7 @@ class Job:
             "next_run_at": iso(self.next_run_at),
             "last_outcome": self.last_outcome,
             "held_by": self.held_by,
+            "kept_by": self.kept_by,
             "runs": self.runs,
             "unloadable": self.unloadable,
         }
@@ -89,10 +101,14 @@ class Slot:
     """One run (attempt) or one skipped slot of a task.
 
     ``run`` is None for a skipped slot (``outcome == "skipped"``, ``reason``
-    says why); ``outcome`` is None while a run is in flight. ``error``,
-    ``traceback`` and ``output`` are the run's failure and captured output
-    where the source has them (shown to authenticated sessions only: every
-    view of the console is).
+    says why); ``outcome`` is None while a run is in flight. ``cause``:
+    ``"schedule"``, ``"manual"`` (run now) or ``"backfill"``; ``reason``: a
+    skipped slot's (``"overlap"``, ``"misfire"``, ``"late"``, ``"paused"``,
+    ``"down"``) or a replaced run's (``"replaced"``). ``worker`` is the
+    worker process's pid, ``instance`` the scheduler instance that ran it
+    (``"host/pid"``). ``error``, ``traceback`` and ``output`` are the run's
+    failure and captured output where the source has them (shown to
+    authenticated sessions only: every view of the console is).
     """
 
     run: int | None
@@ -107,6 +123,7 @@ class Slot:
     error: str | None = None
     traceback: str | None = None
     output: str | None = None
+    instance: str | None = None
 
     @property
     def duration(self) -> float | None:
@@ -133,6 +150,7 @@ class Slot:
             "duration": self.duration,
             "lateness": self.lateness,
             "worker": self.worker,
+            "instance": self.instance,
             "error": self.error,
             "traceback": self.traceback,
             "output": self.output,
@@ -142,19 +160,24 @@ class Slot:
 @dataclass(frozen=True, slots=True)
 class JobDetail:
     """One job's page (``GET /api/jobs/{key}``): the job, its next slots,
-    its last runs and its last slots (runs and skipped slots, newest last)."""
+    its last runs and its last slots (runs and skipped slots, newest last).
+    ``totals``: over the job's life, attempts by outcome and skipped slots
+    by reason (``{"runs": {...}, "skipped": {...}}``; None: the source does
+    not keep them)."""
 
     job: Job
     next_slots: list[datetime]
     runs: list[Slot]
     slots: list[Slot]
     function: str | None = None
+    totals: dict[str, dict[str, int]] | None = None
 
     def api(self) -> dict[str, Any]:
         return {
             **self.job.api(),
             "function": self.function,
             "next_slots": [iso(t) for t in self.next_slots],
+            "totals": self.totals,
             "runs": [s.api() for s in self.runs],
             "slots": [s.api() for s in self.slots],
         }
@@ -188,7 +211,14 @@ class Worker:
 
 @dataclass(frozen=True, slots=True)
 class Instance:
-    """One scheduler process: the running program, or one registered on the store."""
+    """One scheduler process: the running program, or one registered on the store.
+
+    ``holding``: the jobs it runs now; ``keeping``: how many it keeps (claimed
+    their last run; None: not known); ``standby``: the jobs it leaves to
+    another instance (at most the first 1000 listed; ``standby_count`` is how
+    many); ``runner``: where its runs happen; ``workers``: None when the
+    instance does not publish them.
+    """
 
     id: str
     host: str
@@ -199,6 +229,9 @@ class Instance:
     holding: list[str] = field(default_factory=list)
     standby: list[str] = field(default_factory=list)
     workers: list[Worker] | None = None  # None: the source does not know them
+    keeping: int | None = None
+    standby_count: int = 0
+    runner: str | None = None
 
     def api(self) -> dict[str, Any]:
         return {
@@ -209,20 +242,65 @@ class Instance:
             "lease_until": iso(self.lease_until),
             "alive": self.alive,
             "holding": self.holding,
+            "keeping": self.keeping,
             "standby": self.standby,
+            "standby_count": self.standby_count,
+            "runner": self.runner,
             "workers": None if self.workers is None else [w.api() for w in self.workers],
         }
 
 
 @dataclass(frozen=True, slots=True)
-class Backfill:
-    """What a backfill request listed (``dry_run``) or started."""
+class Request:
+    """A run now or a backfill, as it stands.
 
-    slots: list[datetime]
-    dry_run: bool
+    Over a store it is a request to the instance that runs the task
+    (``id``: the store's request id), carried out at that instance's next
+    re-read of the store: ``state`` goes ``"asked"`` -> ``"taken"`` (by
+    ``taken_by``, ``"host/pid"``) -> ``"done"`` or ``"refused"`` (``error``
+    says why). In the running program it is carried out at once (``id``
+    None, ``state`` ``"done"``). ``kind`` is ``"run_now"`` or
+    ``"backfill"``; a backfill's ``slots`` are the slots it listed
+    (``dry_run``) or runs, known once done; ``run`` is the run a run now
+    started, where the source says.
+    """
+
+    id: int | None
+    ref: str
+    kind: str
+    state: str
+    asked_at: datetime | None = None
+    taken_by: str | None = None
+    done_at: datetime | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    dry_run: bool = False
+    slots: list[datetime] | None = None
+    run: int | None = None
+    error: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Not answered yet: its page keeps following it."""
+        return self.state in ("asked", "taken")
 
     def api(self) -> dict[str, Any]:
-        return {"slots": [iso(t) for t in self.slots], "dry_run": self.dry_run, "count": len(self.slots)}
+        return {
+            "id": self.id,
+            "key": self.ref,
+            "kind": self.kind,
+            "state": self.state,
+            "asked_at": iso(self.asked_at),
+            "taken_by": self.taken_by,
+            "done_at": iso(self.done_at),
+            "start": iso(self.start),
+            "end": iso(self.end),
+            "dry_run": self.dry_run,
+            "slots": None if self.slots is None else [iso(t) for t in self.slots],
+            "count": None if self.slots is None else len(self.slots),
+            "run": self.run,
+            "error": self.error,
+        }
 
 
 class ConsoleSource(abc.ABC):
@@ -266,11 +344,17 @@ class ConsoleSource(abc.ABC):
     def cancel(self, ref: str) -> bool:
         raise Refused("this console cannot cancel tasks")
 
-    def run_now(self, ref: str) -> bool:
+    def run_now(self, ref: str) -> Request:
+        """Run the task once now, outside its schedule (or ask for it)."""
         raise Refused("this console cannot run tasks now")
 
-    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
+    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Request:
+        """Run (or, ``dry_run``, list) the task's slots in ``[start, end)`` (or ask for it)."""
         raise Refused("this console cannot backfill tasks")
+
+    def request(self, ident: int) -> Request:
+        """A run now or backfill asked earlier, as it stands (``NotFound``: unknown or forgotten)."""
+        raise NotFound(f"no request {ident}: this console carries out its requests at once")
 
     def close(self) -> None:  # noqa: B027 - optional: a source that holds nothing keeps this default
         """Release what the source holds (a store connection)."""

@@ -27,7 +27,6 @@ from . import _words
 from ._model import (
     RUNS_KEPT,
     UNKEYED,
-    Backfill,
     BadRequest,
     ConsoleSource,
     Instance,
@@ -35,6 +34,7 @@ from ._model import (
     JobDetail,
     NotFound,
     Refused,
+    Request,
     Slot,
     Worker,
 )
@@ -287,18 +287,20 @@ class ProgramSource(ConsoleSource):
             raise Refused(f"cannot {action} {ref!r}: it is {handle.state.value}")
         return done
 
-    def run_now(self, ref: str) -> bool:
+    def run_now(self, ref: str) -> Request:
         handle = self._handle(ref)
         try:
             run_now = handle.run_now  # issue 22: not on TaskHandle yet (AttributeError from its __getattr__)
         except AttributeError:
             raise Refused(NEEDS_ISSUE_22.format("run now", "run_now")) from None
-        done = bool(run_now())
-        if not done:
+        if not run_now():
             raise Refused(f"cannot run {ref!r} now (its overlap policy skipped it, or it ended)")
-        return done
+        with self._lock:
+            self._mark += 1
+        now = datetime.now(UTC)
+        return Request(None, ref, "run_now", "done", now, f"{self.host}/{self.pid}", now)
 
-    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
+    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Request:
         handle = self._handle(ref)
         try:
             backfill = handle.backfill  # issue 22: not on TaskHandle yet
@@ -308,7 +310,12 @@ class ProgramSource(ConsoleSource):
             slots = backfill(start, end, dry_run=dry_run)
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
-        return Backfill(list(slots), dry_run)
+        with self._lock:
+            self._mark += 1
+        now = datetime.now(UTC)
+        return Request(
+            None, ref, "backfill", "done", now, f"{self.host}/{self.pid}", now, start, end, dry_run, list(slots)
+        )
 
 
 def _wall(text: str | None) -> datetime | None:

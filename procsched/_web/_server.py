@@ -15,12 +15,9 @@ import socket
 import threading
 from typing import Any
 
-from ._model import ConsoleSource
+from ._model import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV, ConsoleSource
 from ._security import Access
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
-TOKEN_ENV = "PROCSCHED_WEB_TOKEN"
 #: Seconds a stop waits for open streams before closing them.
 GRACE = 1
 

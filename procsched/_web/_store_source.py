@@ -1,28 +1,40 @@
 """The console over a store (``procsched web --store S``): every instance sharing it.
 
-    console thread ── jobs() / job() / instances() ──▶ store.jobs(), history(), schedulers()
-                   ── change_mark() (the live reader, at most once a second) ──▶ store.peers_view(since)
-                   ── pause / resume / cancel ──▶ one store batch: the writes an instance makes
-                                                  itself; every instance follows them at its re-read
-                                                  (README "Changes travel": within lease/3, <= 1 s)
+    console thread ── jobs() ───────────▶ store.jobs_view()        one query, plain data
+                   ── job(key) ─────────▶ store.job_view(key, n)   the task, its last runs and skipped slots
+                   ── instances() ──────▶ store.instances()        leases, what each holds, what it published
+                   ── metrics() ────────▶ store.counts()
+                   ── change_mark() ────▶ store.change_mark()      the live reader: at most once a second
+                   ── pause / resume / cancel ──▶ store.pause / resume / cancel(key): conditional writes
+                                                  every instance follows at its re-read (<= 1 s)
+                   ── run_now / backfill ───────▶ store.ask(key, ...) -> a request; request(id) reads it:
+                                                  the instance that runs the task takes it at its re-read,
+                                                  carries it out and answers
 
-Built on the store's API of today (``jobs``, ``get``, ``history``,
-``schedulers``, ``peers_view``, ``batch``); the store's read model and
-control channel (issue 23, store side) replace these calls here, and only
-here. Nothing read is ever unpickled: a task's arguments stay opaque bytes.
+The store's read model holds no arguments: nothing read is ever unpickled.
+
+What an instance answers a request with (the runtime's side, issue 22: this
+module reads it, and says so here): a refusal as the request's ``error``;
+a run now's result ``{"run": N}`` (the run it started; ``{"accepted":
+false}`` or ``false``: not run, e.g. its overlap policy skipped it); a
+backfill's result the slots, UTC ns, as a list or ``{"slots": [...]}``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import socket
 import threading
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from .._core._units import NS, wall_datetime, wall_ns
 from .._errors import StoreError
+from .._store import SkippedSlot
 from . import _words
 from ._model import (
-    Backfill,
+    BadRequest,
     ConsoleError,
     ConsoleSource,
     Instance,
@@ -30,22 +42,20 @@ from ._model import (
     JobDetail,
     NotFound,
     Refused,
+    Request,
     Slot,
+    Worker,
 )
 
-NS = 1_000_000_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: The re-read overlap of the change mark (a transaction may commit a
-#: little after the store-clock time it stamped; as the instances' re-read).
-OVERLAP_NS = 2 * NS
-NEEDS_CONTROL = (
-    "{} through a store needs the store's control channel (issues 22 and 23, store side), "
-    "which this procsched does not have yet"
-)
+if TYPE_CHECKING:
+    from .._store import ChangeMark, ControlRequest, HolderRef, JobView, RunRecord, Store
 
 
 def wall(ns: int | None) -> datetime | None:
-    return None if ns is None else _EPOCH + timedelta(microseconds=ns // 1000)
+    return None if ns is None else wall_datetime(ns)
+
+
+ns_of = wall_ns
 
 
 @functools.lru_cache(maxsize=4096)
@@ -55,259 +65,310 @@ def _describe(kind: str, period_ns: int | None, expr: str | None, tz: Any) -> tu
 
 def describe(schedule: dict[str, Any]) -> tuple[str, str | None]:
     """Schedules in words, once per distinct schedule (10,000 jobs share a few)."""
+    if schedule.get("kind") not in ("once", "fixed_rate", "fixed_delay", "cron"):
+        return "unknown schedule", None  # a row this release cannot read: listed, not a reason to fail
     return _describe(schedule["kind"], schedule.get("period_ns"), schedule.get("expr"), schedule.get("tz"))
+
+
+def holder_text(ref: HolderRef | None) -> str | None:
+    """``host/pid``, and why that instance is not alive: `` (lease expired)``
+    (registered, not renewed: stopped or hanging, nobody took it over yet),
+    `` (gone)`` (its registration ended or was taken over)."""
+    if ref is None:
+        return None
+    text = f"{ref.host or '?'}/{ref.pid if ref.pid is not None else '?'}"
+    if ref.alive:
+        return text
+    return text + (" (lease expired)" if ref.registered else " (gone)")
+
+
+def instance_text(ident: str | None) -> str | None:
+    """``host/pid`` from a scheduler id (``host:pid:nonce``)."""
+    if ident is None:
+        return None
+    host, _, rest = ident.partition(":")
+    return f"{host}/{rest.partition(':')[0]}"
+
+
+def job_of(view: JobView) -> Job:
+    """A stored task as the jobs page shows it."""
+    words, zone = describe(view.schedule)
+    st = view.state
+    if view.unloadable is not None:
+        state = "unloadable"
+    elif view.in_flight:
+        state = "running"
+    elif st.paused:
+        state = "paused"
+    elif st.next_due_ns is None:
+        state = "done"
+    else:
+        state = "pending"
+    return Job(
+        ref=view.key,
+        key=view.key,
+        name=view.name or view.key,
+        state=state,
+        paused=st.paused,
+        schedule=words,
+        zone=zone,
+        next_run_at=None if st.paused else wall(st.next_due_ns),
+        last_outcome=view.last_outcome,
+        held_by=holder_text(view.held_by),
+        runs=st.run_count,
+        unloadable=view.unloadable,
+        kept_by=holder_text(view.claimed_by),
+    )
+
+
+def slot_of(r: RunRecord | SkippedSlot) -> Slot:
+    """A stored run (attempt) or skipped slot as a ``Slot``."""
+    if isinstance(r, SkippedSlot):
+        return Slot(None, 1, "skipped", r.reason, None, wall(r.slot_ns), None, None, instance=instance_text(r.holder))
+    run = r
+    if run.error_type is not None:
+        error: str | None = f"{run.error_type}: {run.error_message}" if run.error_message else run.error_type
+    else:
+        error = run.error_message
+    return Slot(
+        run.run,
+        run.attempt,
+        run.outcome,
+        run.reason,
+        run.cause,
+        wall(run.scheduled_ns),
+        wall(run.started_ns),
+        wall(run.finished_ns),
+        None if run.worker_pid is None else str(run.worker_pid),
+        error,
+        run.error_traceback,
+        run.output,
+        None if run.pid is None else f"{run.host}/{run.pid}",
+    )
+
+
+def request_of(r: ControlRequest) -> Request:
+    """A stored control request, and what its answer says (see the module docstring)."""
+    kind = r.kind
+    state = "taken" if r.taken_by is not None else "asked"
+    slots = run = None
+    error = r.error
+    if r.done:
+        result = r.result
+        if error is None and (result is False or (isinstance(result, dict) and result.get("accepted") is False)):
+            error = "the instance did not start it (its overlap policy skipped it, or the task ended)"
+        if error is not None:
+            state = "refused"
+        else:
+            state = "done"
+            if kind == "run_now" and isinstance(result, dict) and type(result.get("run")) is int:
+                run = result["run"]
+            items = result.get("slots") if isinstance(result, dict) else result
+            if kind == "backfill" and isinstance(items, list):
+                slots = [wall_datetime(x) for x in items if type(x) is int]
+    return Request(
+        r.id,
+        r.key,
+        kind,
+        state,
+        wall(r.asked_ns),
+        instance_text(r.taken_by),
+        wall(r.done_ns),
+        wall(r.start_ns),
+        wall(r.end_ns),
+        r.dry_run,
+        slots,
+        run,
+        error,
+    )
 
 
 class StoreSource(ConsoleSource):
     """The read model over a store (any number of instances).
 
     Args:
-        target: the store, as ``procsched web --store`` takes it.
-        secret: the store's secret(s) (``--secret-file``; see ``Scheduler(secret=)``), or None.
+        store: an open store (``procsched._store.open_store``); the source
+            owns it from now on (``close()`` closes it). The caller opens it:
+            ``procsched web`` opens only a store that exists.
+        target: what the user named the store by, for the pages' title (a
+            URL's password never reaches a page: the store's own redaction).
     """
 
-    def __init__(self, target: str, secret: list[bytes] | None = None) -> None:
-        from .._store import open_store
+    def __init__(self, store: Store, target: str | None = None) -> None:
         from .._store._open import redact
 
-        self.store: Any = open_store(target, secret=secret)  # StoreError / ValueError: the caller says why
-        self.title = f"store {redact(target)}"  # a URL's password never reaches a page
+        self.store = store
+        self.title = store.describe if target is None else f"store {redact(target)}"
+        self.asker = f"console {socket.gethostname()}/{os.getpid()}"
         self._lock = threading.Lock()  # one thread at a time on the connection
-        self._since = 0  # store clock of the last change read
-        self._mark: tuple[Any, ...] = ()
-        #: key -> (the row's updated_ns, its holder's name, its Job): a row
-        #: not written since is not made into a record again.
-        self._jobs: dict[str, tuple[int, str | None, Job]] = {}
+        #: The last listing and the change mark read just before it: equal
+        #: marks, the same listing (a listing is a function of what the mark
+        #: counts: the tasks' writes and the instances' leases).
+        self._listed: tuple[ChangeMark, list[Job]] | None = None
+        #: key -> (what its Job is made of that can change, the Job): a row
+        #: not written since, whose instances' leases did not change, is not
+        #: made into a record again.
+        self._made: dict[str, tuple[tuple[int, HolderRef | None, HolderRef | None], Job]] = {}
 
     def close(self) -> None:
         with self._lock:
             self.store.close()
 
-    def _read(self, call: Any, *args: Any) -> Any:
+    def _call(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """``call(*args)`` on the store: KeyError -> NotFound, a store fault -> ConsoleError."""
         with self._lock:
             try:
-                return call(*args)
+                return call(*args, **kwargs)
+            except KeyError as exc:
+                raise NotFound(f"no task {exc.args[0]!r}" if exc.args else "no such task") from None
             except StoreError as exc:
                 raise ConsoleError(str(exc)) from exc
 
     # -- the read model ------------------------------------------------------------
 
     def change_mark(self) -> object:
-        """One bounded read (the rows changed since the last read, the task
-        count, the registered instances): what each instance reads at its
-        own re-read; the store's change mark replaces it."""
-        with self._lock:
-            since = self._since
-            changed, count, holders, now = self.store.peers_view(max(0, since - OVERLAP_NS))
-            self._since = now
-            newest = max((t.updated_ns for t in changed), default=0)
-            previous = self._mark[0] if self._mark else 0
-            self._mark = (max(newest, previous), count, tuple(sorted(h.id for h in holders)))
-            return self._mark
+        return self._call(self.store.change_mark)
 
     def jobs(self) -> list[Job]:
-        # load(): one snapshot of every task and instance, each distinct
-        # schedule parsed once (jobs() parses every row's JSON: 10,000 jobs
-        # cost twice as much); the store's read model will replace it.
-        loaded = self._read(self.store.load)
-        names = {h.id: f"{h.host}/{h.pid}" for h in loaded.schedulers}
-        tasks = sorted(loaded.tasks, key=lambda t: t.definition.key)
-        cache, jobs = self._jobs, []
-        fresh: dict[str, tuple[int, str | None, Job]] = {}
-        for t in tasks:
-            held = None if t.holder is None else names.get(t.holder)
-            hit = cache.get(t.definition.key)
-            if hit is None or hit[0] != t.updated_ns or hit[1] != held:
-                hit = (t.updated_ns, held, self._job(t, names))
-            fresh[t.definition.key] = hit
-            jobs.append(hit[2])
-        self._jobs = fresh  # two requests at once: each builds a valid cache, the last one stays
+        def read() -> tuple[ChangeMark, list[JobView] | None]:
+            mark = self.store.change_mark()
+            listed = self._listed
+            return mark, None if listed is not None and listed[0] == mark else self.store.jobs_view()
+
+        mark, views = self._call(read)
+        if views is None:
+            return self._listed[1]  # type: ignore[index]
+        made, fresh, jobs = self._made, {}, []
+        for v in views:
+            state = (v.updated_ns, v.held_by, v.claimed_by)
+            hit = made.get(v.key)
+            if hit is None or hit[0] != state:
+                hit = (state, job_of(v))
+            fresh[v.key] = hit
+            jobs.append(hit[1])
+        self._made = fresh  # two requests at once: each makes a valid cache, the last one stays
+        self._listed = (mark, jobs)
         return jobs
 
-    def _job(self, task: Any, names: dict[str, str]) -> Job:
-        words, zone = describe(task.definition.schedule)
-        st = task.state
-        if task.unloadable is not None:
-            state = "unloadable"
-        elif task.holder is not None:
-            state = "running"
-        elif st.paused:
-            state = "paused"
-        elif st.next_due_ns is None:
-            state = "done"
-        else:
-            state = "pending"
-        held = None if task.holder is None else names.get(task.holder, _holder_text(task.holder))
-        return Job(
-            ref=task.key,
-            key=task.key,
-            name=task.definition.options.get("name") or task.key,
-            state=state,
-            paused=st.paused,
-            schedule=words,
-            zone=zone,
-            next_run_at=None if st.paused else wall(st.next_due_ns),
-            last_outcome=task.last_outcome,
-            held_by=held,
-            runs=st.run_count,
-            unloadable=task.unloadable,
-        )
-
     def job(self, ref: str, limit: int = 50) -> JobDetail:
-        def read() -> tuple[Any, list[Any], list[Any]]:
-            return self.store.get(ref), self.store.history(ref, limit), self.store.schedulers()
-
-        task, records, holders = self._read(read)
-        if task is None:
+        detail = self._call(self.store.job_view, ref, limit)
+        if detail is None:
             raise NotFound(f"no task {ref!r}")
-        job = self._job(task, {h.id: f"{h.host}/{h.pid}" for h in holders})
-        runs = [_slot(r) for r in records]
+        job = job_of(detail.job)
         return JobDetail(
-            job, _words.next_slots(task.definition.schedule, job.next_run_at), runs, runs, task.definition.fn_ref
+            job,
+            _words.next_slots(detail.job.schedule, job.next_run_at),
+            [slot_of(r) for r in detail.runs],
+            [slot_of(r) for r in detail.slots],
+            detail.job.fn_ref,
+            {"runs": detail.runs_total, "skipped": detail.skipped_total},
         )
 
     def instances(self) -> list[Instance]:
-        def read() -> tuple[list[Any], list[Any], int]:
-            return self.store.schedulers(), self.store.jobs(), self.store.now_ns()
-
-        holders, tasks, now = self._read(read)
-        held: dict[str, list[str]] = {}
-        for t in tasks:
-            if t.holder is not None:
-                held.setdefault(t.holder, []).append(t.key)
-        return [
-            Instance(
-                h.id,
-                h.host,
-                h.pid,
-                h.lease_ns / NS,
-                wall(h.lease_until_ns),
-                h.lease_until_ns >= now,
-                sorted(held.get(h.id, [])),
+        found = []
+        for v in self._call(self.store.instances):
+            status = v.status
+            workers = None
+            if status.runner is not None or status.workers:  # an instance that publishes its status
+                state = "alive" if v.alive else "lease expired"
+                workers = [
+                    Worker(v.id, i, w.pid, state, w.rss, w.runs, w.restarts) for i, w in enumerate(status.workers)
+                ]
+            found.append(
+                Instance(
+                    v.id,
+                    v.host,
+                    v.pid,
+                    v.lease_ns / NS,
+                    wall(v.lease_until_ns),
+                    v.alive,
+                    list(v.holding),
+                    list(status.standby),
+                    workers,
+                    v.keeping,
+                    max(status.standby_count, len(status.standby)),
+                    status.runner,
+                )
             )
-            for h in holders
-        ]
+        return found
 
     def metrics(self) -> bytes:
         from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        def read() -> tuple[list[Any], list[Any], int]:
-            return self.store.jobs(), self.store.schedulers(), self.store.now_ns()
-
-        tasks, holders, now = self._read(read)
+        counts = self._call(self.store.counts)
 
         class Collector:
             def collect(self) -> Any:
-                jobs = GaugeMetricFamily(
-                    "procsched_store_jobs", "Keyed tasks in the store, by state.", labels=["state"]
-                )
-                states: dict[str, int] = {}
-                for t in tasks:
-                    state = (
-                        "unloadable"
-                        if t.unloadable
-                        else "paused"
-                        if t.state.paused
-                        else "running"
-                        if t.holder
-                        else "pending"
-                    )
-                    states[state] = states.get(state, 0) + 1
-                for state, n in sorted(states.items()):
-                    jobs.add_metric([state], n)
-                yield jobs
-                runs = GaugeMetricFamily("procsched_store_runs", "Runs claimed so far, by job.", labels=["job"])
-                last = GaugeMetricFamily(
-                    "procsched_store_last_outcome", "1 for each job's last outcome.", labels=["job", "outcome"]
-                )
-                for t in tasks:
-                    runs.add_metric([t.key], t.state.run_count)
-                    if t.last_outcome is not None:
-                        last.add_metric([t.key, t.last_outcome], 1)
-                yield runs
-                yield last
-                alive = sum(1 for h in holders if h.lease_until_ns >= now)
+                yield GaugeMetricFamily("procsched_store_jobs", "Keyed tasks in the store.", value=counts.jobs)
                 inst = GaugeMetricFamily(
                     "procsched_store_instances", "Registered instances, by lease.", labels=["lease"]
                 )
-                inst.add_metric(["alive"], alive)
-                inst.add_metric(["expired"], len(holders) - alive)
+                inst.add_metric(["alive"], counts.alive)
+                inst.add_metric(["expired"], counts.instances - counts.alive)
                 yield inst
+                # Per job, the non-zero counts only (10,000 jobs x 5 outcomes of zeros help nobody).
+                runs = CounterMetricFamily(
+                    "procsched_store_attempts",
+                    "Run attempts ended, by job and outcome (a retried run counts each attempt).",
+                    labels=["job", "outcome"],
+                )
+                skipped = CounterMetricFamily(
+                    "procsched_skipped_slots", "Slots not run, by job and reason.", labels=["job", "reason"]
+                )
+                for key in sorted(counts.by_job):
+                    by_outcome, by_reason = counts.by_job[key]
+                    for outcome, n in by_outcome.items():
+                        if n:
+                            runs.add_metric([key, outcome], n)
+                    for reason, n in by_reason.items():
+                        if n:
+                            skipped.add_metric([key, reason], n)
+                yield runs
+                yield skipped
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector())
         return bytes(generate_latest(registry))
 
-    # -- actions: the writes an instance makes itself --------------------------------
-
-    def _task(self, ref: str) -> Any:
-        task = self._read(self.store.get, ref)
-        if task is None:
-            raise NotFound(f"no task {ref!r}")
-        return task
-
-    def _write(self, what: str, build: Any) -> None:
-        with self._lock:
-            batch = self.store.batch()
-            build(batch)
-            try:
-                batch.commit()
-            except StoreError as exc:
-                raise ConsoleError(f"cannot {what}: {exc}") from exc
+    # -- actions: through the store's control channel ------------------------------------
 
     def pause(self, ref: str) -> bool:
-        task = self._task(ref)
-        if task.state.next_due_ns is None and task.holder is None:
-            raise Refused(f"cannot pause {ref!r}: it has no next run")
-        self._write("pause", lambda b: b.update(ref, paused=True))
+        self._call(self.store.pause, ref)  # False: paused already - it is paused, as asked
         return True
 
     def resume(self, ref: str) -> bool:
-        from .._runtime._durable._stored import schedule_of
-
-        task = self._task(ref)
-        if not task.state.paused:
+        if not self._call(self.store.resume, ref):
             raise Refused(f"cannot resume {ref!r}: it is not paused")
-        due = task.state.next_due_ns
-        now = self._read(self.store.now_ns)
-        fields: dict[str, Any] = {"paused": False}
-        if due is not None:  # its next slot from now, as a resume in an instance
-            fields["next_due_ns"] = schedule_of(task.definition).not_before(due, now)
-        self._write("resume", lambda b: b.update(ref, **fields))
         return True
 
     def cancel(self, ref: str) -> bool:
-        self._task(ref)
-        self._write("cancel", lambda b: b.delete(ref))
+        if not self._call(self.store.cancel, ref):
+            raise NotFound(f"no task {ref!r}")
         return True
 
-    def run_now(self, ref: str) -> bool:
-        self._task(ref)
-        raise Refused(NEEDS_CONTROL.format("Run now"))
+    def run_now(self, ref: str) -> Request:
+        return self.request(self._call(self.store.ask, ref, "run_now", asked_by=self.asker))
 
-    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Backfill:
-        self._task(ref)
-        raise Refused(NEEDS_CONTROL.format("A backfill"))
+    def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Request:
+        if start >= end:
+            raise BadRequest(f"start must be before end, got {start.isoformat()} >= {end.isoformat()}")
+        try:
+            ident = self._call(
+                self.store.ask,
+                ref,
+                "backfill",
+                start_ns=ns_of(start),
+                end_ns=ns_of(end),
+                dry_run=dry_run,
+                asked_by=self.asker,
+            )
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(str(exc)) from exc
+        return self.request(ident)
 
-
-def _holder_text(holder_id: str) -> str:
-    """``host/pid`` from a scheduler id (``host:pid:random``) no longer registered."""
-    host, _, rest = holder_id.partition(":")
-    return f"{host}/{rest.partition(':')[0]} (lease gone)"
-
-
-def _slot(r: Any) -> Slot:
-    error = None if r.error_type is None else f"{r.error_type}: {r.error_message}"
-    return Slot(
-        r.run,
-        r.attempt,
-        r.outcome,
-        None,
-        "schedule",
-        wall(r.scheduled_ns),
-        wall(r.started_ns),
-        wall(r.finished_ns),
-        None if r.pid is None else f"{r.host}/{r.pid}",
-        error,
-    )
+    def request(self, ident: int) -> Request:
+        found = self._call(self.store.request, ident)
+        if found is None:
+            raise NotFound(f"no request {ident} (requests are forgotten a day after they were asked)")
+        return request_of(found)

@@ -14,10 +14,11 @@ the slot arithmetic is the core's own (``Schedule.next_after``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 from typing import Any
 
-NS = 1_000_000_000
+from .._core._units import NS, wall_datetime, wall_ns
+
 #: Cron's aliases, as cron-descriptor needs them spelled out.
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -132,16 +133,11 @@ def next_slots(schedule: dict[str, Any] | None, first: datetime | None, n: int =
     except ValueError:  # a zone or an expression this process cannot read
         return [first]
     slots = [first]
-    slot_ns = _ns(first)
+    slot_ns = wall_ns(first)
     while len(slots) < n:
         following = task_schedule.next_after(slot_ns)
         if following is None or following <= slot_ns:
             break
         slot_ns = following
-        slots.append(datetime.fromtimestamp(0, UTC) + timedelta(microseconds=slot_ns // 1000))
+        slots.append(wall_datetime(slot_ns))
     return slots
-
-
-def _ns(when: datetime) -> int:
-    delta = when - datetime.fromtimestamp(0, UTC)
-    return (delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1000

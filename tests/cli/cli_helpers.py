@@ -131,3 +131,48 @@ def run_in_pty(*args: str, pythonpath: str | None = None, columns: int = 150, li
         proc.kill()
         os.close(leader)
     return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+
+
+NS = 1_000_000_000
+#: The stored history's first slot (UTC ns): 2026-09-21T14:13:20Z.
+T0 = 1_790_000_000 * NS
+
+
+def fill_store(store) -> object:
+    """Two keyed tasks, written as an instance writes them: "report" (every
+    minute) ran twice - run 1 ok on worker 4242, a slot skipped (overlap),
+    run 2 a manual run that raised ValueError (with its traceback) - and
+    "idle", paused. Returns the instance's registration."""
+    from procsched._store import TaskDefinition, TaskState
+
+    batch = store.batch()
+    for key in ("report", "idle"):
+        batch.upsert(
+            TaskDefinition(key, "jobs:f", b"", {"kind": "fixed_rate", "period_ns": 60 * NS}, {"name": key}),
+            TaskState(next_due_ns=T0),
+        )
+    assert batch.commit().ok
+    assert store.pause("idle")
+    me = store.register()
+    for build in (
+        lambda b: b.started("report", 1, 1, T0, T0 + NS // 100, worker_pid=4242),
+        lambda b: b.finished("report", 1, 1, "ok", T0 + NS // 10, T0 + 60 * NS, worker_pid=4242),
+        lambda b: b.skipped("report", T0 + 60 * NS, "overlap"),
+        lambda b: b.started("report", 2, 1, T0 + 90 * NS, T0 + 90 * NS, cause="manual", worker_pid=4242),
+        lambda b: b.finished(
+            "report",
+            2,
+            1,
+            "error",
+            T0 + 91 * NS,
+            T0 + 120 * NS,
+            worker_pid=4242,
+            error_type="ValueError",
+            error_message="bad\nluck",
+            error_traceback="Traceback (most recent call last):\nValueError: bad\nluck\n",
+        ),
+    ):
+        batch = store.batch(me)
+        build(batch)
+        assert batch.commit().ok
+    return me

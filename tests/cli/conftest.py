@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
 import pytest
 from cli_helpers import QUICK_JOBS
+
+_databases = itertools.count()
 
 
 @pytest.fixture
@@ -36,3 +39,30 @@ def pg_cluster():
     cluster = ThrowawayCluster(fsync=False).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A new empty store: a SQLite file, or a database of its own on the throwaway PostgreSQL server."""
+    import os
+
+    from procsched._store import open_store
+
+    if request.param == "sqlite":
+        target = str(tmp_path / "store.db")
+        open_store(target).close()
+        yield target
+        return
+    import psycopg
+
+    cluster = request.getfixturevalue("pg_cluster")
+    name = f"cli{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    target = cluster.url_for(name)
+    open_store(target).close()
+    try:
+        yield target
+    finally:
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

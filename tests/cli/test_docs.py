@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from cli_helpers import REPO, cli
+from cli_helpers import REPO, cli_here
 
 import procsched
 
@@ -32,7 +32,23 @@ def _options(text: str) -> set[str]:
 def test_readme_and_help_list_the_same_options() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Jobs files") : readme.index("## Semantics")]
-    shown = "".join(cli(*command, "--help").stdout for command in ((), ("run",), ("demo",), ("next",), ("web",)))
+    shown = "".join(
+        cli_here(*command, "--help").stdout
+        for command in (
+            (),
+            ("run",),
+            ("demo",),
+            ("next",),
+            ("web",),
+            ("jobs",),
+            ("history",),
+            ("remove",),
+            ("pause",),
+            ("resume",),
+            ("cancel",),
+            ("run-now",),
+        )
+    )
     assert _options(section) - {"--help"} == _options(shown) - {"--help"}
 
 

@@ -38,7 +38,7 @@ def test_handles_are_awaited_with_asyncio_wrap_future() -> None:
         while not slow.done():
             await asyncio.sleep(0.01)
             ticks += 1
-        assert ticks >= 10
+        assert ticks >= 3  # not blocked for the run's 0.5 s (a loaded machine sleeps longer than 10 ms a tick)
         # cancelling the awaiting coroutine cancels the task
         later = s.schedule(square, 30, args=(1,))
         waiter = asyncio.ensure_future(asyncio.wrap_future(later))

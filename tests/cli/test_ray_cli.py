@@ -31,7 +31,9 @@ def ray_plain(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
     """One run on a local Ray cluster (the command starts it), for both tests: Ray takes seconds to start."""
     path = tmp_path_factory.mktemp("ray") / "ray_jobs.py"
     path.write_text(textwrap.dedent(JOBS))
-    return cli("run", str(path), "--runner", "ray", "--workers", "1", "--duration", "2", "--plain", timeout=110)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("RAY_ADDRESS", raising=False)  # its own cluster, even on the xdist worker that runs the shared one
+        return cli("run", str(path), "--runner", "ray", "--workers", "1", "--duration", "2", "--plain", timeout=110)
 
 
 def test_ray_keeps_its_lines_off_the_plain_stream(ray_plain: subprocess.CompletedProcess[str]) -> None:

@@ -51,12 +51,22 @@ def test_jobs_and_history_on_a_bad_store_say_why(tmp_path):
 
 def test_read_only_commands_never_create_a_store(tmp_path):
     """Issue 26 item 7: a mistyped path is an error, and no file appears."""
-    for argv in (["jobs"], ["history", "beat"], ["remove", "beat"]):
-        done = cli(*argv, "--store", str(tmp_path / "typo.db"))
+    for argv in (
+        ["jobs"],
+        ["history", "beat"],
+        ["remove", "beat"],
+        ["pause", "beat"],
+        ["resume", "beat"],
+        ["cancel", "beat"],
+        ["run-now", "beat", "--wait", "1"],
+        ["web", "--port", "0"],
+    ):
+        done = (cli if argv[0] == "jobs" else cli_here)(*argv, "--store", str(tmp_path / "typo.db"))
         assert done.returncode == 1, argv
-        assert done.stderr == f"procsched: cannot open the store: no store at {tmp_path / 'typo.db'}\n"
+        assert done.stderr.startswith(f"procsched: cannot open the store: no store at {tmp_path / 'typo.db'} "), argv
+        assert done.stderr.count("\n") == 1 and done.stdout == "", argv
     done = cli_here("history", "--store", "sqlite:///typo.db", cwd=tmp_path)
-    assert done.returncode == 1 and "no store at typo.db" in done.stderr
+    assert done.returncode == 1 and f"no store at {tmp_path / 'typo.db'}" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -257,8 +257,20 @@ def test_a_dead_holder_is_shown_dead_and_history_names_the_instance(tmp_path: Pa
     table = cli_here("jobs", "--store", db).stdout
     assert f"/{proc.pid} (dead)" in next(line for line in table.splitlines() if line.startswith("slow"))
     history = cli_here("history", "--store", db, "slow").stdout.splitlines()
-    assert history[0].split()[:7] == ["key", "run", "attempt", "scheduled", "finished", "outcome", "instance"]
-    assert history[1].split()[5:7] == ["running", f"{os.uname().nodename}/{proc.pid}"]
+    assert history[0].split() == [
+        "key",
+        "run",
+        "attempt",
+        "cause",
+        "scheduled",
+        "finished",
+        "outcome",
+        "reason",
+        "instance",
+        "worker",
+        "error",
+    ]
+    assert history[1].split()[6:9] == ["running", "-", f"{os.uname().nodename}/{proc.pid}"]
 
 
 def test_on_postgresql_the_store_follows_the_file_and_its_url_is_never_printed_whole(pg_cluster, tmp_path) -> None:

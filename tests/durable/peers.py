@@ -85,12 +85,17 @@ class Peer:
             except psutil.NoSuchProcess:
                 pass
 
-    def kill(self) -> None:
-        """SIGKILL the whole scheduler (a host dies): user process, dispatcher, workers."""
+    def kill(self, wait: bool = True) -> list[psutil.Process]:
+        """SIGKILL the whole scheduler (a host dies): user process, dispatcher,
+        workers; returns them. The user process is reaped at once (its pid,
+        the registration's, is gone); with ``wait``, also wait until the rest
+        are gone (orphans: reaped by init, here up to ~2 s later)."""
         procs = self.tree()
         self.signal(signal.SIGKILL, procs)
         self.proc.wait(10)
-        psutil.wait_procs(procs, timeout=10)
+        if wait:
+            psutil.wait_procs(procs, timeout=10)
+        return procs
 
     def quit(self, timeout: float = 30.0) -> None:
         if self.proc.poll() is None:

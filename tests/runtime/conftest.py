@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import psutil
 import pytest
@@ -125,6 +126,10 @@ def ray_cluster():
         address = started.address()
         os.environ["RAY_ADDRESS"] = address
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        # Ray starts its worker processes on first use: start one per CPU now,
+        # so the first test (real-time ones among them) does not time that.
+        warm = ray.remote(num_cpus=1)(lambda seconds: time.sleep(seconds))  # by value: workers cannot import conftest
+        ray.get([warm.remote(0.2) for _ in range(2)], timeout=60)
         yield address
     finally:
         if ray.is_initialized():

@@ -12,6 +12,7 @@ import httpx
 from prometheus_client import generate_latest
 
 from procsched._metrics import Metrics
+from procsched._store import open_store
 from procsched._web import Console
 from procsched._web._program import ProgramSource
 from procsched._web._store_source import StoreSource
@@ -47,7 +48,7 @@ def test_metrics_label_series_by_job_name_only(schedulers, tmp_path):
         program.add(h, {"kind": "fixed_rate", "period_ns": 20_000_000})
     wait_until(lambda: len(s.history("chatty-key")) >= 4, 30, "runs, some failed")
     check(generate_latest(metrics.registry).decode(), {"chatty", "unkeyed"})  # --metrics-port's registry
-    for source, jobs in ((program, {"chatty", "unkeyed"}), (StoreSource(db), {"chatty-key"})):
+    for source, jobs in ((program, {"chatty", "unkeyed"}), (StoreSource(open_store(db), db), {"chatty-key"})):
         console = Console(source, host="127.0.0.1", port=0, token=TOKEN)
         console.start()
         try:

@@ -140,7 +140,8 @@ def requests(app: Any, key: str) -> list[tuple[str, str, dict[str, Any] | None]]
 def test_the_console_never_unpickles_a_stored_payload(store_url, secret, tmp_path):
     out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")
     plant(store_url, secret, marker, out, keys=("planted", "other"))
-    console = Console(StoreSource(store_url, [secret] if secret else None), host="127.0.0.1", port=0, token=TOKEN)
+    source = StoreSource(open_store(store_url, secret=secret), store_url)
+    console = Console(source, host="127.0.0.1", port=0, token=TOKEN)
     console.start()
     try:
         client = httpx.Client(

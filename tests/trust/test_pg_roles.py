@@ -102,7 +102,7 @@ def test_each_role_does_its_job_with_the_readme_grants_only(roles, tmp_path):
     store.close()
 
     # -- the console: every view, every action but writing a definition
-    source = StoreSource(roles["procsched_console"])
+    source = StoreSource(open_store(roles["procsched_console"]), roles["procsched_console"])
     try:
         assert [j.key for j in source.jobs()] == ["tick"]
         source.job("tick"), source.instances(), source.change_mark(), source.metrics()

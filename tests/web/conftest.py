@@ -1,6 +1,7 @@
 """Fixtures for the console tests: a console served on a free loopback port
-(per test) over a real Scheduler, and one headless Chromium per session (per
-xdist worker). Helpers: web_helpers.py.
+(per test) over a real Scheduler, one headless Chromium per session (per
+xdist worker), and stores - SQLite and a throwaway PostgreSQL server, one
+per session (per xdist worker). Helpers: web_helpers.py.
 
 The browser is Debian's chromium (/usr/bin/chromium), driven by Playwright
 through ``executable_path``: Playwright's own browser download never runs.
@@ -10,6 +11,7 @@ package) and are skipped, saying why, locally.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,8 @@ from web_helpers import CHROMIUM, CHROMIUM_ARGS, in_ci, rate, serve
 
 import procsched
 from procsched._web._program import ProgramSource
+
+_databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +87,43 @@ def program(scheduler: procsched.Scheduler, tmp_path: Path) -> Iterator[Any]:
         yield served
     finally:
         served.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A throwaway PostgreSQL server per session (per xdist worker), as tests/store/conftest.py starts it."""
+    from procsched._store._pgcluster import ThrowawayCluster, find_binaries
+
+    if find_binaries() is None:
+        why = "PostgreSQL server binaries (initdb, pg_ctl, postgres) not in /usr/lib/postgresql/*/bin nor on PATH"
+        if in_ci():
+            pytest.fail(f"{why}: CI must run the PostgreSQL tests (.ci/run installs the server)")
+        pytest.skip(why)
+    cluster = ThrowawayCluster(fsync=False).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: Any, tmp_path: Path) -> Iterator[str]:
+    """A new empty store: a SQLite file, or a database of its own on the throwaway PostgreSQL server."""
+    from procsched._store import open_store
+
+    if request.param == "sqlite":
+        target = str(tmp_path / "store.db")
+        open_store(target).close()
+        yield target
+        return
+    import psycopg
+
+    cluster = request.getfixturevalue("pg_cluster")
+    name = f"web{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    target = cluster.url_for(name)
+    open_store(target).close()
+    try:
+        yield target
+    finally:
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import re
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
-from web_helpers import TOKEN, lines, serve, wait_until
+from web_helpers import MINUTE, NS, T0, TOKEN, add_job, lines, serve, store_source, wait_until
 
 import procsched
-from procsched._web._store_source import StoreSource
 
 #: Where the screenshots go: PROCSCHED_SCREENSHOTS=docs writes the README's.
 SHOTS = os.environ.get("PROCSCHED_SCREENSHOTS")
@@ -43,7 +43,7 @@ def test_login_link_and_the_jobs(program, page):
 def test_a_run_appears_without_reloading(program, page):
     log_in(page, program)
     page.click("text=tick")
-    page.wait_for_selector("#job table.runs")
+    page.wait_for_selector("#job-runs table.runs")
     page.evaluate("window.loadedOnce = true")  # gone if the page reloads
     wait_until(lambda: lines(program.log) >= 1, what="a first run")
     handle = program.scheduler.get(1)
@@ -51,7 +51,7 @@ def test_a_run_appears_without_reloading(program, page):
     newest = handle.runs[-1].run
     finished = time.monotonic()
     page.wait_for_function(
-        f"() => [...document.querySelectorAll('#job table.runs tr.run td:first-child')]"
+        f"() => [...document.querySelectorAll('#job-runs table.runs tr.run td:first-child')]"
         f".some(td => td.textContent.trim() === '{newest + 2}')",
         timeout=10_000,
     )
@@ -103,8 +103,8 @@ def test_run_now_in_the_browser(program, page):
     page.wait_for_selector("#job-state:text('paused')")
     seen = lines(program.log)
     page.click("button[name=run-now]")
-    page.wait_for_selector(".flash")
-    assert page.locator(".flash.ok").inner_text(timeout=100) == "started a run now"
+    page.wait_for_selector("#requests .flash")
+    assert page.locator("#requests .flash.ok").first.inner_text(timeout=100) == "started a run now"
     wait_until(lambda: lines(program.log) == seen + 1, what="the manual run")
 
 
@@ -118,11 +118,11 @@ def test_backfill_dry_run_then_backfill_in_the_browser(program, page):
     page.fill("input[name=start]", first.isoformat())
     page.fill("input[name=end]", (first + __import__("datetime").timedelta(seconds=1)).isoformat())
     page.click("button[name=dry-run]")
-    page.wait_for_selector(".flash")
-    assert "would run" in page.locator(".flash.ok").inner_text(timeout=100)
+    page.wait_for_selector("#requests .flash")
+    assert "would run" in page.locator("#requests .flash.ok").first.inner_text(timeout=100)
     seen = lines(program.log)
     page.click("button[name=backfill]")
-    page.wait_for_selector(".flash.ok:text('backfill started')")
+    page.wait_for_selector("#requests .flash.ok:text('backfill started')")
     wait_until(lambda: lines(program.log) >= seen + 5, what="the backfilled runs")
 
 
@@ -130,12 +130,66 @@ def test_run_now_and_backfill_in_the_browser_say_why_not_yet(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
     page.click("button[name=run-now]")
-    assert "issue 22" in page.locator(".flash.bad").inner_text()
+    assert "issue 22" in page.locator("#requests .flash.bad").inner_text()
     page.click("summary:text('Backfill')")
     page.fill("input[name=start]", "2026-01-01T00:00:00Z")
     page.fill("input[name=end]", "2026-01-01T00:00:02Z")
     page.click("button[name=dry-run]")
-    page.wait_for_selector(".flash.bad:text('issue 22')")
+    page.wait_for_selector("#requests .flash.bad:text('issue 22')")
+
+
+# -- over a store: run now and backfill are requests to the instance that runs the job -------------
+
+
+def test_run_now_and_a_backfill_over_a_store_show_the_instances_answers_live(page, tmp_path):
+    """The page asks, shows the request waiting, and shows the answer when the
+    instance gives it, without reloading. The test plays the instance with
+    the store's own calls (its re-read takes the request, a batch answers)."""
+    from datetime import datetime
+
+    from procsched._store import open_store
+
+    def utc(ns):
+        return datetime.fromtimestamp(ns / NS, UTC).isoformat()
+
+    db = str(tmp_path / "s.db")
+    instance = open_store(db)
+    add_job(instance)
+    me = instance.register()
+    served = serve(store_source(db))
+    try:
+        log_in(page, served)
+        page.goto(f"{served.url}/jobs/report")
+        page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        page.click("button[name=run-now]")
+        page.wait_for_selector("#requests .request[data-state=asked]:text('waiting for the instance that runs report')")
+        [asked] = instance.take_requests(me, {"report"})
+        batch = instance.batch(me)
+        batch.started("report", 1, 1, T0, cause="manual")
+        batch.answer(asked.id, result={"run": 1})
+        assert batch.commit().ok
+        page.wait_for_selector("#requests .request[data-state=done]:text('started a run now: run 1')")
+        page.wait_for_selector("#job-runs td:text-is('manual')")
+
+        page.click("summary:text('Backfill')")
+        page.fill("input[name=start]", utc(T0))
+        page.fill("input[name=end]", utc(T0 + 3 * MINUTE))
+        page.click("button[name=dry-run]")
+        page.wait_for_selector("#requests .request[data-state=asked]:text('Backfill dry run')")
+        [asked] = instance.take_requests(me, {"report"})
+        assert (asked.kind, asked.start_ns, asked.end_ns, asked.dry_run) == ("backfill", T0, T0 + 3 * MINUTE, True)
+        assert instance.answer(me, asked.id, result=[T0, T0 + MINUTE, T0 + 2 * MINUTE])
+        listed = page.locator("#requests .request[data-state=done]:text('3 slot(s) would run')")
+        listed.wait_for()
+        assert listed.locator("ol.slots li").count() == 3
+        listed.locator("button[name=backfill]").click()  # the confirmation (its dialog accepted)
+        page.wait_for_selector("#requests .request[data-state=asked]:text('Backfill from')")
+        [asked] = instance.take_requests(me, {"report"})
+        assert (asked.start_ns, asked.end_ns, asked.dry_run) == (T0, T0 + 3 * MINUTE, False)
+        assert page.evaluate("window.loadedOnce") is True
+    finally:
+        served.close()
+        instance.close()
 
 
 # -- screenshots, from a demo store ------------------------------------------------------------
@@ -166,7 +220,7 @@ def demo_store(tmp_path):
 
 def test_screenshots(browser, demo_store, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    served = serve(StoreSource("demo.db"))
+    served = serve(store_source("demo.db"))
     out = Path(SHOTS) if SHOTS else tmp_path
     try:
         for width, height, suffix in ((1280, 800, ""), (390, 844, "-narrow")):

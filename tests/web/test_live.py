@@ -8,10 +8,9 @@ import time
 
 import httpx
 import pytest
-from web_helpers import TOKEN, serve, wait_until
+from web_helpers import TOKEN, serve, store_source, wait_until
 
 import procsched
-from procsched._web._store_source import StoreSource
 
 
 @pytest.mark.timeout(30)
@@ -21,7 +20,7 @@ def test_many_viewers_cost_one_read_a_second(tmp_path):
     db = str(tmp_path / "live.db")
     s = procsched.Scheduler(workers=1, store=db)
     s.schedule_at_fixed_rate(web_jobs.tick, 0.1, key="tick")
-    served = serve(StoreSource(db))
+    served = serve(store_source(db))
     live = served.console.live
     try:
         time.sleep(0.5)  # nobody watches: no read at all
@@ -68,7 +67,7 @@ def test_viewers_fetching_at_once_share_one_store_read(tmp_path):
     db = str(tmp_path / "shared.db")
     with procsched.Scheduler(workers=1, store=db) as s:  # a still store: the generation stays put
         s.schedule_cron(web_jobs.tick, "0 3 * * *", key="tick")
-    source = StoreSource(db)
+    source = store_source(db)
     reads = []
     jobs = source.jobs
 

@@ -28,7 +28,7 @@ def routes(console: Any) -> list[tuple[str, str]]:
             found.append(("GET", "/static/console.css"))
             continue
         assert isinstance(route, Route)
-        path = route.path.replace("{ref:path}", "~1").replace("{action}", "pause")
+        path = route.path.replace("{ref:path}", "~1").replace("{action}", "pause").replace("{ident:int}", "1")
         for method in sorted(route.methods or {"GET"}):
             if method != "HEAD":
                 found.append((method, path))

@@ -68,13 +68,18 @@ def test_web_over_a_store(tmp_path):
 
 
 def test_web_refuses_a_bad_store_and_a_taken_port(tmp_path):
-    bad = start("web", "--store", str(tmp_path / "no" / "such" / "dir" / "x.db"), "--port", "0")
-    assert bad.wait(30) == 1
-    assert "cannot open the store" in bad.communicate()[1]
+    for missing in (tmp_path / "no" / "such" / "dir" / "x.db", tmp_path / "typo.db"):
+        bad = start("web", "--store", str(missing), "--port", "0")
+        assert bad.wait(30) == 1
+        assert bad.communicate()[1].startswith(f"procsched: cannot open the store: no store at {missing}")
+    assert not (tmp_path / "typo.db").exists()  # the console never creates a store
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
+        from procsched._store import open_store
+
+        open_store(tmp_path / "ok.db").close()
         busy = start("web", "--store", str(tmp_path / "ok.db"), "--port", str(port))
         assert busy.wait(30) == 1
         assert "cannot serve the console" in busy.communicate()[1]
@@ -101,11 +106,23 @@ def test_run_with_web(tmp_path):
 @pytest.mark.timeout(60)
 def test_console_benchmark_runs():
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.console", "--jobs", "50", "--runs", "5", "--repeat", "1"],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.console",
+            "--jobs",
+            "50",
+            "--runs",
+            "5",
+            "--repeat",
+            "1",
+            "--cli-jobs",
+            "30",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| GET /api/jobs (50 jobs) |" in proc.stdout
+    assert "| GET /api/jobs (50 jobs, after a change) |" in proc.stdout and "| procsched jobs (30 jobs" in proc.stdout

@@ -1,0 +1,63 @@
+"""How the suite spreads over xdist workers (the README's ``pytest -q -n 2``),
+and one preparation before they start.
+
+- xdist hands the tests out one at a time, in collection order, as workers
+  free up (``_Schedule`` below), instead of its default batches of
+  consecutive tests (a quarter of the suite per worker at first): no batch
+  of long tests waits behind one worker while the other sits idle. The
+  order is kept: the last directories hold short tests, and moving the
+  slow ones first would run the real-time tests beside the heaviest.
+- The tests on the Ray cluster go to one worker, together: it starts the one
+  cluster (a start costs ~10 s of a 2-core machine) and runs them all; the
+  other worker never starts one. They are found by name (``_on_ray``): the
+  scheduler sees node ids only. (xdist's own ``--dist loadgroup`` cannot do
+  it here: with pytest 9.2 its ``xdist_group`` marks are silently ignored,
+  pytest-dev/pytest-xdist#1386.) The PostgreSQL cluster stays one per
+  worker: ~1 s to start, and used everywhere.
+- procsched's modules and the tests' helper modules are byte-compiled once,
+  before the workers start, as an install does: every scheduler's dispatcher
+  is a fresh interpreter, and where PYTHONDONTWRITEBYTECODE is set (it is on
+  the CI machine) each would compile every module it imports again.
+"""
+
+from __future__ import annotations
+
+import compileall
+import os
+import re
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without xdist), once
+        for path in (os.path.join(ROOT, "procsched"), HERE):
+            compileall.compile_dir(path, quiet=1)
+
+
+def _on_ray(nodeid: str) -> bool:
+    """A test of tests/runtime/test_ray.py, or one with a ``ray`` parameter
+    (the runner fixtures take the Ray cluster for it)."""
+    path, _, name = nodeid.partition("::")
+    return os.path.basename(path) == "test_ray.py" or "ray" in re.split(r"[\[\]\-]", name)
+
+
+class _Schedule(LoadScopeScheduling):
+    """xdist's scope scheduling with one test per scope (each worker holds
+    at most three tests not yet run, and gets the next one in collection
+    order as it frees up), except the Ray tests: one scope, handed to one
+    worker as a whole (first: the largest scope goes first)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "ray" if _on_ray(nodeid) else nodeid
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """``-n N`` without another ``--dist``: this schedule; else xdist's."""
+    return _Schedule(config, log) if config.getvalue("dist") == "load" else None
