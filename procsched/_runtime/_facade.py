@@ -94,7 +94,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             Opened here (a bad store is a ``StoreError`` now); keyed tasks'
             definitions, state and runs live in it, stored tasks are resumed
             at once, runs in flight when a previous scheduler died are
-            recorded ``crashed`` (see README, "Durable schedules").
+            recorded ``crashed`` (see README, "Durable schedules"). A store
+            holds code (functions by reference, pickled arguments): whoever
+            can write it can make its workers run code, unless ``secret``.
         lease: seconds (default 30) a scheduler sharing its store with
             others holds its runs without renewing: when it dies, the others
             record its runs in flight ``crashed`` and carry its schedules on

@@ -3,6 +3,7 @@ would (plain SQL), payloads that run code when unpickled, waits."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import sqlite3
@@ -11,6 +12,10 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+import procsched
+from procsched._store import TaskState, open_store
+from tests.trust import tasks
 
 P = 1_000_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,6 +41,32 @@ def planted(marker: str, out: str) -> bytes:
     """A stored argument blob that runs code when unpickled (see ``Planted``),
     then is the call ``tasks.tick(out, "planted")``."""
     return pickle.dumps(Planted(marker, ((out, "planted"), {})))
+
+
+def plant(url: str, secret: bytes | None, marker: str, out: str, keys: tuple[str, ...] = ("planted",)) -> None:
+    """Stored tasks whose arguments run code when unpickled, due now, each
+    with a past run that has output and a traceback; written by a program
+    that has ``secret`` (so signed with it: a stolen secret)."""
+    with procsched.Scheduler(1, store=url, secret=secret) as s:
+        for key in keys:
+            s.schedule_at_fixed_rate(tasks.tick, 3600, initial_delay=3600, args=(out, key), key=key)
+    store = open_store(url, secret=secret)
+    now = time.time_ns()
+    b = store.batch()
+    for key in keys:
+        stored = store.get(key)
+        assert stored is not None and stored.untrusted is None
+        b.upsert(dataclasses.replace(stored.definition, args=planted(marker, out), def_hash=""), TaskState(0, now - P))
+    assert b.commit().ok
+    holder = store.register(lease_ns=60 * P)
+    for key in keys:
+        assert store.claim_run(holder, key, 1, 1, now - P, now - P)
+        assert store.finish_run(
+            holder, key, 1, 1, "error", now, now, error_type="ValueError", error_message="no",
+            error_traceback="Traceback: no", output="some output",
+        )  # fmt: skip
+    store.unregister(holder)
+    store.close()
 
 
 def unpickled_by(marker: str) -> list[tuple[int, str]]:

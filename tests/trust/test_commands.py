@@ -18,8 +18,8 @@ import httpx
 
 from procsched._cli import main as cli_main
 from procsched._store import open_store
-from procsched._store._model import BAD_SIGNATURE
-from tests.trust.helpers import ROOT, cli_env, procsched_cli
+from procsched._store._model import BAD_SIGNATURE, UNSIGNED
+from tests.trust.helpers import ROOT, cli_env, plant, procsched_cli, unpickled_by
 
 JOBS = """
     from procsched import every
@@ -69,15 +69,17 @@ def here(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def test_run_signs_the_stored_jobs_with_the_first_secret_of_the_file(tmp_path):
-    db = str(tmp_path / "jobs.db")
+    db, marker = str(tmp_path / "jobs.db"), str(tmp_path / "unpickled")
+    plant(db, None, marker, str(tmp_path / "runs"))  # a row not signed with the secret, due now
     done = procsched_cli(
         "run", jobs_file(tmp_path), "--store", db, "--secret-file", secret_file(tmp_path, "new\n\nold\n", 0o644),
-        "--duration", "1", "--plain",
+        "--keep-others", "--duration", "1", "--plain",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "can be read by others than its owner (mode 0644): chmod 600 it" in done.stderr
-    assert untrusted(db, "new") == {"tick": None}
-    assert untrusted(db, "old") == {"tick": BAD_SIGNATURE}  # the first line signs
+    assert untrusted(db, "new") == {"tick": None, "planted": UNSIGNED}
+    assert untrusted(db, "old") == {"tick": BAD_SIGNATURE, "planted": UNSIGNED}  # the first line signs
+    assert unpickled_by(marker) == [], "the command, its scheduler or a worker unpickled a row not signed right"
 
 
 def test_run_takes_the_secret_from_the_variable(tmp_path):

@@ -12,59 +12,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import os
-import time
 from typing import Any
 
 import httpx
 import pytest
 from starlette.routing import Mount, Route
 
-import procsched
 from procsched._cli import main as cli_main
 from procsched._cli._main import parser as cli_parser
-from procsched._store import TaskState, open_store
+from procsched._store import open_store
 from procsched._web import Console
 from procsched._web._store_source import StoreSource
 from tests.trust import tasks
-from tests.trust.helpers import P, Planted, lines, planted, unpickled_by, wait_until
+from tests.trust.helpers import Planted, lines, plant, unpickled_by, wait_until
 
 SECRET = b"s3cret: 32 random bytes in real life"
 TOKEN = "trust-test-token-0123456789"
-HOUR = 3600
 
 
 @pytest.fixture(params=[None, SECRET], ids=["no-secret", "signed-row"])
 def secret(request: pytest.FixtureRequest) -> bytes | None:
     return request.param
-
-
-def plant(url: str, secret: bytes | None, marker: str, out: str, keys: tuple[str, ...] = ("planted",)) -> None:
-    """Stored tasks whose arguments run code when unpickled, due now, each
-    with a past run that has output and a traceback; written by a program
-    that has ``secret`` (so signed with it: a stolen secret)."""
-    with procsched.Scheduler(1, store=url, secret=secret) as s:
-        for key in keys:
-            s.schedule_at_fixed_rate(tasks.tick, HOUR, initial_delay=HOUR, args=(out, key), key=key)
-    store = open_store(url, secret=secret)
-    now = time.time_ns()
-    b = store.batch()
-    for key in keys:
-        stored = store.get(key)
-        assert stored is not None and stored.untrusted is None
-        b.upsert(dataclasses.replace(stored.definition, args=planted(marker, out), def_hash=""), TaskState(0, now - P))
-    assert b.commit().ok
-    holder = store.register(lease_ns=60 * P)
-    for key in keys:
-        assert store.claim_run(holder, key, 1, 1, now - P, now - P)
-        assert store.finish_run(
-            holder, key, 1, 1, "error", now, now, error_type="ValueError", error_message="no",
-            error_traceback="Traceback: no", output="some output",
-        )  # fmt: skip
-    store.unregister(holder)
-    store.close()
 
 
 # -- the dispatcher -----------------------------------------------------------------
