@@ -15,6 +15,7 @@ import logging
 import os
 import time
 
+import psutil
 import pytest
 
 import procsched
@@ -211,3 +212,21 @@ def test_without_a_secret_the_program_says_once_that_rows_are_trusted_as_code(
     with caplog.at_level(logging.INFO, logger="procsched"):
         schedulers(1, store=str(tmp_path / "c.db"), secret=SECRET).shutdown()
     assert not [r for r in caplog.records if "trusted as code" in r.getMessage()]
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_the_secret_is_on_no_command_line_and_in_no_environment_of_the_processes(
+    tmp_path, schedulers, monkeypatch, start_method
+):
+    monkeypatch.setenv("PROCSCHED_SECRET", "env-secret-5d2c")
+    s = schedulers(
+        2, store=str(tmp_path / "s.db"), secret=["arg-secret-9e4b", "env-secret-5d2c"], mp_context=start_method
+    )
+    s.schedule(tasks.tick, args=(str(tmp_path / "runs"), "x"), key="k").result(30)
+    started = psutil.Process().children(recursive=True)
+    pids = {w["pid"] for w in s.stats()["workers"]}
+    assert pids <= {p.pid for p in started}
+    for p in started:
+        seen = " ".join(p.cmdline()) + " ".join(f"{k}={v}" for k, v in p.environ().items())
+        assert "secret-" not in seen, (p.pid, p.name())
+    s.shutdown()
