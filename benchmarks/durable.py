@@ -3,6 +3,7 @@
     python -m benchmarks.durable                        # both measurements
     python -m benchmarks.durable --tasks 20000 --seconds 3
     python -m benchmarks.durable --only restart --tasks 100000
+    python -m benchmarks.durable --secret                # each store also with a secret, side by side
 
 Throughput: a Scheduler with 2 workers and K tiny keyed fixed-rate tasks
 (``noop``, period P, misfire "skip": the pool is saturated, never a backlog
@@ -14,6 +15,10 @@ survives any process crash, not a power cut), SQLite with
 ``?synchronous=FULL`` (an fsync per commit) and, with --postgres, a
 PostgreSQL store (a throwaway cluster, fsync on, Unix socket). Median of
 --repeat.
+
+With --secret, each store is measured twice, side by side: without a
+secret and with one (``Scheduler(secret=...)``: every definition signed and
+checked, issue 24; the target is a cost of at most 5 % of keyed runs/s).
 
 Restart: a SQLite store holding N keyed tasks (due in an hour) is opened by
 ``Scheduler(2, store=...)``; reported: the constructor's wall time (open,
@@ -41,12 +46,23 @@ from procsched._runtime._wire import _NO_ARGS
 NS = 1_000_000_000
 
 
+#: The secret of the --secret measurements.
+SECRET = b"a benchmark's secret, 32 bytes.."
+
+
 def throughput(
-    store: str | None, tasks: int, period: float, seconds: float, workers: int = 2, warmup: float | None = None
+    store: str | None,
+    tasks: int,
+    period: float,
+    seconds: float,
+    workers: int = 2,
+    warmup: float | None = None,
+    secret: bytes | None = None,
 ) -> float:
     """Runs finished per second (``run_finished`` events: a slot that misfire
     "skip" drops is a ``run_missed``, not a run) over ``seconds``, after
-    ``warmup`` seconds (default: a third of ``seconds``, at most 1)."""
+    ``warmup`` seconds (default: a third of ``seconds``, at most 1).
+    ``secret``: the store's (its definitions signed and checked)."""
     ended = 0
     lock = threading.Lock()
 
@@ -55,7 +71,7 @@ def throughput(
         with lock:
             ended += 1
 
-    with procsched.Scheduler(workers, store=store) as s:
+    with procsched.Scheduler(workers, store=store, secret=secret) as s:
         s.submit(int).result(60)  # workers up
         s.add_listener(count, ["run_finished"])
         for i in range(tasks):
@@ -70,9 +86,9 @@ def throughput(
     return n / t
 
 
-def restart(path: str, n: int) -> tuple[float, float, float]:
+def restart(path: str, n: int, secret: bytes | None = None) -> tuple[float, float, float]:
     if not os.path.exists(path):
-        store = open_store(path)
+        store = open_store(path, secret=secret)
         due = time.time_ns() + 3600 * NS
         opts = {"priority": 0, "timeout_ns": None, "stop_on_error": False, "name": None, "max_runs": None,
                 "retry": None, "until_wall_ns": None}  # fmt: skip
@@ -84,7 +100,7 @@ def restart(path: str, n: int) -> tuple[float, float, float]:
             b.commit()
         store.close()
     t0, c0 = time.perf_counter(), time.process_time()
-    s = procsched.Scheduler(2, store=path)
+    s = procsched.Scheduler(2, store=path, secret=secret)
     t1, c1 = time.perf_counter(), time.process_time()
     s.stats()
     t2 = time.perf_counter()
@@ -103,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=100_000, help="stored tasks in the restart run")
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--only", choices=("throughput", "restart"), help="one of the two measurements")
+    parser.add_argument("--secret", action="store_true", help="each store also with a secret, side by side")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
@@ -127,22 +144,29 @@ def main(argv: list[str] | None = None) -> int:
             base = None
             serial = 0
             for name, target in kinds:
-                rates = []
-                for _ in range(args.repeat):
-                    serial += 1
-                    rates.append(throughput(target(serial), args.keyed, args.period, args.seconds, args.workers))
-                rate = statistics.median(rates)
-                base = base or rate
-                print(f"{name:13s}  {rate:8.0f} runs/s  ({rate / base:.0%} of no store)  "
-                      f"[{', '.join(f'{r:.0f}' for r in rates)}]", flush=True)
+                unsigned = None
+                for secret in (None, SECRET) if args.secret and name != "no store" else (None,):
+                    rates = []
+                    for _ in range(args.repeat):
+                        serial += 1
+                        rates.append(throughput(target(serial), args.keyed, args.period, args.seconds, args.workers,
+                                                secret=secret))  # fmt: skip
+                    rate = statistics.median(rates)
+                    base = base or rate
+                    unsigned = unsigned or rate
+                    signed = f", {rate / unsigned:.1%} of unsigned" if secret else ""
+                    print(f"{name + (' + secret' if secret else ''):22s}  {rate:8.0f} runs/s  ({rate / base:.0%} of "
+                          f"no store{signed})  [{', '.join(f'{r:.0f}' for r in rates)}]", flush=True)  # fmt: skip
         finally:
             if cluster is not None:
                 cluster.stop()
-        path = os.path.join(tmp, "restart.db")
-        for _ in range(0 if args.only == "throughput" else args.repeat):
-            ctor, adopted, cpu = restart(path, args.tasks)
-            print(f"restart with {args.tasks} stored tasks: Scheduler() {ctor:.2f} s ({cpu:.2f} s CPU in this "
-                  f"process), all adopted by the dispatcher {adopted:.2f} s", flush=True)
+        for secret in (None, SECRET) if args.secret else (None,):
+            path = os.path.join(tmp, "restart-signed.db" if secret else "restart.db")
+            signed = " (signed)" if secret else ""
+            for _ in range(0 if args.only == "throughput" else args.repeat):
+                ctor, adopted, cpu = restart(path, args.tasks, secret)
+                print(f"restart with {args.tasks} stored tasks{signed}: Scheduler() {ctor:.2f} s ({cpu:.2f} s CPU in "
+                      f"this process), all adopted by the dispatcher {adopted:.2f} s", flush=True)  # fmt: skip
     return 0
 
 

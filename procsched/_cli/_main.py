@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 
 from .._jobs import Job, JobsFileError, load_jobs_file
+from .._secret import of_command
 from . import _control, _next, _store_cmds, _web
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 
@@ -61,6 +62,16 @@ def run_command(args: argparse.Namespace) -> int:
         print(_traceback_from(exc, args.file), end="", file=sys.stderr)
         print(f"procsched: cannot load {args.file}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LOAD
+    if args.secret_file is not None and args.store is None:
+        print("procsched: --secret-file signs a store's jobs: it needs --store", file=sys.stderr)
+        return 2
+    try:  # the store's secret: --secret-file, else PROCSCHED_SECRET (see README, "Security")
+        args.secret, warning = of_command(args.secret_file) if args.store is not None else (None, None)
+    except (OSError, ValueError) as exc:
+        print(f"procsched: cannot read the store's secret: {exc}", file=sys.stderr)
+        return EXIT_LOAD
+    if warning is not None:
+        print(f"procsched: warning: {warning}", file=sys.stderr)
     return Session(jobs, os.path.basename(args.file), args).run()
 
 
@@ -151,6 +162,14 @@ def parser() -> argparse.ArgumentParser:
         "(their history is kept)",
     )
     run.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="with --store: sign the stored jobs with the secret in PATH (one a line: the first signs, "
+        "the others are accepted too); stored jobs whose signature does not match are not run "
+        "(default: PROCSCHED_SECRET, comma-separated; none: stored jobs are trusted as code)",
+    )
+    run.add_argument(
         "--keep-others",
         action="store_true",
         help="with --store: keep (and run) the stored jobs this file does not declare, for a "
@@ -225,6 +244,8 @@ def parser() -> argparse.ArgumentParser:
         metrics_port=None,
         fail_on_error=False,
         store=None,
+        secret=None,
+        secret_file=None,
         keep_others=False,
         policy=None,
         timeout=None,

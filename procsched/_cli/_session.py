@@ -89,7 +89,16 @@ def make_scheduler(args: argparse.Namespace, workers: int | None) -> Scheduler:
 
 
 #: The ``Scheduler()`` options ``procsched run`` passes on when given (the option's dest is the keyword).
-SCHEDULER_OPTIONS = ("policy", "timeout", "mp_context", "store", "lease", "max_tasks_per_worker", "max_worker_memory")
+SCHEDULER_OPTIONS = (
+    "policy",
+    "timeout",
+    "mp_context",
+    "store",
+    "lease",
+    "max_tasks_per_worker",
+    "max_worker_memory",
+    "secret",
+)
 
 
 def _not_warm_up(listener: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
@@ -145,7 +154,9 @@ class Session:
                 )
                 return EXIT_LOAD
         if self.store is not None:
-            snapshot = sync_jobs(self.store, [job.name for job in self.jobs], keep_others=args.keep_others)
+            snapshot = sync_jobs(
+                self.store, [job.name for job in self.jobs], keep_others=args.keep_others, secret=args.secret
+            )
             if snapshot is None:
                 return EXIT_LOAD
             self.pending_notes = startup_notes(store_label(self.store), snapshot, self.jobs)

@@ -144,17 +144,18 @@ def schedule_words(s: dict[str, Any]) -> str:
     return "unknown schedule"
 
 
-def open_existing(target: str, *, write: bool = False) -> Store | None:
+def open_existing(target: str, *, write: bool = False, secret: list[bytes] | None = None) -> Store | None:
     """The store ``target`` names, if there is one: None (the one-line
     reason on stderr) if it cannot be opened. Never creates a store: it is
     opened read-only (``open_store(read_only=True)``: a missing SQLite file,
     a database without procsched's tables, is an error); ``write``: then
-    opened again to be written (pause, remove, the console's actions)."""
-    store = open_store_or_say(target, read_only=True)
+    opened again to be written (pause, remove, the console's actions).
+    ``secret``: the store's (``procsched web --secret-file``), or None."""
+    store = open_store_or_say(target, read_only=True, secret=secret)
     if store is None or not write:
         return store
     store.close()
-    return open_store_or_say(target)
+    return open_store_or_say(target, secret=secret)
 
 
 def open_store_or_say(target: str, **options: Any) -> Store | None:
@@ -491,12 +492,15 @@ class StoreSnapshot:
     removed: list[str]  # keys removed because the jobs file no longer declares them
 
 
-def sync_jobs(target: str, names: list[str], *, keep_others: bool) -> StoreSnapshot | None:
+def sync_jobs(
+    target: str, names: list[str], *, keep_others: bool, secret: list[bytes] | None = None
+) -> StoreSnapshot | None:
     """Make the store's keyed jobs match a jobs file's before it starts:
     the stored tasks the file does not declare are removed (their history
     kept), unless ``keep_others``. Returns what the store holds, or None
-    (the reason on stderr) if it cannot be opened or written."""
-    store = open_store_or_say(target)
+    (the reason on stderr) if it cannot be opened or written. ``secret``:
+    the program's (``--secret-file``), for the store it opens."""
+    store = open_store_or_say(target, secret=secret)
     if store is None:
         return None
     try:

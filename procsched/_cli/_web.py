@@ -48,6 +48,12 @@ def add_parser(commands: Any) -> None:
         "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)"
     )
     web.add_argument("--read-only", action="store_true", help="show, but offer and take no actions")
+    web.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="the store's secret (as procsched run --secret-file; default: PROCSCHED_SECRET)",
+    )
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
@@ -100,9 +106,17 @@ def web_command(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"procsched: {NEEDS_EXTRA}", file=sys.stderr)
         return EXIT_FAILED
+    from .._secret import of_command
     from ._store_cmds import open_existing
 
-    store = open_existing(args.store, write=True)  # never creates one; the reason on stderr
+    try:  # the store's secret: --secret-file, else PROCSCHED_SECRET (see README, "Security")
+        secret, warning = of_command(args.secret_file)
+    except (OSError, ValueError) as exc:
+        print(f"procsched: cannot read the store's secret: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if warning is not None:
+        print(f"procsched: warning: {warning}", file=sys.stderr)
+    store = open_existing(args.store, write=True, secret=secret)  # never creates one; the reason on stderr
     if store is None:
         return EXIT_FAILED
     source = StoreSource(store, args.store)

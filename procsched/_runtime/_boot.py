@@ -153,6 +153,7 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, ...]) -> tuple[str
         try:
             for fd in (*ours, alive_w):
                 os.close(fd)
+            config.pop("secret", None)  # the store's: the workers forked from here need none of it
             name_process("psc-forkserver")
             dispatcher_module = sys.modules["__main__"]  # noqa: F841 - kept alive: this code is its
             import builtins

@@ -118,7 +118,13 @@ class Dispatcher:
         if config.get("store") is not None:  # keyed tasks are durable (see _durable/_journal.py)
             from ._durable._journal import Journal
 
-            self.journal = Journal(config["store"], config["owner_pid"], self.emit, config.get("lease_ns", 30 * NS))
+            self.journal = Journal(
+                config["store"],
+                config["owner_pid"],
+                self.emit,
+                config.get("lease_ns", 30 * NS),
+                secret=config.get("secret"),  # (its store and its writer's: they sign and check)
+            )
             self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
         self.engine = Engine(
             self.carrier,

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
@@ -94,11 +94,21 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             Opened here (a bad store is a ``StoreError`` now); keyed tasks'
             definitions, state and runs live in it, stored tasks are resumed
             at once, runs in flight when a previous scheduler died are
-            recorded ``crashed`` (see README, "Durable schedules").
+            recorded ``crashed`` (see README, "Durable schedules"). A store
+            holds code (functions by reference, pickled arguments): whoever
+            can write it can make its workers run code, unless ``secret``.
         lease: seconds (default 30) a scheduler sharing its store with
             others holds its runs without renewing: when it dies, the others
             record its runs in flight ``crashed`` and carry its schedules on
             within about this long (see README, "Running several instances").
+        secret: with ``store=``: the secret that signs the stored tasks'
+            definitions (HMAC-SHA256; bytes or str), or a list of them
+            (sign with the first, accept any: rotation). A stored task whose
+            signature does not verify is never unpickled nor imported: it is
+            unloadable ("signature does not match", ``stats()["unloadable"]``).
+            None: ``PROCSCHED_SECRET`` if set (comma-separated for several),
+            else no secret - every stored row is trusted as code (see
+            README, "Security").
     """
 
     def __init__(
@@ -115,6 +125,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         capture_output: bool = False,
         store: str | os.PathLike[str] | None = None,
         lease: float = 30.0,
+        secret: bytes | str | Sequence[bytes | str] | None = None,
     ) -> None:
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
@@ -125,7 +136,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
                 workers = cluster_cpus()  # connects to Ray (SchedulerError if it cannot)
         workers = _positive_int("workers", (os.cpu_count() or 1) if workers is None else workers)
-        config = {
+        config: dict[str, Any] = {
             "workers": workers,
             "policy": v.policy(policy).value,
             "max_tasks_per_worker": None
@@ -153,12 +164,17 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
             raise ValueError(f"lease must be seconds between 0.1 and 86400, got {lease!r}")
         lease_ns = int(lease * NS)
+        if secret is not None and store is None:
+            raise ValueError("secret= signs a store's rows: it needs store=")
         if store is not None:
             if runner != "processes":
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
+            from .._secret import resolve
             from .._store import open_store
 
-            self._store = open_store(store)  # StoreError now, at the call
+            keys = resolve(secret)  # ValueError, TypeError: a bad secret, at the call
+            self._store = open_store(store, secret=keys)  # StoreError now, at the call
+            config["secret"] = keys  # (the configuration frame: never a command line or an environment)
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
             config["store"] = target if "://" in target else self._store.path
@@ -229,6 +245,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         of every stored task; one-shots that ended are dropped."""
         from ._durable import _recovery
 
+        self._store.resign()  # secret=[new, old]: what only an older secret signed is signed with the new one
         tasks, crashed, slots = _recovery.recover(self._store)
         plan = _recovery.plan(tasks, crashed, slots, time.time_ns())
         if plan.ended:
@@ -295,6 +312,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         try:
             with self._store_lock:
                 task = self._store.get(key)
+            if task is not None and task.untrusted is not None:  # listed, never imported nor unpickled
+                logger.warning("stored task %r added by another scheduler is not loaded: %s", key, task.untrusted)
+                self._unloadable[key] = task.untrusted
+                self._backend.send(m.Unloadable.wire(key, task.untrusted))
+                return
             if task is None or task.unloadable is not None:
                 return
             plan = _recovery.plan([task], {}, {}, time.time_ns())

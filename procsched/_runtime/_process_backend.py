@@ -16,6 +16,7 @@ from typing import Any
 import procsched
 
 from .._events import signal_name
+from .._secret import ENV as SECRET_ENV
 from ._wire import pack_call, recv, send, send_command
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
@@ -39,6 +40,7 @@ class ProcessBackend:
         cmd_r, cmd_w = os.pipe()
         evt_r, evt_w = os.pipe()
         env = dict(os.environ)
+        env.pop(SECRET_ENV, None)  # the store's secret goes in the configuration frame: workers never inherit it
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(procsched.__file__)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         try:

@@ -13,6 +13,7 @@ How the runtime drives it (the integration seam; times are UTC ns; every
 record returned is a named record of ``_model``):
 
     start-up   store = open_store(target, secret=...)      # secret: None | bytes | str | [new, old, ...]
+               store.resign()                              # secret=[new, old]: sign again with new
                me = store.register(lease_ns=...)
                store.set_limits(limits)                    # Scheduler(limits=...): shared by every instance
                loaded = store.load()                       # tasks, runs in flight, schedulers, retries

@@ -95,6 +95,8 @@ class Store(Protocol):
     @property
     def signed(self) -> bool: ...  # it has a secret: definitions are signed and checked
 
+    def resign(self) -> int: ...  # rotation: sign again with the first secret what only a later one verifies
+
     # start-up and the runtime's reads
     def load(self) -> Loaded: ...
     def get(self, key: str) -> StoredTask | None: ...

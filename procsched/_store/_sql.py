@@ -546,6 +546,30 @@ class SQLStore:
             why,
         )
 
+    def resign(self) -> int:
+        """Rotation (``secret=[new, old, ...]``): sign again with the first
+        secret every definition that only a later one verifies, so that the
+        older secrets can then be dropped. One transaction; a row changed
+        meanwhile is left to its writer (who signed it). Returns how many
+        were signed again (0 at once without several secrets)."""
+        if not self._keyring.rotating:
+            return 0
+        done = 0
+        with self._tx("signing definitions again") as cur:
+            rows = self._x(
+                cur, "SELECT key, fn_ref, args, schedule, options, signature FROM procsched_definitions"
+            ).fetchall()
+            for key, fn_ref, args, schedule, options, signature in rows:
+                fresh = self._keyring.stale(signature, key, fn_ref, args, schedule, options)
+                if fresh is not None:
+                    self._x(
+                        cur,
+                        "UPDATE procsched_definitions SET signature = ? WHERE key = ? AND signature = ?",
+                        (fresh, key, signature),
+                    )
+                    done += 1
+        return done
+
     # -- reads ---------------------------------------------------------------
 
     def load(self) -> Loaded:

@@ -67,6 +67,11 @@ class Keyring:
     def __bool__(self) -> bool:
         return bool(self._keys)
 
+    @property
+    def rotating(self) -> bool:
+        """Several secrets: rows signed with a later one are signed again (``SQLStore.resign``)."""
+        return len(self._keys) > 1
+
     def __repr__(self) -> str:
         return f"<Keyring of {len(self._keys)} secret(s)>"  # never the secrets
 
@@ -95,6 +100,21 @@ class Keyring:
             if hmac.compare_digest(hmac.digest(k, message, hashlib.sha256), signature):
                 return None
         return BAD_SIGNATURE
+
+    def stale(
+        self, signature: bytes | None, key: str, fn_ref: str, args: bytes, schedule: str, options: str
+    ) -> bytes | None:
+        """Rotation: the first secret's signature for a row that only a later
+        secret verifies (sign it again with this); None for any other row
+        (signed with the first already, or untrusted: left as it is)."""
+        if len(self._keys) < 2 or signature is None:
+            return None
+        message = self._message(key, fn_ref, args, schedule, options)
+        signature = bytes(signature)
+        ours = [hmac.digest(k, message, hashlib.sha256) for k in self._keys]
+        if hmac.compare_digest(ours[0], signature) or not any(hmac.compare_digest(s, signature) for s in ours[1:]):
+            return None
+        return ours[0]
 
     def told(self, describe: str) -> None:
         """At an open: without a secret, say once per process that rows are trusted as code."""

@@ -571,7 +571,9 @@ def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
     sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
     signature = store._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
     differs = "IS DISTINCT FROM" if store._pg else "IS NOT"
-    # The definition's row only if it changed (item 18: arguments are written once).
+    # The definition's row only if it changed (item 18: arguments are written once)
+    # - any signed column: a row tampered with under its old hash and signature
+    # is written again, so declaring the task again repairs it (issue 24).
     store._x(
         cur,
         f"""INSERT INTO procsched_definitions (key, fn_ref, schedule, options, def_hash, name, signature,
@@ -581,7 +583,10 @@ def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
             name = excluded.name, signature = excluded.signature, written_ns = excluded.written_ns
             WHERE procsched_definitions.def_hash <> excluded.def_hash
             OR procsched_definitions.fn_ref <> excluded.fn_ref
-            OR procsched_definitions.signature {differs} excluded.signature""",
+            OR procsched_definitions.signature {differs} excluded.signature
+            OR procsched_definitions.schedule <> excluded.schedule
+            OR procsched_definitions.options <> excluded.options
+            OR procsched_definitions.args <> excluded.args""",
         (d.key, d.fn_ref, sched, opts, d.def_hash, _name(opts), signature, c.now, d.args),
     )
     st = s or TaskState()

@@ -104,9 +104,14 @@ class Journal(Durable):
     prefetch = STORE_PREFETCH  # (fewer than without a store: a kill -9 records every run given ahead crashed)
 
     def __init__(
-        self, target: str, owner_pid: int, emit: Callable[[list[m.Message]], None], lease_ns: int = LEASE_NS
+        self,
+        target: str,
+        owner_pid: int,
+        emit: Callable[[list[m.Message]], None],
+        lease_ns: int = LEASE_NS,
+        secret: list[bytes] | None = None,
     ) -> None:
-        self.store = open_store(target)
+        self.store = open_store(target, secret=secret)  # (secret: the facade's, through the configuration frame)
         bound_idle_transactions(self.store, lease_ns)
         self.lease_ns = lease_ns
         self.owner_pid = owner_pid
@@ -126,7 +131,7 @@ class Journal(Durable):
         self.cancelled: list[int] = []
         self.schedules: dict[int, Schedule] = {}  # live keyed task id -> its schedule (its next slot at shutdown)
         # Commits run in the writer thread (see _writer.py), on its own connection.
-        self.writer = Writer(target)
+        self.writer = Writer(target, secret)
         bound_idle_transactions(self.writer.store, lease_ns)  # its row locks too
         self.waiting: list[tuple[int, int, int]] = []  # claims whose start is in self.batch
         self.offset = 0

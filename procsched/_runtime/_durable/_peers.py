@@ -193,7 +193,11 @@ class Peers:
                 if tid is not None:
                     seen.add(tid)
                     self.apply(engine, tid, task, now, offset, store_now=store_now)
-                elif task.unloadable is None and task.key not in self.asked and not journal.expecting(task.key):
+                elif (
+                    (task.unloadable is None or task.untrusted is not None)  # an untrusted one: the facade lists it
+                    and task.key not in self.asked
+                    and not journal.expecting(task.key)
+                ):
                     self.asked.add(task.key)
                     engine.emit(AdoptKey.wire(task.key))
             if count != len(self.known):

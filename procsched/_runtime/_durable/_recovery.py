@@ -165,6 +165,10 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
     fns: dict[str, Any] = {}
     for task in tasks:
         d = task.definition
+        if task.untrusted is not None:  # its signature failed (issue 24): never imported nor unpickled
+            logger.warning("stored task %r is not loaded: %s; it is kept in the store, not run", d.key, task.untrusted)
+            result.unloadable[d.key] = task.untrusted
+            continue
         if task.holder is not None and d.schedule["kind"] == "once":  # (a store's word for it, in every version)
             continue  # its only run is another live scheduler's
         shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))

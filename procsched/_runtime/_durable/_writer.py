@@ -50,8 +50,10 @@ class Writer:
     """Commits batches one at a time in a daemon thread; ``fd`` becomes
     readable when the batch submitted last has committed (or failed)."""
 
-    def __init__(self, target: str) -> None:
-        self.store = open_store(target)  # StoreError: the dispatcher's Journal opened it a moment ago
+    def __init__(self, target: str, secret: list[bytes] | None = None) -> None:
+        # StoreError: the dispatcher's Journal opened it a moment ago. With a
+        # secret, it signs the definitions it writes.
+        self.store = open_store(target, secret=secret)
         self.busy = False  # a batch is in flight (only the dispatcher thread reads or writes this)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._result: Any = None

@@ -1,0 +1,232 @@
+"""A signed store end to end (issue 24): ``Scheduler(secret=...)`` /
+``PROCSCHED_SECRET`` sign every stored definition; a row whose signature does
+not verify - a tampered payload, a payload copied from another key, a row
+written with another secret, an unsigned one - is never imported nor
+unpickled: listed unloadable with the reason (``stats()["unloadable"]``,
+``procsched jobs``), nothing of it runs. Rotation. On SQLite and PostgreSQL.
+
+Rows are tampered with plain SQL, as whoever can write the store would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import psutil
+import pytest
+
+import procsched
+from procsched._cli import main as cli
+from procsched._store import TaskDefinition, TaskState, _trust, open_store
+from procsched._store._model import BAD_SIGNATURE, UNSIGNED
+from tests.trust import tasks
+from tests.trust.helpers import P, lines, planted, sql, unpickled_by, wait_until
+
+SECRET = b"s3cret: 32 random bytes in real life"
+HOUR = 3600
+
+
+def declare(make, url: str, secret, keyed: dict[str, tuple]) -> None:
+    """A program that schedules ``keyed`` (key -> args of tasks.tick), due
+    in an hour, and stops: the tasks stay stored."""
+    s = make(1, store=url, secret=secret)
+    for key, args in keyed.items():
+        s.schedule_at_fixed_rate(tasks.tick, HOUR, initial_delay=HOUR, args=args, key=key)
+    s.shutdown()
+
+
+def due_now(url: str) -> None:
+    """Every stored task due now (the state rows are not signed: whoever can
+    write the store can do this too), so a task that loads runs at once."""
+    sql(url, "UPDATE procsched_tasks SET next_due_ns = ?", (time.time_ns() - P,))
+
+
+def listed(url: str, capsys) -> dict[str, dict]:
+    """``procsched jobs --store URL --json``, by key."""
+    capsys.readouterr()
+    assert cli(["jobs", "--store", url, "--json"]) == 0
+    return {row["key"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+
+
+def test_rows_not_signed_right_never_load_and_are_listed_with_the_reason(store_url, schedulers, tmp_path, capsys):
+    out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")
+    declare(schedulers, store_url, SECRET, {k: (out, k) for k in ("good", "tampered", "copied")})
+    assert all(sig is not None for (sig,) in sql(store_url, "SELECT signature FROM procsched_definitions"))
+    declare(schedulers, store_url, b"another secret", {"other": (out, "other")})
+    declare(schedulers, store_url, None, {"unsigned": (out, "unsigned")})
+    # whoever can write the store: a payload of their own, a valid payload moved to another key
+    sql(store_url, "UPDATE procsched_definitions SET args = ? WHERE key = 'tampered'", (planted(marker, out),))
+    sql(
+        store_url,
+        "UPDATE procsched_definitions SET args = (SELECT d.args FROM procsched_definitions d WHERE d.key = 'good'), "
+        "signature = (SELECT d.signature FROM procsched_definitions d WHERE d.key = 'good') WHERE key = 'copied'",
+    )
+    due_now(store_url)
+
+    s = schedulers(1, store=store_url, secret=SECRET)
+    assert s.stats()["unloadable"] == {
+        "tampered": BAD_SIGNATURE,
+        "copied": BAD_SIGNATURE,
+        "other": BAD_SIGNATURE,
+        "unsigned": UNSIGNED,
+    }
+    assert [h.key for h in s.jobs()] == ["good"]
+    wait_until(lambda: lines(out), 30, "the good task's run")
+    s.shutdown()
+    assert lines(out) == [f"{lines(out)[0].split()[0]} good"], "only the task signed right ran"
+    assert unpickled_by(marker) == [], "a payload that failed its check was unpickled"
+    # the store says so to anyone who lists it
+    rows = listed(store_url, capsys)
+    assert {k: rows[k]["unloadable"] for k in rows} == {
+        "good": None,
+        "tampered": BAD_SIGNATURE,
+        "copied": BAD_SIGNATURE,
+        "other": BAD_SIGNATURE,
+        "unsigned": UNSIGNED,
+    }
+    # the program declares a task again: signed again, it loads again
+    declare(schedulers, store_url, SECRET, {"tampered": (out, "tampered")})
+    s = schedulers(1, store=store_url, secret=SECRET)
+    assert sorted(h.key for h in s.jobs()) == ["good", "tampered"]
+    assert "tampered" not in s.stats()["unloadable"]
+    s.shutdown()
+    assert unpickled_by(marker) == []
+
+
+def test_a_row_planted_while_instances_run_is_listed_not_run(store_url, schedulers, tmp_path):
+    out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")
+    s = schedulers(1, store=store_url, secret=SECRET)
+    s.schedule_at_fixed_rate(tasks.tick, HOUR, initial_delay=HOUR, args=(out, "mine"), key="mine")
+    # another program, without the secret, adds a task (signed with nothing) due now
+    writer = open_store(store_url)
+    b = writer.batch()
+    every_second = {"kind": "fixed_rate", "period_ns": P}
+    b.upsert(
+        TaskDefinition("planted", "tests.trust.tasks:tick", planted(marker, out), every_second),
+        TaskState(next_due_ns=time.time_ns()),
+    )
+    assert b.commit().ok
+    writer.close()
+    wait_until(lambda: "planted" in s.stats()["unloadable"], 30, "the planted task listed unloadable")
+    assert s.stats()["unloadable"]["planted"] == UNSIGNED
+    assert [h.key for h in s.jobs()] == ["mine"]
+    wait_until(
+        lambda: sql(store_url, "SELECT unloadable FROM procsched_tasks WHERE key = 'planted'") == [(UNSIGNED,)],
+        30,
+        "the store marking it unloadable",
+    )
+    s.shutdown()
+    assert unpickled_by(marker) == [] and lines(out) == []
+
+
+def test_rotation_signs_with_the_first_secret_and_accepts_the_others(store_url, schedulers, tmp_path):
+    out = str(tmp_path / "runs")
+    declare(schedulers, store_url, "old", {"a": (out, "a")})
+    declare(schedulers, store_url, "stranger", {"z": (out, "z")})
+    # rotation under way: sign with new, accept old; what old signed is signed again with new
+    s = schedulers(1, store=store_url, secret=["new", "old"])
+    assert sorted(h.key for h in s.jobs()) == ["a"]
+    assert s.stats()["unloadable"] == {"z": BAD_SIGNATURE}
+    s.schedule_at_fixed_rate(tasks.tick, HOUR, initial_delay=HOUR, args=(out, "b"), key="b")
+    s.shutdown()
+    # the old secret dropped: everything this program stored or loaded still loads
+    s = schedulers(1, store=store_url, secret="new")
+    assert sorted(h.key for h in s.jobs()) == ["a", "b"]
+    assert s.stats()["unloadable"] == {"z": BAD_SIGNATURE}
+    s.shutdown()
+    # and the old secret alone no longer verifies them
+    s = schedulers(1, store=store_url, secret="old")
+    assert s.jobs() == [] and set(s.stats()["unloadable"]) == {"a", "b", "z"}
+    s.shutdown()
+
+
+def test_the_secret_from_the_environment(store_url, schedulers, tmp_path, monkeypatch):
+    out = str(tmp_path / "runs")
+    monkeypatch.setenv("PROCSCHED_SECRET", "new , old")  # comma-separated, the first signs
+    declare(schedulers, store_url, None, {"a": (out, "a")})
+    assert [h.key for h in schedulers(1, store=store_url, secret="new").jobs()] == ["a"]
+    assert [h.key for h in schedulers(1, store=store_url, secret=b"old").jobs()] == []  # signed with the first
+    monkeypatch.setenv("PROCSCHED_SECRET", "old")
+    assert [h.key for h in schedulers(1, store=store_url).jobs()] == []
+    # secret= wins over the variable
+    assert [h.key for h in schedulers(1, store=store_url, secret=["x", "new"]).jobs()] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("", "PROCSCHED_SECRET is set but empty"),
+        ("  ", "PROCSCHED_SECRET is set but empty"),
+        ("a,,b", "PROCSCHED_SECRET is set but has an empty item"),
+        ("a,", "PROCSCHED_SECRET is set but has an empty item"),
+    ],
+)
+def test_an_empty_variable_is_an_error_not_no_secret(tmp_path, monkeypatch, value, error):
+    monkeypatch.setenv("PROCSCHED_SECRET", value)
+    with pytest.raises(ValueError, match=error):
+        procsched.Scheduler(1, store=str(tmp_path / "s.db"))
+    assert not os.path.exists(tmp_path / "s.db"), "nothing is made when the call fails"
+
+
+@pytest.mark.parametrize(
+    ("secret", "exc", "words"),
+    [
+        (b"", ValueError, "must not be empty"),
+        ("", ValueError, "must not be empty"),
+        ([], ValueError, "at least one secret"),
+        (["a", ""], ValueError, "must not be empty"),
+        (42, TypeError, "secret must be bytes, str, or a list"),
+        ([b"a", 1], TypeError, "each secret must be bytes or str, not int"),
+        ({"a"}, TypeError, "not set"),
+    ],
+)
+def test_a_bad_secret_is_refused_at_the_call(tmp_path, secret, exc, words):
+    with pytest.raises(exc, match=words):
+        procsched.Scheduler(1, store=str(tmp_path / "s.db"), secret=secret)
+    assert not os.path.exists(tmp_path / "s.db")
+
+
+def test_a_secret_needs_a_store(monkeypatch):
+    with pytest.raises(ValueError, match="secret= signs a store's rows: it needs store="):
+        procsched.Scheduler(1, secret=SECRET)
+    monkeypatch.setenv("PROCSCHED_SECRET", "any")  # the variable alone: no store, nothing to sign
+    with procsched.Scheduler(1) as s:
+        assert s.submit(sum, [1, 2]).result(30) == 3
+
+
+def test_without_a_secret_the_program_says_once_that_rows_are_trusted_as_code(
+    tmp_path, schedulers, caplog, monkeypatch
+):
+    monkeypatch.setattr(_trust, "_told", False)
+    monkeypatch.delenv("PROCSCHED_SECRET", raising=False)
+    with caplog.at_level(logging.INFO, logger="procsched"):
+        schedulers(1, store=str(tmp_path / "a.db")).shutdown()
+        schedulers(1, store=str(tmp_path / "b.db")).shutdown()
+    said = [r.getMessage() for r in caplog.records if "trusted as code" in r.getMessage()]
+    assert len(said) == 1, said
+    monkeypatch.setattr(_trust, "_told", False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="procsched"):
+        schedulers(1, store=str(tmp_path / "c.db"), secret=SECRET).shutdown()
+    assert not [r for r in caplog.records if "trusted as code" in r.getMessage()]
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_the_secret_is_on_no_command_line_and_in_no_environment_of_the_processes(
+    tmp_path, schedulers, monkeypatch, start_method
+):
+    monkeypatch.setenv("PROCSCHED_SECRET", "env-secret-5d2c")
+    s = schedulers(
+        2, store=str(tmp_path / "s.db"), secret=["arg-secret-9e4b", "env-secret-5d2c"], mp_context=start_method
+    )
+    s.schedule(tasks.tick, args=(str(tmp_path / "runs"), "x"), key="k").result(30)
+    started = psutil.Process().children(recursive=True)
+    pids = {w["pid"] for w in s.stats()["workers"]}
+    assert pids <= {p.pid for p in started}
+    for p in started:
+        seen = " ".join(p.cmdline()) + " ".join(f"{k}={v}" for k, v in p.environ().items())
+        assert "secret-" not in seen, (p.pid, p.name())
+    s.shutdown()
