@@ -15,12 +15,14 @@
 Modules, by role::
 
     _main.py     the command line and its handlers (entry point: main)
+    _args.py     the options' value converters (seconds, whole numbers, sizes, ports)
     _session.py  a run: start the jobs, watch, stop on a signal or --duration, summarise
     _board.py    the numbers per job and per worker, fed by the scheduler's events
     _lines.py    plain lines and JSON Lines; keeps job output off the CLI's own stream
     _live.py     the rich live view (readable from 80 x 24)
     _times.py    monotonic scheduler times -> wall-clock times, in one place
-    _demo.py     the demo command and its verdict
+    _demo.py     the demo command
+    _verdict.py  the demo's verdict: did the healthy jobs keep their schedule?
     _next.py     procsched next: a cron expression's next fire times
     _store_cmds.py  procsched jobs / history / remove, run --store's sync with the jobs file, and
                     opening a store without ever creating one

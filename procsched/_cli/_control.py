@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from .._errors import StoreError
+from ._args import seconds
 from ._store_cmds import EXIT_STORE, no_task, one_line, open_existing, store_option
 
 EXIT_OK = 0
@@ -73,7 +74,6 @@ def add_parsers(commands: Any) -> None:
             "for the instance's answer.",
         ),
     }
-    from ._main import _seconds
 
     for action in ACTIONS:
         short, long = helps[action]
@@ -86,7 +86,7 @@ def add_parsers(commands: Any) -> None:
         if action == "run-now":
             p.add_argument(
                 "--wait",
-                type=_seconds("--wait"),
+                type=seconds("--wait"),
                 default=None,
                 metavar="S",
                 help="wait at most S seconds for the answer (exit 3 if none came: the request stands)",

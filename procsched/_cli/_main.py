@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import math
 import os
 import sys
 import traceback
-from collections.abc import Callable
 
 from .._jobs import Job, JobsFileError, load_jobs_file
 from .._secret import of_command
 from . import _control, _next, _store_cmds, _web
+from ._args import port, positive_int, seconds, size
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 
 RUNNERS = ("processes", "threads", "ray")
@@ -138,7 +137,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("file", metavar="FILE.py", help="the jobs file")
     run.add_argument(
         "--workers",
-        type=_positive_int("--workers"),
+        type=positive_int("--workers"),
         default=None,
         metavar="N",
         help="how many workers (default: the CPU count)",
@@ -147,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", choices=POLICIES, default=None, help="which due task goes first (default: priority)")
     run.add_argument(
         "--timeout",
-        type=_seconds("--timeout"),
+        type=seconds("--timeout"),
         default=None,
         metavar="S",
         help="default per-run timeout in seconds, for jobs without their own (default: none)",
@@ -177,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--lease",
-        type=_seconds("--lease"),
+        type=seconds("--lease"),
         default=None,
         metavar="S",
         help="with --store: how long another instance on the store waits before it takes over "
@@ -192,14 +191,14 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-tasks-per-worker",
-        type=_positive_int("--max-tasks-per-worker"),
+        type=positive_int("--max-tasks-per-worker"),
         default=None,
         metavar="N",
         help="replace a worker process after N runs (default: never)",
     )
     run.add_argument(
         "--max-worker-memory",
-        type=_size,
+        type=size,
         default=None,
         metavar="SIZE",
         help="replace a worker process whose memory (RSS) after a run exceeds SIZE: bytes, "
@@ -220,7 +219,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics on PORT (0: any free port; needs procsched[metrics])",
@@ -257,7 +256,7 @@ def parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--workers",
-        type=_positive_int("--workers", MIN_WORKERS),
+        type=positive_int("--workers", MIN_WORKERS),
         default=None,
         metavar="N",
         help=f"how many worker processes, at least {MIN_WORKERS} (default: the CPU count, at least {MIN_WORKERS})",
@@ -276,11 +275,11 @@ def parser() -> argparse.ArgumentParser:
 def _common(p: argparse.ArgumentParser, duration: float | None) -> None:
     until = f"default {duration:g}" if duration else "default: run until stopped"
     p.add_argument(
-        "--duration", type=_seconds("--duration"), default=duration, metavar="S", help=f"stop after S seconds ({until})"
+        "--duration", type=seconds("--duration"), default=duration, metavar="S", help=f"stop after S seconds ({until})"
     )
     p.add_argument(
         "--grace",
-        type=_seconds("--grace"),
+        type=seconds("--grace"),
         default=10.0,
         metavar="S",
         help="on stop, wait at most S seconds for running tasks (default 10)",
@@ -300,68 +299,3 @@ def _common(p: argparse.ArgumentParser, duration: float | None) -> None:
         "-v", "--verbose", dest="log_level", action="store_const", const="debug", help="--log-level debug"
     )
     level.add_argument("-q", "--quiet", dest="log_level", action="store_const", const="error", help="--log-level error")
-
-
-def _positive_int(option: str, minimum: int = 1) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
-        return value
-
-    convert.__name__ = option
-    return convert
-
-
-def _seconds(option: str) -> Callable[[str], float]:
-    def convert(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-        if not value > 0 or math.isinf(value):
-            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-        return value
-
-    convert.__name__ = option
-    return convert
-
-
-#: --max-worker-memory units: binary (K, KiB, ...) and decimal (KB, ...).
-_UNITS = {
-    "": 1,
-    "k": 2**10,
-    "kib": 2**10,
-    "m": 2**20,
-    "mib": 2**20,
-    "g": 2**30,
-    "gib": 2**30,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-}
-
-
-def _size(text: str) -> int:
-    number = text.strip().rstrip("KMGBikmgb")
-    unit = text.strip()[len(number) :].lower()
-    try:
-        value = float(number) * _UNITS[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"must be a size in bytes (1073741824, 512M, 2G), not {text!r}") from None
-    if not 1 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be a positive size, not {text!r}")
-    return int(value)
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
-    return value

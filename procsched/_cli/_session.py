@@ -40,6 +40,7 @@ from ._lines import Lines, guard_streams
 from ._live import LiveView, LogToBoard, have_rich
 from ._store_cmds import one_line, store_label, sync_jobs
 from ._store_view import Note, StoreWatch, recovered_notes, startup_notes
+from ._verdict import verdict
 
 # Exit statuses (documented in the --help epilog and the README).
 EXIT_OK = 0
@@ -400,8 +401,6 @@ class Session:
             ]
         lines.append("")
         if self.demo:
-            from ._demo import verdict
-
             lines += verdict(board, elapsed, stopped_at, width)
         else:
             if every:

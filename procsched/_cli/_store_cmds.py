@@ -35,6 +35,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StoreError
+from ._args import positive_int
 
 if TYPE_CHECKING:
     from .._store import RunRecord, SkippedSlot, Store
@@ -65,7 +66,7 @@ def add_parsers(commands: Any) -> None:
     history.add_argument("key", nargs="?", default=None, metavar="KEY", help="one task's key (default: every task)")
     history.add_argument(
         "-n",
-        type=_count,
+        type=positive_int("-n"),
         default=20,
         metavar="N",
         help="the last N runs (with --skipped: runs and skipped slots; default 20)",
@@ -95,16 +96,6 @@ def store_option(p: argparse.ArgumentParser) -> None:
         metavar="PATH_OR_URL",
         help="the store: a SQLite file path, sqlite:///path or postgresql://...",
     )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def iso(ns: int | None) -> str | None:

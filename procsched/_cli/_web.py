@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any
 
+from ._args import port
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the store cannot be opened, the address cannot be bound, or the web extra is missing
 NEEDS_EXTRA = "the console needs the web extra: pip install 'procsched[web]'"
@@ -44,9 +46,7 @@ def add_parser(commands: Any) -> None:
     web.add_argument(
         "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)"
     )
-    web.add_argument(
-        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)"
-    )
+    web.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     web.add_argument("--read-only", action="store_true", help="show, but offer and take no actions")
     web.add_argument(
         "--secret-file",
@@ -68,27 +68,17 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--web-read-only", action="store_true", help="the --web console shows, but takes no actions")
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
-    return value
-
-
 def _address(text: str) -> tuple[str, int]:
     """``8765``, ``0.0.0.0:8765``, ``[::1]:8765`` -> (host, port)."""
     from .._web._model import DEFAULT_HOST
 
-    host, sep, port = text.rpartition(":")
+    host, sep, number = text.rpartition(":")
     if not sep:
-        return DEFAULT_HOST, _port(text)
+        return DEFAULT_HOST, port(text)
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not host:
         raise argparse.ArgumentTypeError(f"must be PORT or HOST:PORT, not {text!r}")
-    return host, _port(port)
+    return host, port(number)
 
 
 def _announce(console: Any, stream: Any) -> None:

@@ -15,9 +15,9 @@ from cli_helpers import cli, run_in_pty
 
 from procsched import InlineScheduler, ManualClock, Retry
 from procsched._cli._board import Board
-from procsched._cli._demo import verdict
 from procsched._cli._lines import Lines
 from procsched._cli._live import LiveView, title_lines
+from procsched._cli._verdict import verdict
 from procsched._jobs import Job
 
 pytestmark = pytest.mark.timeout(60)
