@@ -8,12 +8,9 @@ the store, which writes them in order in one transaction (see ``_sql``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ._model import CAUSES, OUTCOMES, RUN_REASONS, SKIP_REASONS, BatchResult, Holder, TaskDefinition, TaskState
-
-if TYPE_CHECKING:
-    from ._sql import SQLStore
 
 #: The longest error message, traceback and output tail a run row keeps (characters).
 MESSAGE_CHARS = 2000
@@ -100,6 +97,12 @@ def op_key(op: Any) -> str | None:
     return key
 
 
+class _Committer(Protocol):
+    """What a batch needs of its store: ``SQLStore._commit`` writes it."""
+
+    def _commit(self, batch: Batch) -> BatchResult: ...
+
+
 class Batch:
     """The changes of one dispatcher turn, written by ``commit()`` in one
     transaction (see ``_sql``). Ops apply in the order given. Building a
@@ -107,7 +110,7 @@ class Batch:
 
     __slots__ = ("done", "fenced", "holder", "ops", "store")
 
-    def __init__(self, store: SQLStore, holder: Holder | None) -> None:
+    def __init__(self, store: _Committer, holder: Holder | None) -> None:
         self.store = store
         self.holder = holder
         self.ops: list[Any] = []

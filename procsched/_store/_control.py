@@ -19,14 +19,14 @@ from ._model import REQUEST_KINDS, ControlRequest, Holder
 from ._writes import delete
 
 if TYPE_CHECKING:
-    from ._sql import SQLStore
+    from ._access import StoreAccess
 
 #: Control requests asked this long ago are forgotten (answered or not: the
 #: asker gave up long since, or the key is gone).
 REQUEST_TTL_NS = 86_400 * 1_000_000_000
 
 
-def _control(store: SQLStore, what: str, key: str, sql: str, params: tuple[Any, ...]) -> bool:
+def _control(store: StoreAccess, what: str, key: str, sql: str, params: tuple[Any, ...]) -> bool:
     with store._tx(what) as cur:
         now = store._now(cur)
         cur = store._x(cur, sql, (now, *params, key))
@@ -38,7 +38,7 @@ def _control(store: SQLStore, what: str, key: str, sql: str, params: tuple[Any, 
         return False
 
 
-def pause(store: SQLStore, key: str) -> bool:
+def pause(store: StoreAccess, key: str) -> bool:
     return _control(
         store,
         "pausing a task",
@@ -48,7 +48,7 @@ def pause(store: SQLStore, key: str) -> bool:
     )
 
 
-def resume(store: SQLStore, key: str) -> bool:
+def resume(store: StoreAccess, key: str) -> bool:
     return _control(
         store,
         "resuming a task",
@@ -58,7 +58,7 @@ def resume(store: SQLStore, key: str) -> bool:
     )
 
 
-def remove(store: SQLStore, key: str) -> bool:
+def remove(store: StoreAccess, key: str) -> bool:
     with store._tx("removing a task") as cur:
         gone = delete(store, cur, key, False)
         if gone:
@@ -66,7 +66,7 @@ def remove(store: SQLStore, key: str) -> bool:
         return gone
 
 
-def set_limits(store: SQLStore, limits: Mapping[str, int]) -> None:
+def set_limits(store: StoreAccess, limits: Mapping[str, int]) -> None:
     rows = []
     for name, lim in limits.items():
         if not isinstance(name, str) or not name:
@@ -88,13 +88,13 @@ def set_limits(store: SQLStore, limits: Mapping[str, int]) -> None:
         store._bump(cur, None)
 
 
-def limits(store: SQLStore) -> dict[str, int]:
+def limits(store: StoreAccess) -> dict[str, int]:
     with store._tx("reading limits", write=False) as cur:
         return {name: int(lim) for name, lim in store._x(cur, "SELECT name, lim FROM procsched_limits").fetchall()}
 
 
 def ask(
-    store: SQLStore,
+    store: StoreAccess,
     key: str,
     kind: str,
     *,
@@ -151,7 +151,7 @@ def _request(row: Any) -> ControlRequest:
     )
 
 
-def request(store: SQLStore, request_id: int) -> ControlRequest | None:
+def request(store: StoreAccess, request_id: int) -> ControlRequest | None:
     with store._tx("reading a request", write=False) as cur:
         row = store._x(
             cur, f"SELECT {REQUEST_COLS} FROM procsched_requests WHERE id = ?", (int(request_id),)
@@ -159,7 +159,7 @@ def request(store: SQLStore, request_id: int) -> ControlRequest | None:
     return None if row is None else _request(row)
 
 
-def take_requests(store: SQLStore, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
+def take_requests(store: StoreAccess, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
     with store._tx("reading requests", write=False) as cur:
         open_ = store._x(
             cur, "SELECT id, key FROM procsched_requests WHERE done_ns IS NULL AND taken_by IS NULL ORDER BY id"
@@ -189,7 +189,9 @@ def take_requests(store: SQLStore, holder: Holder, keys: Collection[str]) -> lis
     return taken
 
 
-def answer(store: SQLStore, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None) -> bool:
+def answer(
+    store: StoreAccess, holder: Holder, request_id: int, *, result: Any = None, error: str | None = None
+) -> bool:
     with store._tx("answering a request") as cur:
         now = store._now(cur)
         cur = store._x(

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StoreError
-from ._open import check_schema, lease_ns, redact, scrub, seconds
+from ._schema import check_schema
 from ._sql import KEEP_RUNS, SQLStore
+from ._url import lease_ns, redact, scrub, seconds
 
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
 _SCHEMA_LOCK_ID = 0x70726F63  # "proc"

@@ -21,7 +21,26 @@ argument blob is better in a rowid table).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._errors import StoreError
 from ._model import OUTCOMES, SKIP_REASONS
+
+if TYPE_CHECKING:
+    from ._access import StoreAccess
+
+#: The schema this procsched writes. A store with a higher version was
+#: written by a newer procsched and is refused; a lower one is migrated.
+SCHEMA_VERSION = 2
+# Column lists, in the order the row readers (RunRecord, Holder) expect;
+# _RUN_COLS: schema 1's run columns (the migration and the stores' modules use them).
+SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
+_RUN_COLS = (
+    "key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
+    "error_message, holder, token"
+)
+#: A run row's columns, in RunRecord's order.
+RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
 
 #: Per-task totals (procsched_tasks columns): attempts ended by outcome,
 #: skipped slots by reason (``Store.counts``; DESIGN's metrics).
@@ -145,3 +164,30 @@ def migration_2(blob: str, serial: str, runs_suffix: str, now_ns: int) -> list[s
         "ALTER TABLE procsched_version ADD COLUMN changes BIGINT NOT NULL DEFAULT 0",
         *(stmt.format(**fmt) for stmt in _NEW_TABLES),
     ]
+
+
+def check_schema(store: StoreAccess) -> None:
+    """A store opened ``read_only``: its tables exist and this procsched
+    reads their schema as it is (a read-only open migrates nothing).
+
+    Raises:
+        StoreError: no procsched store there, or one of another schema version.
+    """
+    with store._tx("opening the store", write=False) as cur:
+        if not store._has_schema(cur):
+            raise StoreError(f"{store.describe}: no procsched store there (opened read-only: nothing was created)")
+        row = store._x(cur, "SELECT version, written_by FROM procsched_version WHERE id = 1").fetchone()
+    if row is None:
+        raise StoreError(f"{store.describe}: the procsched_version table is empty: not a procsched store")
+    version, written_by = row
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{store.describe} has schema version {version} (written by {written_by}); this procsched "
+            f"reads up to version {SCHEMA_VERSION}: upgrade procsched"
+        )
+    if version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{store.describe} has schema version {version} (written by {written_by}), older than this "
+            f"procsched's {SCHEMA_VERSION}: opened read-only, it cannot be migrated; open it once "
+            "read-write (a scheduler on it does) to migrate it"
+        )

@@ -164,8 +164,9 @@ from ._model import (
     TaskState,
     stored_definition,
 )
+from ._schema import _RUN_COLS, RUN_COLS, SCHED_COLS, SCHEMA_VERSION
 from ._trust import Keyring, Secret
-from ._writes import _REPLACE_RUN, _RUN_COLS, RUN_COLS, SLOT_GAP_NS
+from ._writes import _REPLACE_RUN, SLOT_GAP_NS
 
 __all__ = [
     "DEFAULT_LEASE_NS",
@@ -180,15 +181,9 @@ __all__ = [
     "dead_here",
 ]
 
-#: The schema this procsched writes. A store with a higher version was
-#: written by a newer procsched and is refused; a lower one is migrated.
-SCHEMA_VERSION = 2
 #: Runs (and skipped slots) kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
-# Column lists, in the order the row readers below (and RunRecord, Holder) expect
-# (RUN_COLS: _writes; _RUN_COLS, _REPLACE_RUN: schema 1's, which the stores' modules import).
-SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
 TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
     t.max_concurrent, t.grp, t.last_holder, d.signature

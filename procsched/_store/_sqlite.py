@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._errors import StoreError
-from ._open import check_schema, lease_ns, seconds
+from ._schema import check_schema
 from ._sql import KEEP_RUNS, SQLStore
+from ._url import lease_ns, seconds
 
 
 class SQLiteStore(SQLStore):

@@ -32,10 +32,10 @@ from ._model import (
     StoreCounts,
     TaskState,
 )
-from ._schema import RUN_COUNTERS, SKIP_COUNTERS
+from ._schema import RUN_COLS, RUN_COUNTERS, SCHED_COLS, SKIP_COUNTERS
 
 if TYPE_CHECKING:
-    from ._sql import SQLStore
+    from ._access import StoreAccess
 
 _COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
 _JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
@@ -117,7 +117,7 @@ def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
     )
 
 
-def jobs_view(store: SQLStore) -> list[JobView]:
+def jobs_view(store: StoreAccess) -> list[JobView]:
     with store._tx("listing jobs", write=False) as cur:
         now = store._now(cur)
         rows = store._x(cur, f"{_JOB_SELECT} ORDER BY t.key").fetchall()
@@ -125,7 +125,7 @@ def jobs_view(store: SQLStore) -> list[JobView]:
     return [_job(r, now, parsed) for r in rows]
 
 
-def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
+def job_view(store: StoreAccess, key: str, n: int) -> JobDetail | None:
     if type(n) is not int or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
     with store._tx("reading a job", write=False) as cur:
@@ -146,10 +146,8 @@ def job_view(store: SQLStore, key: str, n: int) -> JobDetail | None:
     )
 
 
-def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
+def runs(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[RunRecord]:
     """The last ``n`` attempts of ``key`` (every task's if None), oldest first."""
-    from ._sql import RUN_COLS
-
     if key is None:
         sql = (
             f"SELECT {RUN_COLS} FROM procsched_runs "
@@ -162,7 +160,7 @@ def runs(store: SQLStore, cur: Any, key: str | None, n: int) -> list[RunRecord]:
     return [RunRecord(*r) for r in reversed(rows)]
 
 
-def skipped(store: SQLStore, cur: Any, key: str | None, n: int) -> list[SkippedSlot]:
+def skipped(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[SkippedSlot]:
     """The last ``n`` skipped slots of ``key`` (every task's if None), oldest first."""
     cols = "key, slot_ns, reason, recorded_ns, holder"
     if key is None:
@@ -184,9 +182,7 @@ def merge(last_runs: list[RunRecord], last_skipped: list[SkippedSlot], n: int) -
     return both[-n:]
 
 
-def instances(store: SQLStore) -> list[InstanceView]:
-    from ._sql import SCHED_COLS
-
+def instances(store: StoreAccess) -> list[InstanceView]:
     with store._tx("listing instances", write=False) as cur:
         now = store._now(cur)
         rows = store._x(cur, f"SELECT {SCHED_COLS}, status FROM procsched_schedulers ORDER BY host, pid, id").fetchall()
@@ -220,7 +216,7 @@ def instances(store: SQLStore) -> list[InstanceView]:
     ]
 
 
-def counts(store: SQLStore) -> StoreCounts:
+def counts(store: StoreAccess) -> StoreCounts:
     cols = ", ".join(RUN_COUNTERS + SKIP_COUNTERS)
     with store._tx("counting", write=False) as cur:
         now = store._now(cur)
@@ -241,7 +237,7 @@ def counts(store: SQLStore) -> StoreCounts:
     )
 
 
-def change_mark(store: SQLStore) -> ChangeMark:
+def change_mark(store: StoreAccess) -> ChangeMark:
     with store._tx("reading the change mark", write=False) as cur:
         now = store._now(cur)
         rows = store._x(

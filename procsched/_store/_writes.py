@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import _schema
 from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
 from ._model import OUTCOMES, BatchResult, FailedOp, Holder, RunRecord, TaskState
+from ._schema import RUN_COLS
 
 if TYPE_CHECKING:
-    from ._sql import SQLStore
+    from ._access import StoreAccess
 
 #: A new scheduled run's slot must come at least this long after the last
 #: scheduled slot claimed (a scheduler whose run numbers drifted from the
@@ -34,19 +35,12 @@ if TYPE_CHECKING:
 #: wall times of one slot differ by microseconds of clock reading, far below this).
 SLOT_GAP_NS = 1_000_000
 
-# Schema 1's run columns (the stores' modules import them from _sql still).
-_RUN_COLS = (
-    "key, run, attempt, scheduled_ns, started_ns, finished_ns, host, pid, outcome, error_type, "
-    "error_message, holder, token"
-)
 _REPLACE_RUN = (
     "ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
     "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
     "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
     "token = excluded.token"
 )
-#: A run row's columns, in RunRecord's order.
-RUN_COLS = _RUN_COLS + ", cause, reason, error_traceback, worker_pid, output, retry_due_ns, grp"
 
 # A claimed run's row: it replaces one left by an earlier task of the same key
 # (deleted, then scheduled again): the claim on the state row decided.
@@ -116,7 +110,7 @@ def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
         yield kind, group  # type: ignore[misc]
 
 
-def commit(store: SQLStore, batch: Batch) -> BatchResult:
+def commit(store: StoreAccess, batch: Batch) -> BatchResult:
     if not batch.ops:
         return BatchResult()
     try:
@@ -125,7 +119,7 @@ def commit(store: SQLStore, batch: Batch) -> BatchResult:
         return _write(store, batch, isolate=True)
 
 
-def _write(store: SQLStore, batch: Batch, isolate: bool) -> BatchResult:
+def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
     """One try at writing ``batch``; ``isolate``: op by op, each in a
     savepoint, leaving out those the database refuses."""
     ops = batch.ops
@@ -167,11 +161,11 @@ def _write(store: SQLStore, batch: Batch, isolate: bool) -> BatchResult:
     return c.result
 
 
-def _apply(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
+def _apply(store: StoreAccess, cur: Any, c: Commit, op: Op) -> None:
     _OPS[op[0]](store, cur, c, op)
 
 
-def _isolated(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
+def _isolated(store: StoreAccess, cur: Any, c: Commit, op: Op) -> None:
     """``op`` in a savepoint: refused for its own data, it is left out and reported."""
     cur.execute("SAVEPOINT procsched_op")
     try:
@@ -189,7 +183,7 @@ def _isolated(store: SQLStore, cur: Any, c: Commit, op: Op) -> None:
     cur.execute("RELEASE SAVEPOINT procsched_op")
 
 
-def _lock_keys(store: SQLStore, cur: Any, ops: list[Any], isolate: bool) -> None:
+def _lock_keys(store: StoreAccess, cur: Any, ops: list[Any], isolate: bool) -> None:
     """PostgreSQL: lock the state rows the batch writes, in key order:
     two instances' batches writing the same rows in different orders
     would deadlock (the server aborts one after a second). SQLite
@@ -236,11 +230,11 @@ class _State(NamedTuple):
     last_slot_ns: int | None
 
 
-def _exists(store: SQLStore, cur: Any, sql: str, params: tuple[Any, ...]) -> bool:
+def _exists(store: StoreAccess, cur: Any, sql: str, params: tuple[Any, ...]) -> bool:
     return store._x(cur, sql, params).fetchone() is not None
 
 
-def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
+def _op_started(store: StoreAccess, cur: Any, c: Commit, op: Started) -> None:
     """The reference claim (see "Claims"): decided on the state row, locked."""
     row = store._x(
         cur,
@@ -287,7 +281,7 @@ def _op_started(store: SQLStore, cur: Any, c: Commit, op: Started) -> None:
     store._x(cur, _INSERT_RUN, (*run, op.worker_pid, state.group))
 
 
-def _claimable(store: SQLStore, cur: Any, op: Started, state: _State) -> bool:
+def _claimable(store: StoreAccess, cur: Any, op: Started, state: _State) -> bool:
     """May ``op`` be claimed, given the task's state row? (see "Claims")"""
     scheduled = op.cause == "schedule"
     if state.in_flight >= state.max_concurrent or (scheduled and state.paused):
@@ -307,7 +301,7 @@ def _claimable(store: SQLStore, cur: Any, op: Started, state: _State) -> bool:
     return _exists(store, cur, attempt + " AND retry_due_ns IS NOT NULL", (op.key, op.run, op.attempt - 1))
 
 
-def _own_claim(store: SQLStore, cur: Any, holder: Holder | None, op: Started) -> bool:
+def _own_claim(store: StoreAccess, cur: Any, holder: Holder | None, op: Started) -> bool:
     """Is (key, run, attempt) in flight already, claimed by this very holder and token?"""
     if holder is None:
         return False
@@ -320,7 +314,7 @@ def _own_claim(store: SQLStore, cur: Any, holder: Holder | None, op: Started) ->
     return row is not None
 
 
-def _within_limit(store: SQLStore, cur: Any, c: Commit, group: str) -> bool:
+def _within_limit(store: StoreAccess, cur: Any, c: Commit, group: str) -> bool:
     """Has ``group`` room for one more run in flight? Counted in this
     transaction, on the group's locked limit row (no limit row: no limit)."""
     if store._pg and not c.groups_locked:
@@ -340,7 +334,7 @@ def _within_limit(store: SQLStore, cur: Any, c: Commit, group: str) -> bool:
     return int(n) < int(row[0])
 
 
-def _claim_group(store: SQLStore, cur: Any, c: Commit, group: list[Started]) -> None:
+def _claim_group(store: StoreAccess, cur: Any, c: Commit, group: list[Started]) -> None:
     """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
     the ones this does not win are decided op by op."""
     plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
@@ -352,7 +346,7 @@ def _claim_group(store: SQLStore, cur: Any, c: Commit, group: list[Started]) -> 
             _op_started(store, cur, c, op)
 
 
-def _claim_plain_sqlite(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+def _claim_plain_sqlite(store: StoreAccess, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
     """SQLite: the plain claims with executemany (one prepared statement,
     no Python between rows), which sums the rows it changed: when every
     claim was won - the rule on one scheduler - two statements did it;
@@ -377,7 +371,7 @@ def _claim_plain_sqlite(store: SQLStore, cur: Any, c: Commit, plain: list[Starte
     return {op.key for op in plain}
 
 
-def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
     """PostgreSQL: the plain claims in one statement (a round trip and
     ~50 us of server work per statement made a 100-run turn ~3x slower op
     by op); RETURNING says which were won."""
@@ -412,7 +406,7 @@ def _claim_plain_pg(store: SQLStore, cur: Any, c: Commit, plain: list[Started]) 
 # -- ends ----------------------------------------------------------------------
 
 
-def _op_finished(store: SQLStore, cur: Any, c: Commit, op: Finished) -> None:
+def _op_finished(store: StoreAccess, cur: Any, c: Commit, op: Finished) -> None:
     h = c.holder
     assert h is not None
     cur = store._x(cur, _END_RUN, _end_params(op, h))
@@ -452,7 +446,7 @@ def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
     return (*next_due, *next_attempt, *other_holder, op.outcome, *_outcome_counts(op.outcome), now, op.key)
 
 
-def _own_end(store: SQLStore, cur: Any, h: Holder, op: Finished) -> bool:
+def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
     """Was this very end recorded already by this holder (a batch sent again)?"""
     row = store._x(
         cur,
@@ -463,7 +457,7 @@ def _own_end(store: SQLStore, cur: Any, h: Holder, op: Finished) -> bool:
     return row is not None
 
 
-def _end_group(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> None:
+def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> None:
     """A turn's ends set-wise (when every run is still ours - the rule on
     one scheduler); otherwise op by op, which says exactly which are stale."""
     h = c.holder
@@ -489,7 +483,7 @@ def _end_group(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> N
     cur.execute("RELEASE SAVEPOINT procsched_ends")
 
 
-def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
+def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
     """PostgreSQL: the ends and reschedules in one statement; the (key,
     run, attempt) it recorded."""
     h = c.holder
@@ -566,7 +560,7 @@ def _end_pg(store: SQLStore, cur: Any, c: Commit, group: list[Finished]) -> set[
 # -- the other ops ---------------------------------------------------------------
 
 
-def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
+def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     d, s = op.definition, op.state
     sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
     signature = store._keyring.sign(d.key, d.fn_ref, d.args, sched, opts)
@@ -614,7 +608,7 @@ def _op_upsert(store: SQLStore, cur: Any, c: Commit, op: Upsert) -> None:
     )
 
 
-def op_update(store: SQLStore, cur: Any, c: Commit, op: Update) -> None:
+def op_update(store: StoreAccess, cur: Any, c: Commit, op: Update) -> None:
     fields = op.fields
     sets = ", ".join(f"{name} = ?" for name in fields)
     values = [int(v) if name == "paused" else v for name, v in fields.items()]
@@ -631,11 +625,11 @@ def op_update(store: SQLStore, cur: Any, c: Commit, op: Update) -> None:
     store._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
 
 
-def _op_delete(store: SQLStore, cur: Any, c: Commit, op: Delete) -> None:
+def _op_delete(store: StoreAccess, cur: Any, c: Commit, op: Delete) -> None:
     delete(store, cur, op.key, op.history)
 
 
-def delete(store: SQLStore, cur: Any, key: str, history: bool) -> bool:
+def delete(store: StoreAccess, cur: Any, key: str, history: bool) -> bool:
     store._x(cur, "DELETE FROM procsched_definitions WHERE key = ?", (key,))
     cur = store._x(cur, "DELETE FROM procsched_tasks WHERE key = ?", (key,))
     gone = bool(cur.rowcount == 1)
@@ -645,11 +639,11 @@ def delete(store: SQLStore, cur: Any, key: str, history: bool) -> bool:
     return gone
 
 
-def _op_unloadable(store: SQLStore, cur: Any, c: Commit, op: Unloadable) -> None:
+def _op_unloadable(store: StoreAccess, cur: Any, c: Commit, op: Unloadable) -> None:
     store._x(cur, "UPDATE procsched_tasks SET unloadable = ?, updated_ns = ? WHERE key = ?", (op.why, c.now, op.key))
 
 
-def _op_skipped(store: SQLStore, cur: Any, c: Commit, op: Skipped) -> None:
+def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
     h = c.holder
     cur = store._x(
         cur,
@@ -675,7 +669,7 @@ def _op_skipped(store: SQLStore, cur: Any, c: Commit, op: Skipped) -> None:
     )
 
 
-def _op_answer(store: SQLStore, cur: Any, c: Commit, op: Answer) -> None:
+def _op_answer(store: StoreAccess, cur: Any, c: Commit, op: Answer) -> None:
     h = c.holder
     assert h is not None
     store._x(
@@ -687,7 +681,7 @@ def _op_answer(store: SQLStore, cur: Any, c: Commit, op: Answer) -> None:
 
 
 def end_runs_of(
-    store: SQLStore,
+    store: StoreAccess,
     cur: Any,
     holder_id: str,
     token: int,

@@ -195,7 +195,7 @@ class StoreSource(ConsoleSource):
     """
 
     def __init__(self, store: Store, target: str | None = None) -> None:
-        from .._store._open import redact
+        from .._store._url import redact
 
         self.store = store
         self.title = store.describe if target is None else f"store {redact(target)}"

@@ -221,12 +221,11 @@ def test_sqlite_is_normal_by_default_full_on_request(tmp_path):
 
 
 def test_keep_runs_is_a_store_url_option(tmp_path):
-    from procsched._store._open import _url_options
+    from procsched._store._url import url_options
 
     options: dict[str, object] = {}
     assert (
-        _url_options("postgresql://u@h/db?sslmode=disable&keep_runs=7", options)
-        == "postgresql://u@h/db?sslmode=disable"
+        url_options("postgresql://u@h/db?sslmode=disable&keep_runs=7", options) == "postgresql://u@h/db?sslmode=disable"
     )
     assert options == {"keep_runs": 7}
     for bad in ("0", "x", "-1"):

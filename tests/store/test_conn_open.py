@@ -19,8 +19,8 @@ import pytest
 import procsched
 from procsched._errors import StoreError
 from procsched._store import SQLStore, open_store
-from procsched._store._open import StoreURLError, redact, scrub
 from procsched._store._pgcluster import PORT
+from procsched._store._url import StoreURLError, redact, scrub
 from tests.durable import jobs_mod
 from tests.runtime.rt_helpers import Waiter
 from tests.store.pgproxy import Proxy, socket_path

@@ -1,0 +1,70 @@
+"""What the store's statement modules use of a store: its dialect and its
+transactions. ``SQLStore`` (``_sql.py``) is the one implementation; the
+modules that hold its statements (``_writes``, ``_views``, ``_control``,
+``_schema``'s ``check_schema``) take it as this protocol, so they import
+nothing of ``_sql``, which imports them.
+
+    SQLStore method ──▶ _writes / _views / _control function(store, ...)
+                            └─▶ store._tx(...) as cur ──▶ store._x(cur, sql, params)
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ._model import Holder
+from ._trust import Keyring
+
+
+class StoreAccess(Protocol):
+    """A store's members its statement modules call (see ``SQLStore``)."""
+
+    #: How messages name the store (its path or redacted URL).
+    describe: str
+    #: Runs (and skipped slots) kept per task.
+    keep_runs: int
+    #: The secrets that sign and check definitions.
+    _keyring: Keyring
+
+    @property
+    def _pg(self) -> bool:
+        """PostgreSQL (else SQLite)."""
+        ...
+
+    @property
+    def _for_update(self) -> str:
+        """`` FOR UPDATE`` where row locks are taken (PostgreSQL), else empty."""
+        ...
+
+    def _tx(self, what: str, write: bool = True) -> AbstractContextManager[Any]:
+        """One transaction (a cursor); any database error -> StoreError."""
+        ...
+
+    def _x(self, cur: Any, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        """Execute ``sql`` (``?`` placeholders) on ``cur``; the cursor."""
+        ...
+
+    def _q(self, sql: str) -> str:
+        """``sql`` in the dialect's placeholders."""
+        ...
+
+    def _now(self, cur: Any) -> int:
+        """The store clock (UTC ns)."""
+        ...
+
+    def _bump(self, cur: Any, holder: Holder | None) -> None:
+        """Count one more write for the change mark."""
+        ...
+
+    def _has_schema(self, cur: Any) -> bool:
+        """Whether procsched's tables exist."""
+        ...
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's exception classes."""
+        ...
+
+    def _row_fault(self, exc: BaseException) -> bool:
+        """Is ``exc`` a refusal of one op's own data, rather than a fault of the store?"""
+        ...
