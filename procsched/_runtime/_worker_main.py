@@ -29,7 +29,13 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
     name_process("psc-worker")
     from ._worker import main as worker_main
 
-    worker_main(conn, capture, tickets)
+    try:
+        worker_main(conn, capture, tickets)
+    except (BrokenPipeError, ConnectionResetError):
+        # The dispatcher closed our pipe (a clean shutdown, or it died) while
+        # we reported: there is no one left to tell, and nothing to print.
+        # (A task's own BrokenPipeError never gets here: the run reports it.)
+        return
 
 
 def name_process(name: str) -> None:
