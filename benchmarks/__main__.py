@@ -40,23 +40,38 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks",
         allow_abbrev=False,  # unknown options go on to soak/core_scale intact
         description="Benchmarks: procsched against its threads runner and the peers users would pick instead.",
-        epilog="Scenarios: " + ", ".join(REGISTRY) + "; also (only when named): " + ", ".join(EXTERNAL)
+        epilog="Scenarios: "
+        + ", ".join(REGISTRY)
+        + "; also (only when named): "
+        + ", ".join(EXTERNAL)
         + " (a full run without --only runs core_scale's target check too). "
         + "Unrecognised options are passed on to soak/core_scale.",
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads and fewer repetitions (~3 min)")
     p.add_argument("--tiny", action="store_true", help="minimal sizes, for the smoke test only (figures meaningless)")
-    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these (repeatable, or a comma list)")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="NAME", help="run only these (repeatable, or a comma list)"
+    )
     p.add_argument("--contenders", default=None, metavar="LIST", help="comma list of contenders to keep")
     p.add_argument("--check", action="store_true", help="exit non-zero when procsched misses a target")
     p.add_argument("--workers", type=int, default=2, help="workers for every pool (default 2)")
     p.add_argument("--reps", type=int, default=None, help="override the number of repetitions")
     p.add_argument("--results-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
-                   help="before each measurement, wait up to S seconds for other processes to use < 10%% of the CPU")
-    p.add_argument("--retry-noisy", type=float, default=None, metavar="PCT",
-                   help="redo (up to twice) a measurement during which other processes used > PCT%% of the CPU")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each measurement, wait up to S seconds for other processes to use < 10%% of the CPU",
+    )
+    p.add_argument(
+        "--retry-noisy",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="redo (up to twice) a measurement during which other processes used > PCT%% of the CPU",
+    )
     p.add_argument("--list", action="store_true", help="list scenarios and contenders, then exit")
     return p
 
@@ -70,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:15} {module.TITLE}")
         for name, target in EXTERNAL.items():
             print(f"{name:15} -> {target}.main(argv) (only when named)")
-        print("contenders:", ", ".join(f"{n}{'' if _contenders.available(n) else ' (not installed)'}" for n in _contenders.ALL))
+        print(
+            "contenders:",
+            ", ".join(f"{n}{'' if _contenders.available(n) else ' (not installed)'}" for n in _contenders.ALL),
+        )
         return 0
     if args.workers < 1:
         print("--workers must be >= 1", file=sys.stderr)
@@ -140,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         emit(_harness.render(result))
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    files = _harness.write_results(args.results_dir, meta, results, plots=not args.no_plots, report="\n".join(report))
+    files = _harness.write_results(
+        args.results_dir, meta, results, plots=None if args.no_plots else REGISTRY, report="\n".join(report)
+    )
     print("Results: " + ", ".join(f"{k}: {_short(v)}" for k, v in files.items()))
 
     misses = [(r.name, t) for r in results for t in r.targets if t.status == "MISS"]

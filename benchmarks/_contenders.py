@@ -167,7 +167,9 @@ class TimerDriver:
         self.push(due, fire)
         return timed
 
-    def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> _FixedRateJob:
+    def fixed_rate(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float
+    ) -> _FixedRateJob:
         job = _FixedRateJob(self.adapter, fn, args, period)
         self.push(first_due, job.fire)
         return job
@@ -293,7 +295,9 @@ class ProcschedAdapter(Adapter):
         return timed.result(timeout)
 
     def fixed_rate(self, fn: Callable[..., Any], args: tuple[Any, ...], period: float, first_due: float) -> Any:
-        handle = self.s.schedule_at_fixed_rate(fn, period, initial_delay=max(0.0, first_due - time.monotonic()), args=args)
+        handle = self.s.schedule_at_fixed_rate(
+            fn, period, initial_delay=max(0.0, first_due - time.monotonic()), args=args
+        )
         return _ProcschedPeriodic(self.s, handle)
 
     def dispatcher(self) -> Any:
@@ -435,7 +439,10 @@ class MpPoolAdapter(Adapter):
 
     def submit_then(self, fn: Callable[..., Any], args: tuple[Any, ...], done: Callable[[Outcome], None]) -> Any:
         return self.pool.apply_async(
-            fn, args, callback=lambda value: done(Outcome(value, None)), error_callback=lambda exc: done(Outcome(None, exc))
+            fn,
+            args,
+            callback=lambda value: done(Outcome(value, None)),
+            error_callback=lambda exc: done(Outcome(None, exc)),
         )
 
     def worker_pids(self) -> list[int]:
@@ -496,7 +503,9 @@ class APSchedulerAdapter(Adapter):
             job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 1},
             timezone=timezone.utc,
         )
-        self.s.add_listener(self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self.s.add_listener(
+            self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
+        )
         self._executed = EVENT_JOB_EXECUTED
         self.s.start()
         self._wall0, self._mono0 = time.time(), time.monotonic()
@@ -607,15 +616,27 @@ def _make(name: str, workers: int) -> Adapter:
     if name == "sequential":
         return SequentialAdapter(workers)
     if name == "ProcessPoolExecutor":
-        return ExecutorAdapter(workers, name, "processes", "concurrent.futures: submit, then Future.result (default context: fork) + timer thread", _ppe)
+        return ExecutorAdapter(
+            workers,
+            name,
+            "processes",
+            "concurrent.futures: submit, then Future.result (default context: fork) + timer thread",
+            _ppe,
+        )
     if name == "ThreadPoolExecutor":
-        return ExecutorAdapter(workers, name, "threads", "concurrent.futures: submit, then Future.result + timer thread", _tpe)
+        return ExecutorAdapter(
+            workers, name, "threads", "concurrent.futures: submit, then Future.result + timer thread", _tpe
+        )
     if name == "multiprocessing.Pool":
         return MpPoolAdapter(workers)
     if name == "loky":
-        return ExecutorAdapter(workers, name, "processes", "loky.ProcessPoolExecutor: submit, then Future.result + timer thread", _loky)
+        return ExecutorAdapter(
+            workers, name, "processes", "loky.ProcessPoolExecutor: submit, then Future.result + timer thread", _loky
+        )
     if name == "pebble":
-        return PebbleAdapter(workers, name, "processes", "pebble.ProcessPool.schedule, then ProcessFuture.result + timer thread", _pebble)
+        return PebbleAdapter(
+            workers, name, "processes", "pebble.ProcessPool.schedule, then ProcessFuture.result + timer thread", _pebble
+        )
     if name == "APScheduler3[thread]":
         return APSchedulerAdapter(workers, "thread")
     if name == "APScheduler3[process]":
@@ -628,7 +649,13 @@ ALL = (
     "multiprocessing.Pool", "loky", "pebble", "APScheduler3[thread]", "APScheduler3[process]",
 )  # fmt: skip
 
-_MODULES = {"procsched[ray]": "ray", "loky": "loky", "pebble": "pebble", "APScheduler3[thread]": "apscheduler", "APScheduler3[process]": "apscheduler"}
+_MODULES = {
+    "procsched[ray]": "ray",
+    "loky": "loky",
+    "pebble": "pebble",
+    "APScheduler3[thread]": "apscheduler",
+    "APScheduler3[process]": "apscheduler",
+}
 
 
 def available(name: str) -> bool:
@@ -663,7 +690,7 @@ def versions() -> dict[str, str]:
 
 
 def kind(name: str) -> str:
-    """"processes", "threads" or "inline": where a contender's tasks run."""
+    """ "processes", "threads" or "inline": where a contender's tasks run."""
     if name == "sequential":
         return "inline"
     if name in ("procsched[threads]", "ThreadPoolExecutor", "APScheduler3[thread]"):

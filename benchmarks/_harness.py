@@ -27,6 +27,8 @@ import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from . import _contenders
@@ -114,7 +116,7 @@ class Target:
 
     @property
     def status(self) -> str:
-        """"PASS", "MISS", or "n/a" (not measured in this run, e.g. a contender left out)."""
+        """ "PASS", "MISS", or "n/a" (not measured in this run, e.g. a contender left out)."""
         return "n/a" if not self.measurable else "PASS" if self.passed else "MISS"
 
 
@@ -247,9 +249,14 @@ def render(result: ScenarioResult) -> str:
     out = [f"### {result.name}: {result.title}", "", result.description, ""]
     shown = {k: v for k, v in result.params.items() if not k.startswith("_")}
     out.append("Parameters: " + ", ".join(f"{k}={v}" for k, v in shown.items()) + "  ")
-    out.append(f"Cells: median of the repetitions (min–max). Took {result.seconds:.0f} s"
-               + (f"; other processes used {100 * result.foreign_cpu:.1f}% of the machine's CPU meanwhile."
-                  if result.foreign_cpu is not None else "."))
+    out.append(
+        f"Cells: median of the repetitions (min–max). Took {result.seconds:.0f} s"
+        + (
+            f"; other processes used {100 * result.foreign_cpu:.1f}% of the machine's CPU meanwhile."
+            if result.foreign_cpu is not None
+            else "."
+        )
+    )
     out.append("")
     header = ["contender"] + [f"{m.label}" + (f" [{m.unit}]" if m.unit else "") for m in result.metrics]
     rows = []
@@ -324,7 +331,11 @@ MAX_RETRIES = 2
 
 
 def visit(
-    scenario: str, name: str, measure: Callable[[Any], dict[str, Any]], ctx: Context, result: ScenarioResult,
+    scenario: str,
+    name: str,
+    measure: Callable[[Any], dict[str, Any]],
+    ctx: Context,
+    result: ScenarioResult,
     label: str | None = None,
 ) -> dict[str, Any]:
     """One measurement of one contender: a fresh pool, a warm-up, ``measure``.
@@ -350,7 +361,9 @@ def visit(
         noisy = ctx.retry_noisy is not None and (metrics["foreign_cpu_pct"] or 0) > ctx.retry_noisy
         if not noisy or attempt == MAX_RETRIES:
             return metrics
-        log(f"{scenario}: {label or name}: other processes took {metrics['foreign_cpu_pct']}% of the CPU: measuring again")
+        log(
+            f"{scenario}: {label or name}: other processes took {metrics['foreign_cpu_pct']}% of the CPU: measuring again"
+        )
         result.discarded.setdefault(name, []).append({k: v for k, v in metrics.items() if k != "_samples"})
     raise AssertionError("unreachable")
 
@@ -364,7 +377,7 @@ def standard_run(module: Any, ctx: Context, p: dict[str, Any]) -> ScenarioResult
     names = [n for n in names if n not in skipped]
     reps = p["reps"]
     for rep in range(reps):
-        order = names[rep % len(names):] + names[: rep % len(names)] if names else []
+        order = names[rep % len(names) :] + names[: rep % len(names)] if names else []
         for name in order:
             if name in result.errors:
                 continue  # failed once: do not retry every repetition
@@ -405,7 +418,9 @@ def run_scenario(module: Any, ctx: Context) -> ScenarioResult:
     visits = [r.get("foreign_cpu_pct") for reps in result.reps.values() for r in reps]
     worst = max((v for v in visits if v is not None), default=None)
     if ctx.waited > waited0:
-        result.notes.append(f"waited {ctx.waited - waited0:.0f} s in all for other processes to go quiet (--quiet-wait)")
+        result.notes.append(
+            f"waited {ctx.waited - waited0:.0f} s in all for other processes to go quiet (--quiet-wait)"
+        )
     redone = sum(len(v) for v in result.discarded.values())
     if redone:
         result.notes.append(
@@ -471,9 +486,15 @@ def _procsched_source() -> str:
 
 
 def write_results(
-    results_dir: str, meta: dict[str, Any], results: list[ScenarioResult], plots: bool, report: str = ""
+    results_dir: str,
+    meta: dict[str, Any],
+    results: list[ScenarioResult],
+    plots: Mapping[str, ModuleType] | None,
+    report: str = "",
 ) -> dict[str, str]:
-    """``bench-<time>.json`` and ``.md`` (also as ``latest.*``) and one PNG per scenario."""
+    """``bench-<time>.json`` and ``.md`` (also as ``latest.*``) and one PNG per
+    scenario whose module in ``plots`` (the scenario registry, or None for no
+    plots) draws one: the harness does not import the scenarios, they import it."""
     os.makedirs(results_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     data = dict(meta, scenarios={r.name: r.to_json() for r in results})
@@ -489,8 +510,8 @@ def write_results(
             with open(target, "w") as f:
                 f.write(report + "\n")
         files["markdown"] = md
-    if plots:
-        for r, module in _plotters(results):
+    if plots is not None:
+        for r, module in _plotters(results, plots):
             png = os.path.join(results_dir, f"{r.name}.png")
             try:
                 module.plot(r, png)
@@ -500,12 +521,10 @@ def write_results(
     return files
 
 
-def _plotters(results: list[ScenarioResult]) -> list[tuple[ScenarioResult, Any]]:
-    from . import scenarios
-
+def _plotters(results: list[ScenarioResult], registry: Mapping[str, ModuleType]) -> list[tuple[ScenarioResult, Any]]:
     out = []
     for r in results:
-        module = scenarios.REGISTRY.get(r.name)
+        module = registry.get(r.name)
         if module is not None and hasattr(module, "plot"):
             out.append((r, module))
     return out

@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while (rounds is None or done < rounds) and (done == 0 or time.monotonic() < deadline):
             store = stores[done % len(stores)]
-            phase = min(fault_phase, max(5.0, deadline - time.monotonic() - 15)) if args.seconds is None else fault_phase
+            phase = (
+                min(fault_phase, max(5.0, deadline - time.monotonic() - 15)) if args.seconds is None else fault_phase
+            )
             say = print if args.verbose else None
             print(f"round {done + 1}: store={store} seed={seed} fault phase {phase:.0f} s", flush=True)
             report = run_campaign(store, phase, seed, cluster=cluster if store == "postgresql" else None,

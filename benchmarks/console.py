@@ -52,7 +52,12 @@ def fill(path: str, jobs: int, runs: int) -> str:
     batch = store.batch()
     for i in range(jobs):
         if i % 2:
-            schedule = {"kind": "cron", "expr": CRONS[i % len(CRONS)], "tz": ZONES[i % len(ZONES)], "misfire": "coalesce"}
+            schedule = {
+                "kind": "cron",
+                "expr": CRONS[i % len(CRONS)],
+                "tz": ZONES[i % len(ZONES)],
+                "misfire": "coalesce",
+            }
         else:
             schedule = {"kind": "fixed_rate", "period_ns": (1 + i % 60) * NS, "initial_delay_ns": 0,
                         "misfire": "catch_up"}  # fmt: skip

@@ -414,7 +414,9 @@ def one_table(n: int, seed: int, policies: list[str], repeat: int, gc_mode: str,
             print(f"| {name} | {label} | {value} | {spread} | {bar} | {verdict} |")
             if checked(name) and not ok:
                 misses.append(f"{name} {label}: {value}, bar {bar}")
-    print("\nAll checked targets met." if not misses else "\nMISSED:\n" + "\n".join(f"- {m}" for m in misses), flush=True)
+    print(
+        "\nAll checked targets met." if not misses else "\nMISSED:\n" + "\n".join(f"- {m}" for m in misses), flush=True
+    )
     return {"results": results, "missed": misses}
 
 
@@ -446,7 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parser.add_argument("--check", action="store_true", help="exit 1 when a checked target is missed (GC on)")
-    parser.add_argument("--child", choices=["bare", "bare+live", "core", "core+freeze", "pairs"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=["bare", "bare+live", "core", "core+freeze", "pairs"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     gc_modes = args.gc.split(",")
     if not set(gc_modes) <= {"on", "off"}:

@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
                 for n in (1, 2, 3):
                     rate = claims(fresh(), n, args.tasks, args.period, args.seconds)
                     base = base or rate
-                    print(f"{name:10} claims/s with {n} scheduler(s): {rate:7.0f}  ({rate / base:.2f}x one)", flush=True)
+                    print(
+                        f"{name:10} claims/s with {n} scheduler(s): {rate:7.0f}  ({rate / base:.2f}x one)", flush=True
+                    )
                 for lease in (float(x) for x in args.leases.split(",")):
                     times = [failover(fresh(), lease) for _ in range(args.repeat)]
                     print(f"{name:10} failover, lease {lease:g} s: median {statistics.median(times):.2f} s, "

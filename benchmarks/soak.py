@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             now = time.monotonic()
             if now >= next_batch:
-                batch = [(i, s.submit(tasks.tiny, i)) for i in range(one_shots["submitted"], one_shots["submitted"] + 20)]
+                batch = [
+                    (i, s.submit(tasks.tiny, i)) for i in range(one_shots["submitted"], one_shots["submitted"] + 20)
+                ]
                 one_shots["submitted"] += len(batch)
                 pending_batches.append(batch)
                 if len(pending_batches) > 2:
@@ -269,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         "dispatcher_rss_start": rss[0] if rss else None,
         "dispatcher_rss_end": rss[-1] if rss else None,
         "dispatcher_rss_max": max(rss, default=None),
-        "dispatcher_rss_growth_second_half": (rss[-1] - first_half[-1]["dispatcher_rss"]) if first_half and rss else None,
+        "dispatcher_rss_growth_second_half": (rss[-1] - first_half[-1]["dispatcher_rss"])
+        if first_half and rss
+        else None,
         "lateness_p50": _percentile(all_lateness, 0.5),
         "lateness_p99": _percentile(all_lateness, 0.99),
         "lateness_max": max(all_lateness, default=None),

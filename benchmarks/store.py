@@ -61,7 +61,7 @@ def turns(store: SQLStore, keys: int, per_turn: int, seconds: float) -> dict[str
     run = dict.fromkeys(names, 1)
     for start in range(0, keys, 500):
         b = store.batch(h)
-        for k in names[start:start + 500]:
+        for k in names[start : start + 500]:
             b.started(k, 1, 1, T0)
         b.commit()
     done = commits = 0
@@ -118,7 +118,12 @@ def measure_load(url: str, n: int, repeat: int, **opts: Any) -> dict[str, float]
         cpu.append(time.process_time() - c)
         assert len(loaded.tasks) == n and len(loaded.in_flight) == (n + 9) // 10
         store.close()
-    return {"load_s": statistics.median(samples), "load_cpu_s": statistics.median(cpu), "define_s": define_s, "bytes_per_task": size_tasks / n}
+    return {
+        "load_s": statistics.median(samples),
+        "load_cpu_s": statistics.median(cpu),
+        "define_s": define_s,
+        "bytes_per_task": size_tasks / n,
+    }
 
 
 def settled_size(store: SQLStore) -> int:
@@ -176,17 +181,22 @@ def main(argv: list[str] | None = None) -> int:
         stores.append(("PostgreSQL 15 (fsync on, Unix socket)", pg, {}))
     try:
         print(f"# store benchmarks ({os.cpu_count()} CPUs, python {sys.version.split()[0]})\n")
-        print("| store | turn of 100 runs: commits/s | runs/s | turn of 1 run: commits/s | "
-              f"load() {args.tasks:,} tasks: wall (our CPU) | define them | bytes/task | bytes/history row |")
+        print(
+            "| store | turn of 100 runs: commits/s | runs/s | turn of 1 run: commits/s | "
+            f"load() {args.tasks:,} tasks: wall (our CPU) | define them | bytes/task | bytes/history row |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for label, url_for, opts in stores:
             print(f"measuring {label} ...", file=sys.stderr)
             t = measure_turns(url_for, args.repeat, args.seconds, **opts)
             ld = measure_load(url_for("load"), args.tasks, args.repeat, **opts)
             hist = measure_history_row(url_for("hist"), args.history_rows, **opts)
-            print(f"| {label} | {t[100]['commits_per_s']:,.0f} | {t[100]['runs_per_s']:,.0f} | "
-                  f"{t[1]['commits_per_s']:,.0f} | {ld['load_s']:.2f} s ({ld['load_cpu_s']:.2f} s) | {ld['define_s']:.1f} s | "
-                  f"{ld['bytes_per_task']:.0f} | {hist:.0f} |", flush=True)
+            print(
+                f"| {label} | {t[100]['commits_per_s']:,.0f} | {t[100]['runs_per_s']:,.0f} | "
+                f"{t[1]['commits_per_s']:,.0f} | {ld['load_s']:.2f} s ({ld['load_cpu_s']:.2f} s) | {ld['define_s']:.1f} s | "
+                f"{ld['bytes_per_task']:.0f} | {hist:.0f} |",
+                flush=True,
+            )
     finally:
         if cluster is not None:
             cluster.stop()

@@ -86,8 +86,16 @@ def targets(result: ScenarioResult) -> list[Target]:
         + markdown_table(["contender", "vs sequential", "vs procsched[threads]"], rows)
     )
     return [
-        Target("CPU-heavy speedup over sequential", _speedup(result, "procsched[processes]", "sequential"), ">=", 1.95, "x"),
-        Target("CPU-heavy speedup over the threads runner", _speedup(result, "procsched[processes]", "procsched[threads]"), ">=", 1.9, "x"),
+        Target(
+            "CPU-heavy speedup over sequential", _speedup(result, "procsched[processes]", "sequential"), ">=", 1.95, "x"
+        ),
+        Target(
+            "CPU-heavy speedup over the threads runner",
+            _speedup(result, "procsched[processes]", "procsched[threads]"),
+            ">=",
+            1.9,
+            "x",
+        ),
     ]
 
 

@@ -193,7 +193,11 @@ def _measure(adapter: Any, p: dict[str, Any], tmp: str) -> dict[str, Any]:
     _wait([crash, *probes], wait_s + hold)
     detections += _detection(crash, path)
     ok_probes = [t.outcome.value for t in probes if t.outcome is not None and t.outcome.error is None]
-    if fault is not None and len(ok_probes) == adapter.workers and len({pid for pid, _ in ok_probes}) == adapter.workers:
+    if (
+        fault is not None
+        and len(ok_probes) == adapter.workers
+        and len({pid for pid, _ in ok_probes}) == adapter.workers
+    ):
         whole: Any = (max(start for _, start in ok_probes) - fault) * 1000
     else:
         whole = "never" if not ok_probes else f"not within {wait_s:g} s"
@@ -268,8 +272,14 @@ def targets(result: ScenarioResult) -> list[Target]:
     load = f"under {n} other process{'es' if n != 1 else ''} spinning on the CPU" if n else "no other load"
     return [
         Target("crashes: normal tasks lost (worst repetition)", lost, "<=", 0, "of 20"),
-        Target("crashes: time to detect, death -> the handle fails (median)", result.median(ours, "detect_p50_ms"), "<=", 5,
-               "ms", note=load),
+        Target(
+            "crashes: time to detect, death -> the handle fails (median)",
+            result.median(ours, "detect_p50_ms"),
+            "<=",
+            5,
+            "ms",
+            note=load,
+        ),
         Target("crashes: pool whole again", result.median(ours, "whole_ms"), "<=", 50, "ms", note=load),
         Target("crashes: later submissions OK (worst repetition)", later, ">=", 20, "of 20"),
     ]

@@ -238,7 +238,12 @@ def plot(result: ScenarioResult, path: str) -> None:
     payload = max((result.median(r, "payload_bytes") or 0 for r in rows), default=0)
     panels = [
         ("schedule_at_n_us", "schedule() at N pending [µs/call]", 20, "target 20 µs"),
-        ("disp_bytes", "dispatcher memory [B/pending task]", 400 + payload, f"target 400 B + payload ({payload:.0f} B)"),
+        (
+            "disp_bytes",
+            "dispatcher memory [B/pending task]",
+            400 + payload,
+            f"target 400 B + payload ({payload:.0f} B)",
+        ),
         ("idle_cpu_ms", "idle CPU, whole process tree [ms per 10 s]", 1, "target 1 ms"),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.8))

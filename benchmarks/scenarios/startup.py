@@ -40,7 +40,9 @@ def measure(adapter: Any, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def targets(result: ScenarioResult) -> list[Target]:
-    return [Target("first result after Scheduler()", result.median("procsched[processes]", "first_ms"), "<=", 50.0, "ms")]
+    return [
+        Target("first result after Scheduler()", result.median("procsched[processes]", "first_ms"), "<=", 50.0, "ms")
+    ]
 
 
 def plot(result: ScenarioResult, path: str) -> None:

@@ -31,11 +31,14 @@ NEEDED = {"SQLite": 70.0, "PostgreSQL": 50.0}
 
 def params(mode: str) -> dict[str, Any]:
     base = {"keyed": 20, "period_ms": 1.0}
-    return base | {
-        "full": {"seconds": 3.0, "warmup": 1.0, "reps": 3},
-        "quick": {"seconds": 2.0, "warmup": 1.0, "reps": 1},
-        "tiny": {"seconds": 0.5, "warmup": 0.3, "reps": 1},
-    }[mode]
+    return (
+        base
+        | {
+            "full": {"seconds": 3.0, "warmup": 1.0, "reps": 3},
+            "quick": {"seconds": 2.0, "warmup": 1.0, "reps": 1},
+            "tiny": {"seconds": 0.5, "warmup": 0.3, "reps": 1},
+        }[mode]
+    )
 
 
 def run(module: Any, ctx: Context, p: dict[str, Any]) -> ScenarioResult:
@@ -53,7 +56,7 @@ def run(module: Any, ctx: Context, p: dict[str, Any]) -> ScenarioResult:
         if "PostgreSQL" in kinds:
             cluster = ThrowawayCluster(fsync=True).start()
         for rep in range(p["reps"]):
-            for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:
+            for kind in kinds[rep % len(kinds) :] + kinds[: rep % len(kinds)]:
                 trial += 1
                 ctx.before_visit()
                 log(f"{NAME}: rep {rep + 1}/{p['reps']}: {kind}")
@@ -108,4 +111,3 @@ def targets(result: ScenarioResult) -> list[Target]:
 
 def plot(result: ScenarioResult, path: str) -> None:
     bar_plot(result, "runs_per_s", path)
-
