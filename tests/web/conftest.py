@@ -26,8 +26,12 @@ from procsched._web._program import ProgramSource
 _databases = itertools.count()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium, for one test module at a time: Playwright's sync API keeps
+    its event loop set as running in this thread while it is open, and
+    ``asyncio.run`` in a later test of this xdist worker would refuse to
+    start (``cannot be called from a running event loop``)."""
     if not os.path.exists(CHROMIUM):
         why = f"{CHROMIUM} is missing (Debian's chromium package)"
         if in_ci():
