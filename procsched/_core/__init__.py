@@ -44,7 +44,7 @@ from ._schedule import (
 from ._scheduler import (
     CancelResult as CancelResult,
 )
-from ._scheduler import (
+from ._control import (
     Completion as Completion,
 )
 from ._scheduler import (
@@ -53,7 +53,7 @@ from ._scheduler import (
 from ._scheduler import (
     RetryPolicy as RetryPolicy,
 )
-from ._scheduler import (
+from ._control import (
     Run as Run,
 )
 from ._scheduler import (
