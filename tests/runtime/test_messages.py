@@ -22,6 +22,7 @@ import pytest
 
 from procsched._core import RetryPolicy, Schedule
 from procsched._runtime import _messages as m
+from procsched._runtime._checks import check_report
 from procsched._runtime._wire import PROTOCOL, CommandReader, FrameReader, frame_head, send_command
 
 ALL = sorted({*m.COMMANDS, *m.ORDERS, *m.REPORTS, *m.IN_PROCESS, *m.EVENTS}, key=lambda r: r.__name__)
@@ -156,10 +157,10 @@ BAD = [
 
 @pytest.mark.parametrize("message", GOOD, ids=lambda msg: str(msg[0]))
 def test_well_formed_reports_pass(message: tuple[Any, ...]) -> None:
-    assert m.check_report(message) == message[0]
+    assert check_report(message) == message[0]
 
 
 @pytest.mark.parametrize(("what", "message"), BAD, ids=[what for what, _ in BAD])
 def test_malformed_reports_are_refused_before_the_engine_sees_them(what: str, message: Any) -> None:
     with pytest.raises(TypeError):
-        m.check_report(message)
+        check_report(message)
