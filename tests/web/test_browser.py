@@ -95,7 +95,6 @@ def test_a_page_without_the_token_shows_nothing(program, page):
     assert page.goto(program.url + "/").status == 401
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
 def test_run_now_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
@@ -108,7 +107,6 @@ def test_run_now_in_the_browser(program, page):
     wait_until(lambda: lines(program.log) == seen + 1, what="the manual run")
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
 def test_backfill_dry_run_then_backfill_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
