@@ -85,8 +85,9 @@ KIND_OF: Final[dict[str, Kind]] = {member.value: member for member in Kind}
 MISFIRE_OF: Final[dict[str, Misfire]] = {member.value: member for member in Misfire}
 
 #: A schedule's wire form: (kind, period_ns, misfire, stop_on_error, cron
-#: expression, zone, until_ns, max_runs), or None for a plain one-shot.
-Wire = tuple[str, int, str, bool, "str | None", Zone, "int | None", "int | None"] | None
+#: expression, zone, until_ns, max_runs, jitter_ns, group), or None for a
+#: plain one-shot.
+Wire = tuple[str, int, str, bool, "str | None", Zone, "int | None", "int | None", int, "str | None"] | None
 #: Resolves a zone as given (``Zone``) to a tzinfo (``procsched._tz.zone``).
 ZoneOf = Callable[[Zone], tzinfo]
 
@@ -112,6 +113,11 @@ class Schedule(NamedTuple):
     """No slot later than this long after the task's start (None: no bound)."""
     max_runs: int | None = None
     """No run after the ``max_runs``-th (None: no bound)."""
+    jitter_ns: int = 0
+    """Each slot starts a random delay in ``[0, jitter_ns)`` after it (its
+    ``scheduled_at`` stays the slot); 0: none."""
+    group: str | None = None
+    """The shared limit its runs count against (``_limits.py``), or None."""
 
     # -- making one ------------------------------------------------------------
 
@@ -156,7 +162,13 @@ class Schedule(NamedTuple):
     def limited(self) -> bool:
         """Does something beyond the kind end it (a trigger's end, until, max_runs)?
         (The core keeps per-task state for such a task.)"""
-        return not (self.trigger is None and self.until_ns is None and self.max_runs is None)
+        return not (
+            self.trigger is None
+            and self.until_ns is None
+            and self.max_runs is None
+            and not self.jitter_ns
+            and self.group is None
+        )
 
     def first(self, after: int) -> int | None:
         """Calendar: the first slot strictly after ``after`` (wall ns), or None
@@ -245,6 +257,8 @@ class Schedule(NamedTuple):
             zone,
             self.until_ns,
             self.max_runs,
+            self.jitter_ns,
+            self.group,
         )
 
     @staticmethod
@@ -253,9 +267,11 @@ class Schedule(NamedTuple):
         for a cron expression or a zone this process cannot read."""
         if wire is None:
             return ONCE
-        kind, period_ns, misfire, stop_on_error, expr, zone, until_ns, max_runs = wire
+        kind, period_ns, misfire, stop_on_error, expr, zone, until_ns, max_runs, jitter_ns, group = wire
         trigger = None if expr is None else CronTrigger(expr, zone_of(zone), zone)
-        return Schedule(KIND_OF[kind], period_ns, MISFIRE_OF[misfire], stop_on_error, trigger, until_ns, max_runs)
+        return Schedule(
+            KIND_OF[kind], period_ns, MISFIRE_OF[misfire], stop_on_error, trigger, until_ns, max_runs, jitter_ns, group
+        )
 
     def to_record(self, delay_ns: int, start_wall_ns: int) -> dict[str, Any]:
         """The stored form (JSON), with the task's first delay and ``until``
@@ -280,6 +296,10 @@ class Schedule(NamedTuple):
             record["max_runs"] = self.max_runs
         if self.until_ns is not None:
             record["until_wall_ns"] = start_wall_ns + self.until_ns
+        if self.jitter_ns:
+            record["jitter_ns"] = self.jitter_ns
+        if self.group is not None:
+            record["group"] = self.group
         return record
 
     @staticmethod
@@ -305,6 +325,8 @@ class Schedule(NamedTuple):
             trigger,
             None if until_wall is None else until_wall - now_wall_ns,
             record.get("max_runs"),
+            int(record.get("jitter_ns", 0)),
+            record.get("group"),
         )
         return (ONCE if value == ONCE else value), record.get("delay_ns", 0)
 

@@ -67,9 +67,11 @@ from __future__ import annotations
 import enum
 import itertools
 import random
+from collections.abc import Mapping
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
+from ._limits import Gate
 from ._schedule import ONCE as ONCE_SCHEDULE
 from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition
@@ -187,7 +189,7 @@ class TaskExtra:
     """The state a calendar, retried, limited or paused task keeps beyond a
     plain one's (made by the core: see ``SchedulerCore.add``)."""
 
-    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked")
+    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked", "delayed")
 
     def __init__(self, limit: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None) -> None:
         self.limit = limit  # no slot after this (the schedule's until): wall (calendar) or monotonic
@@ -198,6 +200,7 @@ class TaskExtra:
         self.attempt = 0  # attempts of the current run so far
         self.retrying = False  # the pending entry is a retry of the current run
         self.pause_asked = False  # pause once the current run ends
+        self.delayed: int | None = None  # the schedule's jitter added to task.due (its slot) for this run
 
 
 class Completion(NamedTuple):
@@ -258,7 +261,11 @@ class _Task(_TaskHead):
 class SchedulerCore:
     """The deterministic heart of every runner. See the module docstring."""
 
-    def __init__(self, policy: Policy | str = Policy.PRIORITY) -> None:
+    def __init__(
+        self, policy: Policy | str = Policy.PRIORITY, limits: Mapping[str, int] | None = None, seed: int | None = None
+    ) -> None:
+        """``limits``: shared limits by group (see ``_limits.py``); ``seed``:
+        of the schedules' jitter (None: a random one, so instances differ)."""
         self.policy = Policy(policy)
         self._due_first = self.policy is BY_DUE  # heap entries (due, -priority, seq, id), see _push
         self._tasks: dict[int, _Task] = {}  # every task that is not finished
@@ -276,6 +283,10 @@ class SchedulerCore:
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
         self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
+        # Limits and jitter (_limits.py; Schedule.jitter_ns): claim takes the slow path only if either is used.
+        self.gate = Gate(limits) if limits else None
+        self._jitter_rng = random.Random(seed)
+        self._slow = self.gate is not None
 
     # -- questions -------------------------------------------------------
 
@@ -386,6 +397,8 @@ class SchedulerCore:
             until = schedule.until_ns
             start = start_wall_ns if kind is CALENDAR else now
             extra = TaskExtra(None if until is None else start + until, retry, retry_on)
+            if schedule.jitter_ns:
+                self._slow = True
             if kind is CALENDAR:
                 slot = schedule.first(start_wall_ns) if first_slot_ns is None else first_slot_ns
                 if slot is None or (extra.limit is not None and slot > extra.limit):
@@ -431,6 +444,8 @@ class SchedulerCore:
 
         Returns ``None`` when nothing is due.
         """
+        if self._slow:
+            return self._claim_slow(now)
         timers, live = self._timers, self._live
         if self.policy is BY_PRIORITY:
             ready = self._ready
@@ -471,6 +486,8 @@ class SchedulerCore:
         if task is None or not task.active or task.runs != run:
             return None
         task.active = False
+        if self.gate is not None:
+            self._release(task_id, task)
         if task.state is CANCELLED:  # cancelled while this run was in flight
             self._stopping -= 1
             self._drop(task_id, task)
@@ -518,6 +535,8 @@ class SchedulerCore:
             return None
         if task.kind is Kind.ONCE and task.state is RUNNING:
             task.active = False
+            if self.gate is not None:
+                self._release(task_id, task)
             task.state = transition(task.state, "cancel")
             self._drop(task_id, task)
             return Completion(task_id, run, "cancelled", CANCELLED, None, 0, True)
@@ -533,6 +552,7 @@ class SchedulerCore:
         task = self._tasks.get(task_id)
         if task is None or task.state is not PENDING:
             return False
+        _undelay(task)
         task.runs = runs
         extra = task.extra
         if attempt > 1:
@@ -574,6 +594,7 @@ class SchedulerCore:
             self._extra(task).pause_asked = True
             return True
         task.state = transition(task.state, "pause")
+        _undelay(task)
         self._bury()
         return True
 
@@ -618,6 +639,7 @@ class SchedulerCore:
         for tid, task in self._tasks.items():
             extra = task.extra
             if extra is not None and task.kind is CALENDAR and task.state is PENDING and not extra.retrying:
+                extra.delayed = None  # (its due time is its slot's again, below)
                 if now is not None:  # a slot the step left behind follows the misfire policy
                     extra.slot = task.schedule.resume(extra.slot, now + offset_ns)
                 due = extra.slot - offset_ns
@@ -675,6 +697,56 @@ class SchedulerCore:
         ]
 
     # -- internals -------------------------------------------------------
+
+    def _claim_slow(self, now: int) -> Run | None:
+        """``claim`` with a gate or jittered tasks: a slot of a jittered
+        task is put off by a random delay in [0, jitter) the first time it
+        comes due; a task whose group is full waits in the gate (``_limits.py``)."""
+        timers, live, gate = self._timers, self._live, self.gate
+        ranked = self.policy is BY_PRIORITY
+        if ranked:
+            ready = self._ready
+            while timers and timers[0][0] <= now:
+                entry = heappop(timers)
+                due, seq, tid = entry
+                task = live(tid, seq)
+                if task is not None:
+                    heappush(ready, (-task.priority, due, seq, tid))
+                else:
+                    self._discard(entry)
+        heap = self._ready if ranked else timers
+        while heap and (ranked or heap[0][0] <= now):
+            entry = heappop(heap)
+            tid = entry[-1]
+            task = live(tid, entry[-2])
+            if task is None:
+                self._discard(entry)
+                continue
+            extra, schedule = task.extra, task.schedule
+            if extra is not None and schedule.jitter_ns and extra.delayed is None and not extra.retrying:
+                extra.delayed = self._jitter_rng.randrange(schedule.jitter_ns)
+                if extra.delayed:
+                    task.due += extra.delayed
+                    self._repush(tid, task)
+                    continue
+            if gate is not None and gate.gated(schedule.group):
+                group: str = schedule.group  # type: ignore[assignment]
+                if gate.full(group):
+                    gate.wait(group, entry)
+                    continue
+                gate.acquire(group, tid)
+            return self._start(tid, task)
+        return None
+
+    def _release(self, tid: int, task: _Task) -> None:
+        """A run of the task ended: its unit of its group's limit is free;
+        the entries that waited for one are due again (claim ranks them)."""
+        assert self.gate is not None
+        waiting = self.gate.release(task.schedule.group, tid)
+        if waiting:
+            heap = self._ready if self.policy is BY_PRIORITY else self._timers
+            for entry in waiting:
+                heappush(heap, entry)
 
     def _push(self, tid: int, task: _Task) -> None:
         if self._due_first:
@@ -746,6 +818,9 @@ class SchedulerCore:
             extra.retrying = False
             extra.attempt += 1
         else:
+            if extra.delayed is not None:  # jittered: the run's scheduled time is its slot
+                task.due -= extra.delayed
+                extra.delayed = None
             task.runs += 1
             extra.attempt = 1
             extra.base = task.due
@@ -831,6 +906,8 @@ class SchedulerCore:
         )
 
     def _compact(self) -> None:
+        if self.gate is not None:  # entries waiting for a limit go back to the heaps (claim parks them again)
+            (self._ready if self.policy is BY_PRIORITY else self._timers).extend(self.gate.take_all())
         # _live and _is_buried, inlined: this runs over every entry and task
         tasks = self._tasks
         get = tasks.get
@@ -848,6 +925,15 @@ class SchedulerCore:
                 del tasks[tid]
             self._buried = 0
         assert len(self._timers) + len(self._ready) == sum(t.state is PENDING for t in self._tasks.values())
+
+
+def _undelay(task: _Task) -> None:
+    """A task put off by its jitter is moved (paused, realigned): its due
+    time is its slot again (the next claim draws a fresh delay)."""
+    extra = task.extra
+    if extra is not None and extra.delayed is not None:
+        task.due -= extra.delayed
+        extra.delayed = None
 
 
 def _is_buried(task: _Task) -> bool:
