@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _validate as v
 from ._core import ONCE, Misfire, Priority, Schedule
+from ._core._limits import checked_group
 from ._errors import SchedulerError
 from ._handle import TaskHandle
 from ._retry import Retry, checked_retry
@@ -30,6 +31,8 @@ class SchedulingAPI(abc.ABC):
     #: Tasks go to another process: a cron task's zone must be one that can
     #: travel (an IANA name, a fixed offset, or the local zone).
     _zones_travel = False
+    #: The scheduler's shared limits (group -> runs at once): ``group=`` names one.
+    _limits: Mapping[str, int] = {}
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -81,6 +84,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
 
@@ -91,7 +95,7 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, group)
 
     def schedule_at(
         self,
@@ -107,6 +111,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
@@ -116,7 +121,7 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when, self._wall_now_ns())
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
+        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, group)
 
     def schedule_at_fixed_rate(
         self,
@@ -137,6 +142,8 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
@@ -144,7 +151,10 @@ class SchedulingAPI(abc.ABC):
         happens to grid slots missed during an overrun: "catch_up" runs them
         back to back, "skip" drops them, "coalesce" runs once for all of them.
         ``until`` (an aware datetime, or seconds from now) and ``max_runs``
-        end the task (DONE) when no run is left within them.
+        end the task (DONE) when no run is left within them. ``jitter``:
+        each slot starts a random delay in ``[0, jitter)`` seconds after it
+        (its ``scheduled_at`` stays the slot). ``group``: one of the
+        scheduler's ``limits``; at most that many runs of its tasks at once.
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
@@ -154,6 +164,7 @@ class SchedulingAPI(abc.ABC):
             v.choice("misfire", misfire, Misfire),
             v.flag("stop_on_error", stop_on_error),
         )
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -182,6 +193,8 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
         self._check_open()
@@ -190,6 +203,7 @@ class SchedulingAPI(abc.ABC):
         schedule = Schedule.fixed_delay(
             v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -219,6 +233,8 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at every time the cron expression ``expr`` names, on the
         wall clock of ``tz`` (an IANA name or a tzinfo; None: this machine's
@@ -242,6 +258,7 @@ class SchedulingAPI(abc.ABC):
         schedule = Schedule.calendar(
             trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             0,
@@ -264,9 +281,10 @@ class SchedulingAPI(abc.ABC):
         key: object = None,
         replace_existing: object = False,
         ray_options: object = None,
+        group: object = None,
     ) -> TaskHandle:
         spec = v.TaskSpec(
-            ONCE,
+            ONCE if group is None else self._shared(ONCE, group),
             delay_ns,
             v.priority(priority),
             v.optional_timeout_ns(timeout),
@@ -276,6 +294,15 @@ class SchedulingAPI(abc.ABC):
         if retry is not None or key is not None or replace_existing is not False:
             spec = self._with_options(spec, retry, None, None, key, replace_existing)
         return self._add(spec, *call)
+
+    def _shared(self, schedule: Schedule, group: object, jitter: object = 0.0) -> Schedule:
+        """``group=`` (one of the scheduler's limits) and ``jitter=`` (seconds)
+        into ``schedule`` (see ``_core/_limits.py``; ``Schedule.jitter_ns``)."""
+        checked = checked_group(group, self._limits)
+        jitter_ns = 0 if jitter == 0.0 and type(jitter) is float else v.duration_ns("jitter", jitter)
+        if checked is None and not jitter_ns:
+            return schedule
+        return schedule._replace(group=checked, jitter_ns=jitter_ns)
 
     def _with_options(
         self,
