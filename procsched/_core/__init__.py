@@ -11,11 +11,18 @@ runner - inline, threads, processes - drives the very same decisions.
     _schedule.py   Schedule: when a task runs (slots, misfire, limits; wire and stored forms)
     _calendar.py   CronTrigger: cron fire times with cron's DST rules
     _scheduler.py  SchedulerCore: the task table, the heaps, the run decisions
+    _control.py    schedule control: runs counted one by one, run now, backfill, skipped slots
     _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
 from ._calendar import CronTrigger as CronTrigger
 from ._calendar import Zone as Zone
+from ._control import (
+    Completion as Completion,
+)
+from ._control import (
+    Run as Run,
+)
 from ._schedule import (
     KIND_OF as KIND_OF,
 )
@@ -26,10 +33,16 @@ from ._schedule import (
     ONCE as ONCE,
 )
 from ._schedule import (
+    OVERLAP_OF as OVERLAP_OF,
+)
+from ._schedule import (
     Kind as Kind,
 )
 from ._schedule import (
     Misfire as Misfire,
+)
+from ._schedule import (
+    Overlap as Overlap,
 )
 from ._schedule import (
     Schedule as Schedule,
@@ -38,16 +51,10 @@ from ._scheduler import (
     CancelResult as CancelResult,
 )
 from ._scheduler import (
-    Completion as Completion,
-)
-from ._scheduler import (
     Policy as Policy,
 )
 from ._scheduler import (
     RetryPolicy as RetryPolicy,
-)
-from ._scheduler import (
-    Run as Run,
 )
 from ._scheduler import (
     SchedulerCore as SchedulerCore,

@@ -25,20 +25,30 @@ core with no limits has no gate at all (its claim path is unchanged).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
-from typing import Final
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ._control import Run, SideRun
+    from ._scheduler import Policy, _Task
+
+#: A run holding a unit: (task id, run number).
+Holder = tuple[int, int]
 
 
 class Gate:
     """Units in use per group, the entries waiting for one, and who holds them."""
 
-    __slots__ = ("limits", "in_use", "waiting", "held")
+    __slots__ = ("limits", "in_use", "waiting", "sides", "held")
 
     def __init__(self, limits: Mapping[str, int]) -> None:
         self.limits: Final[dict[str, int]] = dict(limits)
         self.in_use: dict[str, int] = dict.fromkeys(self.limits, 0)
         self.waiting: dict[str, list[tuple[int, ...]]] = {name: [] for name in self.limits}
-        self.held: dict[int, int] = {}  # task id -> units its runs in flight hold
+        self.sides: dict[str, list[tuple[int, int, int]]] = {name: [] for name in self.limits}  # side-heap entries
+        self.held: dict[Holder, str] = {}  # the runs in flight that hold a unit -> its group
 
     def gated(self, group: str | None) -> bool:
         """Does this group have a limit here?"""
@@ -51,28 +61,25 @@ class Gate:
         """A due task of a full group: its heap entry waits here."""
         self.waiting[group].append(entry)
 
-    def acquire(self, group: str, task_id: int) -> None:
-        """A run of ``task_id`` (of ``group``, which has room) starts."""
+    def acquire(self, group: str, holder: Holder) -> None:
+        """The run ``holder`` (of ``group``, which has room) starts."""
         self.in_use[group] += 1
-        self.held[task_id] = self.held.get(task_id, 0) + 1
+        self.held[holder] = group
 
-    def release(self, group: str | None, task_id: int) -> list[tuple[int, ...]]:
-        """A run of ``task_id`` ended: its unit (if it held one) is free.
-        Returns the entries that waited for the group (now the caller's, to
-        queue again), or [] if nothing was held."""
-        held = self.held.get(task_id)
-        if held is None or group is None:
-            return []
-        if held == 1:
-            del self.held[task_id]
-        else:
-            self.held[task_id] = held - 1
+    def release(self, holder: Holder) -> tuple[list[tuple[int, ...]], list[tuple[int, int, int]]]:
+        """The run ``holder`` ended: its unit (if it held one) is free.
+        Returns the entries that waited for its group - the core's heap
+        entries and its side runs' - now the caller's to queue again."""
+        group = self.held.pop(holder, None)
+        if group is None:
+            return [], []
         self.in_use[group] -= 1
-        waiting = self.waiting[group]
-        if not waiting:
-            return []
-        self.waiting[group] = []
-        return waiting
+        waiting, sides = self.waiting[group], self.sides[group]
+        if waiting:
+            self.waiting[group] = []
+        if sides:
+            self.sides[group] = []
+        return waiting, sides
 
     def take_all(self) -> list[tuple[int, ...]]:
         """Every waiting entry (the core compacts its heaps: they go back there)."""
@@ -84,6 +91,123 @@ class Gate:
     def count(self) -> int:
         """Waiting entries, live or dead."""
         return sum(len(waiting) for waiting in self.waiting.values())
+
+
+class LimitsMixin:
+    """The limits and jitter path of :class:`SchedulerCore`'s claim (see
+    the module docstring); ``_scheduler.py`` calls it from a few hooks."""
+
+    if TYPE_CHECKING:
+        policy: Policy
+        _timers: list[tuple[int, ...]]
+        _ready: list[tuple[int, ...]]
+        _side: list[tuple[int, int, int]]
+        _side_runs: dict[int, SideRun]
+        _tasks: dict[int, _Task]
+
+        def _live(self, task_id: int, seq: int) -> _Task | None: ...
+        def _discard(self, entry: tuple[int, ...]) -> None: ...
+        def _repush(self, tid: int, task: _Task) -> None: ...
+        def _start(self, tid: int, task: _Task, now: int) -> Run | None: ...
+        def _claim_side(self, now: int) -> Run | None: ...
+
+    def _init_limits(self, limits: Mapping[str, int] | None, seed: int | None) -> None:
+        self.gate = Gate(limits) if limits else None
+        self._jitter_rng = random.Random(seed)  # None: a random seed, so instances on one grid differ
+        self._slow = self.gate is not None  # claim takes _claim_slow (a gate, or a task with jitter)
+        self._ranked = self.policy.value == "priority"  # due entries in _ready (else in _timers)
+
+    def _claim_slow(self, now: int) -> Run | None:
+        """``claim`` with a gate or jittered tasks: a slot of a jittered
+        task is put off by a random delay in [0, jitter) the first time it
+        comes due; a due run whose group is full waits in the gate."""
+        gate = self.gate
+        if self._side and self._side[0][0] <= now:  # runs outside the schedule (run now, backfill) first
+            run = self._claim_side(now)  # (its _side_admitted asks the gate)
+            if run is not None:
+                return self._took(run)
+        timers, live = self._timers, self._live
+        ranked = self._ranked
+        while True:
+            if ranked:
+                ready = self._ready
+                while timers and timers[0][0] <= now:
+                    entry = heappop(timers)
+                    due, seq, tid = entry
+                    task = live(tid, seq)
+                    if task is not None:
+                        heappush(ready, (-task.priority, due, seq, tid))
+                    else:
+                        self._discard(entry)
+            heap = self._ready if ranked else timers
+            while heap and (ranked or heap[0][0] <= now):
+                entry = heappop(heap)
+                tid = entry[-1]
+                task = live(tid, entry[-2])
+                if task is None:
+                    self._discard(entry)
+                    continue
+                extra, schedule = task.extra, task.schedule
+                if extra is not None and schedule.jitter_ns and extra.delayed is None and not extra.retrying:
+                    extra.delayed = self._jitter_rng.randrange(schedule.jitter_ns)
+                    if extra.delayed:
+                        task.due += extra.delayed
+                        self._repush(tid, task)
+                        continue
+                group = schedule.group
+                if gate is not None and group is not None and group in gate.limits and gate.full(group):
+                    gate.wait(group, entry)
+                    continue
+                run = self._start(tid, task, now)
+                if run is not None:
+                    return self._took(run)
+            if not (ranked and timers and timers[0][0] <= now):  # (a skipped slot's next one may be due too)
+                return None
+
+    def _took(self, run: Run) -> Run:
+        """A run starts: if its group has a limit, it holds a unit."""
+        gate = self.gate
+        if gate is not None:
+            group = self._group_of(run.task_id)
+            if group is not None and group in gate.limits:
+                gate.acquire(group, (run.task_id, run.run))
+        return run
+
+    def _group_of(self, tid: int) -> str | None:
+        task = self._tasks.get(tid)
+        return None if task is None else task.schedule.group
+
+    def _side_admitted(self, tid: int, task: _Task, entry: tuple[int, int, int], side: SideRun) -> bool:
+        """A side run (run now, backfill, a retry) of ``task`` is due: False
+        if its group is full - it waits in the gate, as popped."""
+        gate, group = self.gate, task.schedule.group
+        if gate is None or group is None or group not in gate.limits or not gate.full(group):
+            return True
+        self._side_runs[entry[1]] = side
+        gate.sides[group].append(entry)
+        return False
+
+    def _unit_free(self, holder: Holder, in_flight: bool) -> None:
+        """The run ``holder`` ended (``in_flight``: the core takes the report):
+        its unit is free; what waited for its group is due again."""
+        gate = self.gate
+        if gate is None or not in_flight or holder not in gate.held:
+            return
+        waiting, sides = gate.release(holder)
+        heap = self._ready if self._ranked else self._timers
+        for entry in waiting:
+            heappush(heap, entry)
+        for side in sides:
+            heappush(self._side, side)
+
+
+def undelay(task: _Task) -> None:
+    """A task put off by its jitter is moved (paused, realigned): its due
+    time is its slot again (the next claim draws a fresh delay)."""
+    extra = task.extra
+    if extra is not None and extra.delayed is not None:
+        task.due -= extra.delayed
+        extra.delayed = None
 
 
 def checked_limits(value: object) -> dict[str, int]:

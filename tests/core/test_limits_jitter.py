@@ -235,3 +235,18 @@ def test_an_unknown_group_is_refused_naming_it() -> None:
     with pytest.raises(TypeError, match="group must be a str or None, not int 3"):
         checked_group(3, {"db": 2})
     assert checked_group("db", {"db": 2}) == "db" and checked_group(None, {}) is None
+
+
+def test_a_run_now_waits_for_its_group_too() -> None:
+    core = SchedulerCore(limits={"db": 1})
+    busy = core.add(0, 0, DB, payload="busy")
+    other = core.add(10 * NS, 0, Schedule.fixed_rate(10 * NS)._replace(group="db"), payload="other")
+    assert started(core, 0) == ["busy"]
+    assert core.run_now(other, 1)
+    assert core.claim(1) is None  # the group is full: the manual run waits
+    core.complete(busy, 1, "ok", 2)
+    run = core.claim(2)
+    assert run is not None and run.payload == "other" and run.cause == "manual"
+    assert core.claim(3) is None
+    core.complete(other, run.run, "ok", 3)
+    assert core.next_deadline() == 10 * NS  # its schedule did not move
