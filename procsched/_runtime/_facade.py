@@ -181,6 +181,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
             keys = resolve(secret)  # ValueError, TypeError: a bad secret, at the call
             self._store = open_store(store, secret=keys)  # StoreError now, at the call
+            if self._limits:  # shared by every instance on the store (counted in its claims)
+                self._store.set_limits(self._limits)
             config["secret"] = keys  # (the configuration frame: never a command line or an environment)
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
