@@ -16,6 +16,7 @@ from typing import Any
 from . import _validate as v
 from ._core import ONCE, Misfire, Priority, Schedule
 from ._core._limits import checked_group
+from ._core._units import wall_datetime
 from ._errors import SchedulerError
 from ._handle import TaskHandle
 from ._retry import Retry, checked_retry
@@ -56,6 +57,42 @@ class SchedulingAPI(abc.ABC):
         """Resume a paused task (see ``TaskHandle.resume``)."""
         raise SchedulerError(f"resume is not available on {type(self).__name__}")
 
+    def run_now(self, key_or_id: str | int) -> bool:
+        """One extra run of a periodic task now, outside its schedule (its
+        next slot does not move; a paused task stays paused), subject to
+        ``max_concurrent``/``overlap``: False if "skip" finds it full, or
+        for an unknown, finished or one-shot task. The run's ``cause`` is
+        "manual"."""
+        self._check_open()
+        task_id = self._task_id_of(key_or_id)
+        return False if task_id is None else self._run_now(task_id)
+
+    def backfill(
+        self, key_or_id: str | int, start: datetime, end: datetime, *, dry_run: bool = False
+    ) -> list[datetime]:
+        """Run the task's own slots with ``start <= slot < end`` (and not
+        after now), one after another in slot order (see
+        ``TaskHandle.backfill``); returns them (``dry_run=True``: only that)."""
+        self._check_open()
+        start_ns, end_ns, dry = v.backfill_range(start, end, dry_run)
+        task_id = self._task_id_of(key_or_id)
+        if task_id is None:
+            raise ValueError(f"no live task {key_or_id!r}")
+        return [wall_datetime(ns) for ns in self._backfill(task_id, start_ns, end_ns, dry)]
+
+    def _task_id_of(self, key_or_id: str | int) -> int | None:
+        """The id of a live task named by key (str) or id (int)."""
+        if isinstance(key_or_id, str):
+            raise SchedulerError(f"tasks by key are not available on {type(self).__name__}")
+        return v.task_id(key_or_id)
+
+    def _run_now(self, task_id: int) -> bool:
+        raise SchedulerError(f"run_now is not available on {type(self).__name__}")
+
+    def _backfill(self, task_id: int, start_ns: int, end_ns: int, dry_run: bool) -> list[int]:
+        """The slots (wall ns) of ``backfill``, run unless ``dry_run``."""
+        raise SchedulerError(f"backfill is not available on {type(self).__name__}")
+
     @abc.abstractmethod
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         """Cancel a task by id.
@@ -84,6 +121,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        misfire_grace: Seconds | None = None,
         group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
@@ -95,7 +133,9 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, group)
+        return self._once(
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace, group
+        )
 
     def schedule_at(
         self,
@@ -111,6 +151,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        misfire_grace: Seconds | None = None,
         group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
@@ -121,7 +162,9 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when, self._wall_now_ns())
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, group)
+        return self._once(
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace, group
+        )
 
     def schedule_at_fixed_rate(
         self,
@@ -142,6 +185,9 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
         jitter: Seconds = 0.0,
         group: str | None = None,
     ) -> TaskHandle:
@@ -151,10 +197,15 @@ class SchedulingAPI(abc.ABC):
         happens to grid slots missed during an overrun: "catch_up" runs them
         back to back, "skip" drops them, "coalesce" runs once for all of them.
         ``until`` (an aware datetime, or seconds from now) and ``max_runs``
-        end the task (DONE) when no run is left within them. ``jitter``:
-        each slot starts a random delay in ``[0, jitter)`` seconds after it
-        (its ``scheduled_at`` stays the slot). ``group``: one of the
-        scheduler's ``limits``; at most that many runs of its tasks at once.
+        end the task (DONE) when no run is left within them.
+        ``max_concurrent`` runs may run at once; a slot that comes due while
+        that many run does what ``overlap`` says ("wait", "skip",
+        "replace"); a run that would start later than its slot +
+        ``misfire_grace`` seconds is skipped (see README "Schedule control").
+        ``jitter``: each slot starts a random delay in ``[0, jitter)``
+        seconds after it (its ``scheduled_at`` stays the slot). ``group``:
+        one of the scheduler's ``limits``; at most that many runs of its
+        tasks at once.
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
@@ -164,6 +215,7 @@ class SchedulingAPI(abc.ABC):
             v.choice("misfire", misfire, Misfire),
             v.flag("stop_on_error", stop_on_error),
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
@@ -193,16 +245,22 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
         jitter: Seconds = 0.0,
         group: str | None = None,
     ) -> TaskHandle:
-        """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
+        """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*.
+        Its own slots never overlap; ``max_concurrent``/``overlap`` apply to
+        ``run_now()``."""
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("initial_delay", initial_delay)
         schedule = Schedule.fixed_delay(
             v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
@@ -233,6 +291,9 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
         jitter: Seconds = 0.0,
         group: str | None = None,
     ) -> TaskHandle:
@@ -258,6 +319,7 @@ class SchedulingAPI(abc.ABC):
         schedule = Schedule.calendar(
             trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
@@ -281,10 +343,12 @@ class SchedulingAPI(abc.ABC):
         key: object = None,
         replace_existing: object = False,
         ray_options: object = None,
+        misfire_grace: object = None,
         group: object = None,
     ) -> TaskHandle:
+        once = v.control(ONCE, 1, "wait", misfire_grace)
         spec = v.TaskSpec(
-            ONCE if group is None else self._shared(ONCE, group),
+            once if group is None else self._shared(once, group),
             delay_ns,
             v.priority(priority),
             v.optional_timeout_ns(timeout),
@@ -359,6 +423,10 @@ class LiveTasks:
 
     _handles: dict[int, TaskHandle]
     _keys: dict[str, TaskHandle]
+
+    def _task_id_of(self, key_or_id: str | int) -> int | None:
+        handle = self.get(key_or_id)
+        return None if handle is None else handle.id
 
     def get(self, key_or_id: str | int) -> TaskHandle | None:
         """The live task with this key (str) or id (int), or None."""
