@@ -5,6 +5,10 @@ are seen on a rendezvous socket (blocking, with deadlines)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +21,8 @@ from tests.store.conftest import pg_url as pg_url
 from tests.store.conftest import store_url as store_url
 
 WAIT = 60
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 @pytest.fixture
@@ -59,3 +65,30 @@ def test_a_limit_holds_across_two_instances_on_one_store(store_url: str, meet: R
         one.shutdown(wait=True, cancel_futures=True)
         two.shutdown(wait=True, cancel_futures=True)
     assert most_at_once(log, set(handles)) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_sigkill_while_holding_a_unit_never_leaks_it(store_url: str, meet: Rendezvous, tmp_path: Any) -> None:
+    log = str(tmp_path / "log")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *sys.path]))
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "limit_child.py"), store_url, log, meet.path],
+        stdin=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert meet.started() == "held"  # the child's run holds the group's only unit
+        os.kill(child.pid, signal.SIGKILL)  # its dispatcher and worker follow it (they watch their parent)
+        child.wait(timeout=WAIT)
+        with procsched.Scheduler(1, store=store_url, limits={"db": 1}, lease=1) as s:
+            after = s.schedule(hold, args=(log, "after", meet.path), key="after", group="db")
+            # the dead instance's lease ends, its run is recorded crashed: the unit is free
+            assert meet.started() == "after"
+            meet.release("after")
+            assert after.result(timeout=WAIT) == "after"
+            held = s.history("held")
+        assert [r.outcome for r in held] == ["crashed"]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
