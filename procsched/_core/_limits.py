@@ -201,13 +201,17 @@ class LimitsMixin:
             heappush(self._side, side)
 
 
-def undelay(task: _Task) -> None:
-    """A task put off by its jitter is moved (paused, realigned): its due
-    time is its slot again (the next claim draws a fresh delay)."""
+def undelay(task: _Task) -> int:
+    """A task put off by its jitter starts, or is moved (paused,
+    realigned): its due time is its slot again (the next claim draws a fresh
+    delay). Returns the delay it had (0: none)."""
     extra = task.extra
-    if extra is not None and extra.delayed is not None:
-        task.due -= extra.delayed
-        extra.delayed = None
+    if extra is None or extra.delayed is None:
+        return 0
+    delayed = extra.delayed
+    task.due -= delayed
+    extra.delayed = None
+    return delayed
 
 
 def checked_limits(value: object) -> dict[str, int]:

@@ -783,9 +783,9 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             task.active = True
             task.runs += 1
             return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name)
-        undelay(task)  # jittered: the run's scheduled time is its slot
+        jitter = undelay(task)  # the run's scheduled time is its slot; lateness counts from its jittered start
         grace = task.schedule.misfire_grace_ns
-        if grace is not None and not extra.retrying and now - task.due > grace:
+        if grace is not None and not extra.retrying and now - task.due - jitter > grace:
             self._late(tid, task, extra, now)
             return None
         if extra.control is not None:

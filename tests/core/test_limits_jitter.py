@@ -250,3 +250,15 @@ def test_a_run_now_waits_for_its_group_too() -> None:
     assert core.claim(3) is None
     core.complete(other, run.run, "ok", 3)
     assert core.next_deadline() == 10 * NS  # its schedule did not move
+
+
+def test_misfire_grace_counts_from_the_jittered_start() -> None:
+    core = SchedulerCore(seed=11)
+    schedule = Schedule.fixed_rate(10 * NS)._replace(jitter_ns=5 * NS, misfire_grace_ns=NS // 10)
+    core.add(0, 0, schedule, payload="j")
+    assert core.claim(0) is None  # put off (seed 11: not by 0 ns)
+    start = core.next_deadline()
+    assert start is not None and start > NS // 10  # later than the grace after the slot: still not late
+    run = core.claim(start + NS // 20)
+    assert run is not None and run.scheduled_ns == 0
+    assert core.take_skips() == []
