@@ -241,3 +241,43 @@ def test_schedule_fields_cross_the_wire_and_the_record() -> None:
     assert "max_concurrent" not in plain and "overlap" not in plain and "misfire_grace_ns" not in plain
     old = {"v": 2, "kind": "fixed_rate", "delay_ns": 0, "period_ns": 400 * MS, "misfire": "catch_up"}
     assert Schedule.from_record(old, {}, 0, lambda zone: None)[0] == rate()  # type: ignore[arg-type,return-value]
+
+
+def timeline(schedule: Schedule, until_ms: int = 2700) -> tuple[list[int], list[tuple[int, str]], list[int]]:
+    """README's experiment on the core: fixed rate 400 ms, first slot at 200 ms,
+    every run taking 1 s. Returns the runs' start times, the skipped slots and
+    the replaced runs' numbers (ms)."""
+    core = SchedulerCore()
+    tid = core.add(200 * MS, schedule=schedule)
+    ends: dict[int, int] = {}  # run -> end time
+    starts: list[int] = []
+    replaced: list[int] = []
+    now = 0
+    while now <= until_ms * MS:
+        for run, end in sorted(ends.items()):
+            if end <= now:
+                del ends[run]
+                core.complete(tid, run, "ok", now)
+        while (claimed := core.claim(now)) is not None:
+            starts.append(now // MS)
+            ends[claimed.run] = now + NS
+            for _, old in core.take_replaced():
+                replaced.append(old)
+                del ends[old]
+                core.complete(tid, old, "cancelled", now)
+        due = core.next_deadline()
+        following = min([*ends.values(), *([due] if due is not None else [])], default=None)
+        if following is None:
+            break
+        now = max(following, now + 1)
+    return starts, skips(core), replaced
+
+
+def test_the_readme_timelines() -> None:
+    skip = timeline(rate(overlap=Overlap.SKIP))
+    assert skip[0] == [200, 1400, 2600]
+    assert skip[1] == [(600, "overlap"), (1000, "overlap"), (1800, "overlap"), (2200, "overlap")]
+    replace = timeline(rate(overlap=Overlap.REPLACE))
+    assert replace[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and replace[2] == [1, 2, 3, 4, 5, 6]
+    three = timeline(rate(max_concurrent=3))
+    assert three[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and three[1] == []
