@@ -4,8 +4,12 @@ Theory of operation
 -------------------
 ``Scheduler(limits={"db": 2})`` and ``group="db"`` on a scheduling method:
 at most 2 runs of tasks of group ``"db"`` are in flight at once. The group
-is the task's (``Schedule.group``: it travels with the schedule to every
-runner); the limits are the scheduler's (``SchedulerCore(limits=...)``).
+is the task's, a field of its :class:`~._schedule.Schedule` beside
+``max_concurrent`` and ``overlap`` (the other rules of how its runs may run
+at once): so it reaches every runner in the schedule's wire form and the
+store in its record (and the definition's ``grp`` column the claims count
+by) with no message of its own, and the core reads it where it reads them.
+The limits are the scheduler's (``SchedulerCore(limits=...)``).
 
 The gate counts units. The core asks it at each claim: a due task whose
 group is full does not start; its heap entry is parked here, in its group's

@@ -108,3 +108,17 @@ def test_a_bad_group_or_jitter_is_refused_at_the_call_and_nothing_is_scheduled()
     with procsched.Scheduler(1, runner="threads") as s:
         with pytest.raises(ValueError, match=r"group 'db' is not one of this scheduler's limits \(limits=: none\)"):
             s.schedule(print, group="db")
+
+
+def test_the_inline_scheduler_takes_limits_too() -> None:
+    clock = procsched.ManualClock()
+    s = procsched.InlineScheduler(clock, limits={"db": 1})
+    order: list[str] = []
+    for name, prio in (("low", -1), ("high", 5)):
+        s.schedule(order.append, args=(name,), priority=prio, group="db")
+    s.run_due()
+    assert order == ["high", "low"]
+    with pytest.raises(ValueError, match="group 'web' is not one of this scheduler's limits"):
+        s.schedule(print, group="web")
+    with pytest.raises(ValueError, match=r"limits\['db'\] must be an int >= 1, not -1"):
+        procsched.InlineScheduler(clock, limits={"db": -1})
