@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _validate as v
 from ._core import ONCE, Misfire, Priority, Schedule
+from ._core._limits import checked_group
 from ._core._units import wall_datetime
 from ._errors import SchedulerError
 from ._handle import TaskHandle
@@ -31,6 +32,8 @@ class SchedulingAPI(abc.ABC):
     #: Tasks go to another process: a cron task's zone must be one that can
     #: travel (an IANA name, a fixed offset, or the local zone).
     _zones_travel = False
+    #: The scheduler's shared limits (group -> runs at once): ``group=`` names one.
+    _limits: Mapping[str, int] = {}
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -119,6 +122,7 @@ class SchedulingAPI(abc.ABC):
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
         misfire_grace: Seconds | None = None,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
 
@@ -130,7 +134,7 @@ class SchedulingAPI(abc.ABC):
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
         return self._once(
-            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace, group
         )
 
     def schedule_at(
@@ -148,6 +152,7 @@ class SchedulingAPI(abc.ABC):
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
         misfire_grace: Seconds | None = None,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
@@ -158,7 +163,7 @@ class SchedulingAPI(abc.ABC):
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when, self._wall_now_ns())
         return self._once(
-            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace, group
         )
 
     def schedule_at_fixed_rate(
@@ -183,6 +188,8 @@ class SchedulingAPI(abc.ABC):
         max_concurrent: int = 1,
         overlap: str = "wait",
         misfire_grace: Seconds | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
@@ -195,6 +202,10 @@ class SchedulingAPI(abc.ABC):
         that many run does what ``overlap`` says ("wait", "skip",
         "replace"); a run that would start later than its slot +
         ``misfire_grace`` seconds is skipped (see README "Schedule control").
+        ``jitter``: each slot starts a random delay in ``[0, jitter)``
+        seconds after it (its ``scheduled_at`` stays the slot). ``group``:
+        one of the scheduler's ``limits``; at most that many runs of its
+        tasks at once.
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
@@ -205,6 +216,7 @@ class SchedulingAPI(abc.ABC):
             v.flag("stop_on_error", stop_on_error),
         )
         schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -236,6 +248,8 @@ class SchedulingAPI(abc.ABC):
         max_concurrent: int = 1,
         overlap: str = "wait",
         misfire_grace: Seconds | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*.
         Its own slots never overlap; ``max_concurrent``/``overlap`` apply to
@@ -247,6 +261,7 @@ class SchedulingAPI(abc.ABC):
             v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
         )
         schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -279,6 +294,8 @@ class SchedulingAPI(abc.ABC):
         max_concurrent: int = 1,
         overlap: str = "wait",
         misfire_grace: Seconds | None = None,
+        jitter: Seconds = 0.0,
+        group: str | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at every time the cron expression ``expr`` names, on the
         wall clock of ``tz`` (an IANA name or a tzinfo; None: this machine's
@@ -303,6 +320,7 @@ class SchedulingAPI(abc.ABC):
             trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
         )
         schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
+        schedule = self._shared(schedule, group, jitter)
         spec = v.TaskSpec(
             schedule,
             0,
@@ -326,9 +344,11 @@ class SchedulingAPI(abc.ABC):
         replace_existing: object = False,
         ray_options: object = None,
         misfire_grace: object = None,
+        group: object = None,
     ) -> TaskHandle:
+        once = v.control(ONCE, 1, "wait", misfire_grace)
         spec = v.TaskSpec(
-            v.control(ONCE, 1, "wait", misfire_grace),
+            once if group is None else self._shared(once, group),
             delay_ns,
             v.priority(priority),
             v.optional_timeout_ns(timeout),
@@ -338,6 +358,15 @@ class SchedulingAPI(abc.ABC):
         if retry is not None or key is not None or replace_existing is not False:
             spec = self._with_options(spec, retry, None, None, key, replace_existing)
         return self._add(spec, *call)
+
+    def _shared(self, schedule: Schedule, group: object, jitter: object = 0.0) -> Schedule:
+        """``group=`` (one of the scheduler's limits) and ``jitter=`` (seconds)
+        into ``schedule`` (see ``_core/_limits.py``; ``Schedule.jitter_ns``)."""
+        checked = checked_group(group, self._limits)
+        jitter_ns = 0 if jitter == 0.0 and type(jitter) is float else v.duration_ns("jitter", jitter)
+        if checked is None and not jitter_ns:
+            return schedule
+        return schedule._replace(group=checked, jitter_ns=jitter_ns)
 
     def _with_options(
         self,

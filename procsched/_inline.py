@@ -11,7 +11,7 @@ deterministic tests: pair it with a ManualClock and time moves only when
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 from . import _validate as v
@@ -19,6 +19,7 @@ from ._api import LiveTasks, SchedulingAPI
 from ._clock import Clock, MonotonicClock
 from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
+from ._core._limits import checked_limits
 from ._core._units import NS
 from ._errors import SchedulerClosedError, TaskTimeoutError
 from ._events import (
@@ -57,9 +58,12 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
     ``"timeout"`` when it returns and its value is discarded.
     """
 
-    def __init__(self, clock: Clock | None = None, *, policy: Policy | str = "priority") -> None:
+    def __init__(
+        self, clock: Clock | None = None, *, policy: Policy | str = "priority", limits: Mapping[str, int] | None = None
+    ) -> None:
         self._clock = check_clock(clock)
-        self._core = SchedulerCore(v.policy(policy))
+        self._limits = checked_limits(limits)  # (one run at a time here: a limit only orders the waiting)
+        self._core = SchedulerCore(v.policy(policy), self._limits)
         self._handles: dict[int, TaskHandle] = {}
         self._keys: dict[str, TaskHandle] = {}
         self._interrupted: set[int] = set()

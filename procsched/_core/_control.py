@@ -179,6 +179,7 @@ class ControlMixin:
         def _push(self, tid: int, task: _Task) -> None: ...
         def _drop(self, tid: int, task: _Task) -> None: ...
         def _bury(self) -> None: ...
+        def _side_admitted(self, tid: int, task: _Task, entry: tuple[int, int, int], side: SideRun) -> bool: ...
         @staticmethod
         def _extra(task: _Task) -> TaskExtra: ...
 
@@ -306,13 +307,15 @@ class ControlMixin:
     def _claim_side(self, now: int) -> Run | None:
         side = self._side
         while side and side[0][0] <= now:
-            _, seq, tid = heappop(side)
+            due, seq, tid = heappop(side)
             waiting = self._side_runs.pop(seq, None)
             task = self._tasks.get(tid)
             if waiting is None or task is None or task.state is CANCELLED or task.extra is None:
                 continue
             control = task.extra.control
             if control is None:
+                continue
+            if not self._side_admitted(tid, task, (due, seq, tid), waiting):  # its group is full (_limits.py)
                 continue
             run = self._start_side(tid, task, control, waiting, now)
             if run is not None:

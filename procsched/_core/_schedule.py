@@ -99,8 +99,13 @@ OVERLAP_OF: Final[dict[str, Overlap]] = {member.value: member for member in Over
 
 #: A schedule's wire form: (kind, period_ns, misfire, stop_on_error, cron
 #: expression, zone, until_ns, max_runs, max_concurrent, overlap,
-#: misfire_grace_ns), or None for a plain one-shot.
-Wire = tuple[str, int, str, bool, "str | None", Zone, "int | None", "int | None", int, str, "int | None"] | None
+#: misfire_grace_ns, jitter_ns, group), or None for a plain one-shot.
+Wire = (
+    tuple[
+        str, int, str, bool, "str | None", Zone, "int | None", "int | None", int, str, "int | None", int, "str | None"
+    ]
+    | None
+)
 #: Resolves a zone as given (``Zone``) to a tzinfo (``procsched._tz.zone``).
 ZoneOf = Callable[[Zone], tzinfo]
 
@@ -132,6 +137,11 @@ class Schedule(NamedTuple):
     """What a slot does when ``max_concurrent`` runs are running."""
     misfire_grace_ns: int | None = None
     """A run that would start later than its slot + this is skipped ("late")."""
+    jitter_ns: int = 0
+    """Each slot starts a random delay in ``[0, jitter_ns)`` after it (its
+    ``scheduled_at`` stays the slot); 0: none."""
+    group: str | None = None
+    """The shared limit its runs count against (``_limits.py``), or None."""
 
     # -- making one ------------------------------------------------------------
 
@@ -182,6 +192,8 @@ class Schedule(NamedTuple):
             and self.max_runs is None
             and self.misfire_grace_ns is None
             and not self.controlled
+            and not self.jitter_ns
+            and self.group is None
         )
 
     @property
@@ -287,6 +299,8 @@ class Schedule(NamedTuple):
             self.max_concurrent,
             self.overlap.value,
             self.misfire_grace_ns,
+            self.jitter_ns,
+            self.group,
         )
 
     @staticmethod
@@ -295,7 +309,21 @@ class Schedule(NamedTuple):
         for a cron expression or a zone this process cannot read."""
         if wire is None:
             return ONCE
-        kind, period_ns, misfire, stop_on_error, expr, zone, until_ns, max_runs, concurrent, overlap, grace = wire
+        (
+            kind,
+            period_ns,
+            misfire,
+            stop_on_error,
+            expr,
+            zone,
+            until_ns,
+            max_runs,
+            concurrent,
+            overlap,
+            grace,
+            jitter,
+            group,
+        ) = wire
         trigger = None if expr is None else CronTrigger(expr, zone_of(zone), zone)
         return Schedule(
             KIND_OF[kind],
@@ -308,6 +336,8 @@ class Schedule(NamedTuple):
             concurrent,
             OVERLAP_OF[overlap],
             grace,
+            jitter,
+            group,
         )
 
     def to_record(self, delay_ns: int, start_wall_ns: int) -> dict[str, Any]:
@@ -339,6 +369,10 @@ class Schedule(NamedTuple):
             record["overlap"] = self.overlap.value
         if self.misfire_grace_ns is not None:
             record["misfire_grace_ns"] = self.misfire_grace_ns
+        if self.jitter_ns:
+            record["jitter_ns"] = self.jitter_ns
+        if self.group is not None:
+            record["group"] = self.group
         return record
 
     @staticmethod
@@ -367,6 +401,8 @@ class Schedule(NamedTuple):
             int(record.get("max_concurrent", 1)),
             OVERLAP_OF[record.get("overlap", Overlap.WAIT.value)],
             record.get("misfire_grace_ns"),
+            int(record.get("jitter_ns", 0)),
+            record.get("group"),
         )
         return (ONCE if value == ONCE else value), record.get("delay_ns", 0)
 

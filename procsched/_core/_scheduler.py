@@ -67,10 +67,12 @@ from __future__ import annotations
 import enum
 import itertools
 import random
+from collections.abc import Mapping
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
 from ._control import Completion, Control, ControlMixin, Run
+from ._limits import LimitsMixin, undelay
 from ._schedule import ONCE as ONCE_SCHEDULE
 from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition
@@ -172,7 +174,18 @@ class TaskExtra:
     """The state a calendar, retried, limited or paused task keeps beyond a
     plain one's (made by the core: see ``SchedulerCore.add``)."""
 
-    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked", "control")
+    __slots__ = (
+        "limit",
+        "retry",
+        "retry_on",
+        "slot",
+        "base",
+        "attempt",
+        "retrying",
+        "pause_asked",
+        "control",
+        "delayed",
+    )
 
     def __init__(self, limit: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None) -> None:
         self.limit = limit  # no slot after this (the schedule's until): wall (calendar) or monotonic
@@ -184,6 +197,7 @@ class TaskExtra:
         self.retrying = False  # the pending entry is a retry of the current run
         self.pause_asked = False  # pause once the current run ends
         self.control: Control | None = None  # its runs counted one by one (see _control.py)
+        self.delayed: int | None = None  # the schedule's jitter added to task.due (its slot) for this run
 
 
 class _TaskHead:
@@ -222,10 +236,13 @@ class _Task(_TaskHead):
         return f"<task {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
 
 
-class SchedulerCore(ControlMixin):
+class SchedulerCore(ControlMixin, LimitsMixin):
     """The deterministic heart of every runner. See the module docstring."""
 
-    def __init__(self, policy: Policy | str = Policy.PRIORITY) -> None:
+    def __init__(
+        self, policy: Policy | str = Policy.PRIORITY, limits: Mapping[str, int] | None = None, seed: int | None = None
+    ) -> None:
+        """``limits``: shared limits by group; ``seed``: the jitter's (see ``_limits.py``)."""
         self.policy = Policy(policy)
         self._due_first = self.policy is BY_DUE  # heap entries (due, -priority, seq, id), see _push
         self._tasks: dict[int, _Task] = {}  # every task that is not finished
@@ -244,6 +261,7 @@ class SchedulerCore(ControlMixin):
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
         self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
         self._init_control()
+        self._init_limits(limits, seed)
 
     # -- questions -------------------------------------------------------
 
@@ -361,6 +379,8 @@ class SchedulerCore(ControlMixin):
             extra = TaskExtra(None if until is None else start + until, retry, retry_on)
             if schedule.controlled and kind is not ONCE:
                 extra.control = Control()
+            if schedule.jitter_ns:
+                self._slow = True  # (claim: _limits.py)
             if kind is CALENDAR:
                 slot = schedule.first(start_wall_ns) if first_slot_ns is None else first_slot_ns
                 if slot is None or (extra.limit is not None and slot > extra.limit):
@@ -406,6 +426,8 @@ class SchedulerCore(ControlMixin):
 
         Returns ``None`` when nothing is due.
         """
+        if self._slow:  # limits or jitter (_limits.py)
+            return self._claim_slow(now)
         if self._side and self._side[0][0] <= now:  # runs outside the schedule (run now, backfill) first
             run = self._claim_side(now)
             if run is not None:
@@ -456,6 +478,9 @@ class SchedulerCore(ControlMixin):
         if task is None:
             return None
         extra = task.extra
+        if self.gate is not None:  # its unit of its group's limit, if it held one (_limits.py)
+            control = None if extra is None else extra.control
+            self._unit_free((task_id, run), run in control.inflight if control else task.active and task.runs == run)
         if extra is not None and extra.control is not None:
             return self._complete_controlled(task_id, task, extra, extra.control, run, outcome, now, matched)
         if not task.active or task.runs != run:
@@ -509,6 +534,7 @@ class SchedulerCore(ControlMixin):
         if task is None or not task.active or task.runs != run:
             return None
         if task.kind is Kind.ONCE and task.state is RUNNING:
+            self._unit_free((task_id, run), True)
             task.active = False
             task.state = transition(task.state, "cancel")
             self._drop(task_id, task)
@@ -525,6 +551,7 @@ class SchedulerCore(ControlMixin):
         task = self._tasks.get(task_id)
         if task is None or task.state is not PENDING:
             return False
+        undelay(task)
         task.runs = runs
         extra = task.extra
         if attempt > 1:
@@ -566,6 +593,7 @@ class SchedulerCore(ControlMixin):
             self._extra(task).pause_asked = True
             return True
         task.state = transition(task.state, "pause")
+        undelay(task)
         self._bury()
         return True
 
@@ -613,6 +641,7 @@ class SchedulerCore(ControlMixin):
         for tid, task in self._tasks.items():
             extra = task.extra
             if extra is not None and task.kind is CALENDAR and task.state is PENDING and not extra.retrying:
+                extra.delayed = None  # (its due time is its slot's again, below)
                 if now is not None:  # a slot the step left behind follows the misfire policy
                     extra.slot = task.schedule.resume(extra.slot, now + offset_ns)
                 due = extra.slot - offset_ns
@@ -754,8 +783,9 @@ class SchedulerCore(ControlMixin):
             task.active = True
             task.runs += 1
             return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name)
+        jitter = undelay(task)  # the run's scheduled time is its slot; lateness counts from its jittered start
         grace = task.schedule.misfire_grace_ns
-        if grace is not None and not extra.retrying and now - task.due > grace:
+        if grace is not None and not extra.retrying and now - task.due - jitter > grace:
             self._late(tid, task, extra, now)
             return None
         if extra.control is not None:
@@ -855,6 +885,8 @@ class SchedulerCore(ControlMixin):
         )
 
     def _compact(self) -> None:
+        if self.gate is not None:  # entries waiting for a limit go back to the heaps (claim parks them again)
+            (self._ready if self._ranked else self._timers).extend(self.gate.take_all())
         # _live and _is_buried, inlined: this runs over every entry and task
         tasks = self._tasks
         get = tasks.get

@@ -46,6 +46,7 @@ class DispatcherThread:
             carrier,
             workers=config["workers"],
             policy=Policy(config["policy"]),
+            limits=config.get("limits"),
             max_tasks_per_worker=config["max_tasks_per_worker"],
             default_timeout_ns=config.get("default_timeout"),
         )

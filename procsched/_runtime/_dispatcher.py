@@ -131,6 +131,7 @@ class Dispatcher:
             self.carrier,
             workers=config["workers"],
             policy=Policy(config["policy"]),
+            limits=config.get("limits"),
             max_tasks_per_worker=config["max_tasks_per_worker"],
             max_worker_memory=config["max_worker_memory"],
             default_timeout_ns=config.get("default_timeout"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _tz
@@ -98,13 +99,14 @@ class Engine(Handoff):
         default_timeout_ns: int | None = None,
         load_grace_ns: int = LOAD_GRACE_NS,
         durable: Durable = NO_STORE,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         self.carrier = carrier
         self.durable = durable  # a store's hooks (NO_STORE: none)
         self.default_timeout_ns = default_timeout_ns  # for tasks added without one (from inside tasks)
         # Carriers that report the real start of a run get the load grace.
         self.load_grace_ns = load_grace_ns if carrier.reports_start else None
-        self.core = SchedulerCore(policy)
+        self.core = SchedulerCore(policy, limits)  # limits: shared by group (_core/_limits.py)
         self.slots = [Slot(i) for i in range(workers)]
         self.max_tasks_per_worker = max_tasks_per_worker
         self.max_worker_memory = max_worker_memory

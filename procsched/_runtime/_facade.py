@@ -27,13 +27,14 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
 from .._api import LiveTasks, SchedulingAPI
 from .._clock import MonotonicClock
 from .._core import TaskState
+from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
@@ -109,6 +110,10 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             None: ``PROCSCHED_SECRET`` if set (comma-separated for several),
             else no secret - every stored row is trusted as code (see
             README, "Security").
+        limits: shared limits, ``{"db": 2}``: at most 2 runs of tasks
+            scheduled with ``group="db"`` run at once (a due run whose group
+            is full waits, in priority order). With ``store=``, the limit
+            holds across every instance on the store.
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         store: str | os.PathLike[str] | None = None,
         lease: float = 30.0,
         secret: bytes | str | Sequence[bytes | str] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
@@ -149,6 +155,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             "sys_path": list(sys.path),
             "capture_output": v.flag("capture_output", capture_output),
         }
+        self._limits = config["limits"] = checked_limits(limits)
         self._default_timeout = v.optional_timeout_ns(timeout)
         config["default_timeout"] = self._default_timeout  # for tasks scheduled from inside tasks
         if clock is not None and not isinstance(clock, MonotonicClock):
@@ -174,6 +181,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
 
             keys = resolve(secret)  # ValueError, TypeError: a bad secret, at the call
             self._store = open_store(store, secret=keys)  # StoreError now, at the call
+            if self._limits:  # shared by every instance on the store (counted in its claims)
+                self._store.set_limits(self._limits)
             config["secret"] = keys  # (the configuration frame: never a command line or an environment)
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)

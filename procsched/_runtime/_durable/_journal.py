@@ -69,6 +69,7 @@ from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
 from .._store_hooks import Durable
+from ._limited import Limited
 from ._peers import Peers
 from ._stored import stored_hash
 from ._writer import Writer
@@ -145,6 +146,7 @@ class Journal(Durable):
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
         self.retry_at: int | None = None  # not before: the next try of a failed commit
         self.peers = Peers(self, lease_ns)
+        self.limited = Limited()  # claims the store found over their group's shared limit: they wait
 
     # commands
     def expecting(self, key: str) -> bool:
@@ -236,7 +238,15 @@ class Journal(Durable):
             now = time.monotonic_ns()
             self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
             return
-        d = TaskDefinition(key, define.fn_ref, bytes(define.args), define.schedule, define.options, define.def_hash)
+        d = TaskDefinition(
+            key,
+            define.fn_ref,
+            bytes(define.args),
+            define.schedule,
+            define.options,
+            define.def_hash,
+            group=define.schedule.get("group"),  # the store counts its claims against the group's limit
+        )
         self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))
 
     def _remember(self, engine: Engine, task_id: int) -> None:
@@ -428,6 +438,7 @@ class Journal(Durable):
         self.sync(engine.events)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
+        held += self.limited.due(now, self.told, self.claims)  # their group's turn may have come: claimed again
         claims, batch, waiting = self.claims, self.batch, self.waiting
         for claim in held:
             known = claims.get(claim)
@@ -484,9 +495,10 @@ class Journal(Durable):
             for tid in list(self.keys):
                 if engine.state(tid) is None and tid not in self.expected:
                     self.keys.pop(tid)
+        wake = min(self.renew_at, peers_at, self.limited.at or self.renew_at)
         if self.retry_at is not None and not self.writer.busy:
-            return min(self.renew_at, peers_at, self.retry_at)
-        return min(self.renew_at, peers_at)
+            return min(wake, self.retry_at)
+        return wake
 
     def _fenced_out(self, engine: Engine) -> None:
         """Our registration was taken over (our lease expired: we were
@@ -548,8 +560,12 @@ class Journal(Durable):
                 self._fenced_out(engine)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
+        if result is not None and not isinstance(result, BaseException) and result.limited:
+            told = self.limited.wait(result.limited, mine, told, now)  # they wait: not started, not lost
         gone = []
         for claim, known in mine:
+            if known[0] == QUEUED:
+                continue  # limited: claimed again later
             if (known[2], claim[1], claim[2]) in lost:
                 del claims[claim]
                 gone.append(known)
