@@ -70,6 +70,7 @@ from .. import _messages as m
 from .._engine import Engine
 from .._store_hooks import Durable
 from ._peers import Peers
+from ._requests import Requests
 from ._stored import stored_hash
 from ._writer import Writer
 
@@ -145,6 +146,7 @@ class Journal(Durable):
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
         self.retry_at: int | None = None  # not before: the next try of a failed commit
         self.peers = Peers(self, lease_ns)
+        self.requests = Requests(self, self.peers.interval, self.peers.standby)  # run now, backfill from outside
 
     # commands
     def expecting(self, key: str) -> bool:
@@ -425,6 +427,7 @@ class Journal(Durable):
         next one. Returns when to renew the lease."""
         self.offset = offset
         peers_at = self.peers.turn(engine, now, offset, self.dead)
+        peers_at = min(peers_at, self.requests.turn(engine, now, offset))
         self.sync(engine.events)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
@@ -437,6 +440,8 @@ class Journal(Durable):
             run, key = known[1], known[2]
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
             batch.started(key, run.run, run.attempt, wall, now + offset)
+            if self.requests.waiting:
+                self.requests.claimed(batch, run)
             self.runs[key] = run.run
             waiting.append(claim)
         if self.dead:
@@ -611,6 +616,7 @@ class Journal(Durable):
 
     def drain(self, engine: Engine, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""
+        self.requests.closing()
         self.turn(engine, carrier, offset, now)
         while self.writer.busy:
             self.writer.wait(None)
