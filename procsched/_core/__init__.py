@@ -11,6 +11,7 @@ runner - inline, threads, processes - drives the very same decisions.
     _schedule.py   Schedule: when a task runs (slots, misfire, limits; wire and stored forms)
     _calendar.py   CronTrigger: cron fire times with cron's DST rules
     _scheduler.py  SchedulerCore: the task table, the heaps, the run decisions
+    _control.py    schedule control: runs counted one by one, run now, backfill, skipped slots
     _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
@@ -24,6 +25,12 @@ from ._schedule import (
 )
 from ._schedule import (
     ONCE as ONCE,
+)
+from ._schedule import (
+    OVERLAP_OF as OVERLAP_OF,
+)
+from ._schedule import (
+    Overlap as Overlap,
 )
 from ._schedule import (
     Kind as Kind,

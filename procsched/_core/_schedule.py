@@ -66,6 +66,18 @@ class Kind(enum.Enum):
     """The fire times of a cron expression, on the wall clock of a zone."""
 
 
+class Overlap(enum.Enum):
+    """What a slot does when it comes due while ``max_concurrent`` runs of
+    its task are running."""
+
+    WAIT = "wait"
+    """Wait for a run to end (then ``misfire`` decides)."""
+    SKIP = "skip"
+    """Not run: a skipped slot (reason "overlap")."""
+    REPLACE = "replace"
+    """The oldest running run is killed (reason "replaced") and the slot starts."""
+
+
 class Misfire(enum.Enum):
     """What a periodic task does about slots it missed (while overrunning,
     or while no scheduler ran it)."""
@@ -83,10 +95,12 @@ class Misfire(enum.Enum):
 #: ``Kind(kind)`` runs the enum machinery (~240 ns, as much as half an add).
 KIND_OF: Final[dict[str, Kind]] = {member.value: member for member in Kind}
 MISFIRE_OF: Final[dict[str, Misfire]] = {member.value: member for member in Misfire}
+OVERLAP_OF: Final[dict[str, Overlap]] = {member.value: member for member in Overlap}
 
 #: A schedule's wire form: (kind, period_ns, misfire, stop_on_error, cron
-#: expression, zone, until_ns, max_runs), or None for a plain one-shot.
-Wire = tuple[str, int, str, bool, "str | None", Zone, "int | None", "int | None"] | None
+#: expression, zone, until_ns, max_runs, max_concurrent, overlap,
+#: misfire_grace_ns), or None for a plain one-shot.
+Wire = tuple[str, int, str, bool, "str | None", Zone, "int | None", "int | None", int, str, "int | None"] | None
 #: Resolves a zone as given (``Zone``) to a tzinfo (``procsched._tz.zone``).
 ZoneOf = Callable[[Zone], tzinfo]
 
@@ -111,7 +125,13 @@ class Schedule(NamedTuple):
     until_ns: int | None = None
     """No slot later than this long after the task's start (None: no bound)."""
     max_runs: int | None = None
-    """No run after the ``max_runs``-th (None: no bound)."""
+    """No scheduled run after the ``max_runs``-th (None: no bound)."""
+    max_concurrent: int = 1
+    """How many runs of the task may run at once."""
+    overlap: Overlap = Overlap.WAIT
+    """What a slot does when ``max_concurrent`` runs are running."""
+    misfire_grace_ns: int | None = None
+    """A run that would start later than its slot + this is skipped ("late")."""
 
     # -- making one ------------------------------------------------------------
 
@@ -156,7 +176,26 @@ class Schedule(NamedTuple):
     def limited(self) -> bool:
         """Does something beyond the kind end it (a trigger's end, until, max_runs)?
         (The core keeps per-task state for such a task.)"""
-        return not (self.trigger is None and self.until_ns is None and self.max_runs is None)
+        return not (
+            self.trigger is None
+            and self.until_ns is None
+            and self.max_runs is None
+            and self.misfire_grace_ns is None
+            and not self.controlled
+        )
+
+    @property
+    def controlled(self) -> bool:
+        """Are its runs counted one by one (more than one at once, or an
+        overlap policy other than waiting)? See ``_control.py``."""
+        return self.max_concurrent != 1 or self.overlap is not Overlap.WAIT
+
+    @property
+    def chained(self) -> bool:
+        """Is its next slot queued only when its scheduled run ends (a fixed
+        delay, or one run at a time that waits)? Else it is queued as soon
+        as a run starts, so slots may come due while runs are running."""
+        return self.kind is Kind.FIXED_DELAY or (self.max_concurrent == 1 and self.overlap is Overlap.WAIT)
 
     def first(self, after: int) -> int | None:
         """Calendar: the first slot strictly after ``after`` (wall ns), or None
@@ -245,6 +284,9 @@ class Schedule(NamedTuple):
             zone,
             self.until_ns,
             self.max_runs,
+            self.max_concurrent,
+            self.overlap.value,
+            self.misfire_grace_ns,
         )
 
     @staticmethod
@@ -253,9 +295,20 @@ class Schedule(NamedTuple):
         for a cron expression or a zone this process cannot read."""
         if wire is None:
             return ONCE
-        kind, period_ns, misfire, stop_on_error, expr, zone, until_ns, max_runs = wire
+        kind, period_ns, misfire, stop_on_error, expr, zone, until_ns, max_runs, concurrent, overlap, grace = wire
         trigger = None if expr is None else CronTrigger(expr, zone_of(zone), zone)
-        return Schedule(KIND_OF[kind], period_ns, MISFIRE_OF[misfire], stop_on_error, trigger, until_ns, max_runs)
+        return Schedule(
+            KIND_OF[kind],
+            period_ns,
+            MISFIRE_OF[misfire],
+            stop_on_error,
+            trigger,
+            until_ns,
+            max_runs,
+            concurrent,
+            OVERLAP_OF[overlap],
+            grace,
+        )
 
     def to_record(self, delay_ns: int, start_wall_ns: int) -> dict[str, Any]:
         """The stored form (JSON), with the task's first delay and ``until``
@@ -280,6 +333,12 @@ class Schedule(NamedTuple):
             record["max_runs"] = self.max_runs
         if self.until_ns is not None:
             record["until_wall_ns"] = start_wall_ns + self.until_ns
+        if self.max_concurrent != 1:
+            record["max_concurrent"] = self.max_concurrent
+        if self.overlap is not Overlap.WAIT:
+            record["overlap"] = self.overlap.value
+        if self.misfire_grace_ns is not None:
+            record["misfire_grace_ns"] = self.misfire_grace_ns
         return record
 
     @staticmethod
@@ -305,6 +364,9 @@ class Schedule(NamedTuple):
             trigger,
             None if until_wall is None else until_wall - now_wall_ns,
             record.get("max_runs"),
+            int(record.get("max_concurrent", 1)),
+            OVERLAP_OF[record.get("overlap", Overlap.WAIT.value)],
+            record.get("misfire_grace_ns"),
         )
         return (ONCE if value == ONCE else value), record.get("delay_ns", 0)
 

@@ -70,6 +70,7 @@ import random
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
+from ._control import Completion, Control, ControlMixin, Run, SkipRecord
 from ._schedule import ONCE as ONCE_SCHEDULE
 from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition
@@ -132,22 +133,6 @@ CLAIMED = transition(PENDING, "claim")  # PENDING --claim--> RUNNING
 CANCELLED_PENDING = transition(PENDING, "cancel")  # PENDING --cancel--> CANCELLED
 
 
-class Run(NamedTuple):
-    """A run handed out by :meth:`SchedulerCore.claim`."""
-
-    task_id: int
-    run: int
-    scheduled_ns: int
-    timeout_ns: int | None
-    payload: Any
-    name: str | None
-    attempt: int = 1
-    wall_ns: int | None = None
-    """The slot's wall-clock time (calendar tasks); else scheduled_ns + the offset."""
-    retry_on: Any = None
-    """Exception classes ``Retry.on`` names (opaque here: the worker checks them)."""
-
-
 class RetryPolicy(NamedTuple):
     """``procsched.Retry`` in core units (validated by the public class)."""
 
@@ -187,7 +172,7 @@ class TaskExtra:
     """The state a calendar, retried, limited or paused task keeps beyond a
     plain one's (made by the core: see ``SchedulerCore.add``)."""
 
-    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked")
+    __slots__ = ("limit", "retry", "retry_on", "slot", "base", "attempt", "retrying", "pause_asked", "control")
 
     def __init__(self, limit: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None) -> None:
         self.limit = limit  # no slot after this (the schedule's until): wall (calendar) or monotonic
@@ -198,25 +183,7 @@ class TaskExtra:
         self.attempt = 0  # attempts of the current run so far
         self.retrying = False  # the pending entry is a retry of the current run
         self.pause_asked = False  # pause once the current run ends
-
-
-class Completion(NamedTuple):
-    """What :meth:`SchedulerCore.complete` changed."""
-
-    task_id: int
-    run: int
-    outcome: str
-    state: TaskState
-    next_due_ns: int | None
-    missed: int
-    """Grid slots dropped by the misfire policy (0 unless some were)."""
-    ended: bool
-    """The task reached a terminal state in this step (it was not already)."""
-    next_wall_ns: int | None = None
-    """The next slot's wall-clock time (calendar tasks), else None."""
-    retrying: bool = False
-    """The next run is a retry of this one (same run number, next attempt)."""
-    periodic: bool = False
+        self.control: Control | None = None  # its runs counted one by one (see _control.py)
 
 
 class _TaskHead:
@@ -255,7 +222,7 @@ class _Task(_TaskHead):
         return f"<task {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
 
 
-class SchedulerCore:
+class SchedulerCore(ControlMixin):
     """The deterministic heart of every runner. See the module docstring."""
 
     def __init__(self, policy: Policy | str = Policy.PRIORITY) -> None:
@@ -276,6 +243,7 @@ class SchedulerCore:
         self.wall_offset = 0  # wall-clock ns minus monotonic ns, as last reported
         self.calendars = 0  # calendar tasks not yet finished: the runner watches the wall clock while > 0
         self._rng = random.Random(0x5EED)  # retry jitter: deterministic per core
+        self._init_control()
 
     # -- questions -------------------------------------------------------
 
@@ -286,7 +254,9 @@ class SchedulerCore:
     def state(self, task_id: int) -> TaskState | None:
         """The task's state, or ``None`` once it is terminal (or unknown)."""
         task = self._tasks.get(task_id)
-        return None if task is None or _is_buried(task) else task.state
+        if task is None or _is_buried(task):
+            return None
+        return RUNNING if task.active and task.state is PENDING else task.state  # (a controlled task's run)
 
     def kind(self, task_id: int) -> Kind | None:
         task = self._tasks.get(task_id)
@@ -303,14 +273,17 @@ class SchedulerCore:
 
         It may lie in the past: then something is due now.
         """
+        side = self._side_due() if self._side else None
         ready = self._ready
         while ready and self._live(ready[0][-1], ready[0][-2]) is None:
             self._discard(heappop(ready))
         if ready:
-            return ready[0][1]  # (-prio, due, seq, id): already due
+            return ready[0][1] if side is None else min(side, ready[0][1])  # (-prio, due, seq, id): already due
         timers = self._timers
         while timers and self._live(timers[0][-1], timers[0][-2]) is None:
             self._discard(heappop(timers))
+        if side is not None:
+            return side if not timers else min(side, timers[0][0])
         return timers[0][0] if timers else None
 
     def schedule(self, task_id: int) -> Schedule | None:
@@ -386,6 +359,8 @@ class SchedulerCore:
             until = schedule.until_ns
             start = start_wall_ns if kind is CALENDAR else now
             extra = TaskExtra(None if until is None else start + until, retry, retry_on)
+            if schedule.controlled and kind is not ONCE:
+                extra.control = Control()
             if kind is CALENDAR:
                 slot = schedule.first(start_wall_ns) if first_slot_ns is None else first_slot_ns
                 if slot is None or (extra.limit is not None and slot > extra.limit):
@@ -431,29 +406,39 @@ class SchedulerCore:
 
         Returns ``None`` when nothing is due.
         """
+        if self._side and self._side[0][0] <= now:  # runs outside the schedule (run now, backfill) first
+            run = self._claim_side(now)
+            if run is not None:
+                return run
         timers, live = self._timers, self._live
         if self.policy is BY_PRIORITY:
             ready = self._ready
-            while timers and timers[0][0] <= now:
-                entry = heappop(timers)
-                due, seq, tid = entry
-                task = live(tid, seq)
-                if task is not None:
-                    heappush(ready, (-task.priority, due, seq, tid))
-                else:
+            while True:
+                while timers and timers[0][0] <= now:
+                    entry = heappop(timers)
+                    due, seq, tid = entry
+                    task = live(tid, seq)
+                    if task is not None:
+                        heappush(ready, (-task.priority, due, seq, tid))
+                    else:
+                        self._discard(entry)
+                while ready:
+                    entry = heappop(ready)
+                    task = live(entry[-1], entry[-2])
+                    if task is not None:
+                        if (run := self._start(entry[-1], task, now)) is not None:
+                            return run
+                        continue  # its slot was skipped, or waits for a run to end (see _control.py)
                     self._discard(entry)
-            while ready:
-                entry = heappop(ready)
-                task = live(entry[-1], entry[-2])
-                if task is not None:
-                    return self._start(entry[-1], task)
-                self._discard(entry)
-            return None
+                if not (timers and timers[0][0] <= now):  # (a skipped slot's next one may be due too)
+                    return None
         while timers and timers[0][0] <= now:
             entry = heappop(timers)
             task = live(entry[-1], entry[-2])
             if task is not None:
-                return self._start(entry[-1], task)
+                if (run := self._start(entry[-1], task, now)) is not None:
+                    return run
+                continue
             self._discard(entry)
         return None
 
@@ -468,7 +453,12 @@ class SchedulerCore:
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
         task = self._tasks.get(task_id)
-        if task is None or not task.active or task.runs != run:
+        if task is None:
+            return None
+        extra = task.extra
+        if extra is not None and extra.control is not None:
+            return self._complete_controlled(task_id, task, extra, extra.control, run, outcome, now, matched)
+        if not task.active or task.runs != run:
             return None
         task.active = False
         if task.state is CANCELLED:  # cancelled while this run was in flight
@@ -484,6 +474,8 @@ class SchedulerCore:
             return Completion(task_id, run, outcome, task.state, None, 0, True)
         following, missed = task.schedule.after_run(task.due, now, outcome)
         assert following is not None  # a fixed rate or delay (calendar tasks have an extra)
+        if missed:
+            self._record_between(task_id, task, task.due, following, "misfire")
         task.due = following
         task.state = transition(task.state, "requeue")
         self._push(task_id, task)
@@ -595,10 +587,13 @@ class SchedulerCore:
             slot = task.schedule.not_before(extra.slot, now + self.wall_offset)
             if slot is None or (extra.limit is not None and slot > extra.limit):
                 slot = extra.slot  # nothing left: run out the pending slot, then end
+            self._record_between(task_id, task, extra.slot, slot, "paused", include_first=True)
             extra.slot = slot
             task.due = slot - self.wall_offset
         else:  # the first slot at or after now (a grid point, for a fixed rate)
             following = task.schedule.not_before(task.due, now)
+            if following is not None and task.kind is not FIXED_DELAY:
+                self._record_between(task_id, task, task.due, following, "paused", include_first=True)
             task.due = now if following is None else following
         self._repush(task_id, task)  # the entry it had when it paused is dead
         return True
@@ -637,7 +632,7 @@ class SchedulerCore:
         except KeyError:
             return R_UNKNOWN
         state = task.state
-        if state is PENDING:  # the per-task path: module constants, no calls (see CLAIMED)
+        if state is PENDING and not task.active:  # the per-task path: module constants, no calls (see CLAIMED)
             # Buried, not freed: the record stays in the table, CANCELLED and
             # inactive, until its heap entry is popped or compacted away (see
             # the module docstring; _discard, _compact). Its payload goes now.
@@ -648,6 +643,22 @@ class SchedulerCore:
             buried = self._buried = self._buried + 1  # counts its heap entry among the dead too
             if buried > self._compact_at:
                 self._maybe_compact()
+            return R_CANCELLED
+        if task.extra is not None and task.extra.control is not None and task.active:
+            # a controlled task with runs in flight: they end (or are killed) first
+            if state is CANCELLED:
+                return R_UNKNOWN
+            if state is PENDING:
+                self._bury()  # its queued slot is dead
+                state = transition(state, "claim")
+            elif state is PAUSED:
+                state = transition(transition(state, "resume"), "claim")
+            task.state = transition(state, "cancel")
+            self._stopping += 1
+            return R_INTERRUPT if interrupt else R_STOPPED
+        if state is RUNNING and task.extra is not None and task.extra.control is not None:
+            task.state = transition(state, "cancel")  # nothing in flight (a retry or a backfill slot queued)
+            self._drop(task_id, task)
             return R_CANCELLED
         if state is PAUSED:  # its heap entry was counted dead when it paused
             task.state = transition(state, "cancel")
@@ -734,14 +745,23 @@ class SchedulerCore:
             size = len(self._timers) + len(self._ready)
         self._compact_at = max(COMPACT_MIN_DEAD, size // 2) - self._dead
 
-    def _start(self, tid: int, task: _Task) -> Run:
-        """Start a PENDING task's run (the caller found it live: see _live)."""
-        task.state = CLAIMED
-        task.active = True
+    def _start(self, tid: int, task: _Task, now: int) -> Run | None:
+        """Start a PENDING task's run (the caller found it live: see _live);
+        None if its slot was skipped or waits (see _control.py)."""
         extra = task.extra
         if extra is None:
+            task.state = CLAIMED
+            task.active = True
             task.runs += 1
             return Run(tid, task.runs, task.due, task.timeout, task.payload, task.name)
+        grace = task.schedule.misfire_grace_ns
+        if grace is not None and not extra.retrying and now - task.due > grace:
+            self._late(tid, task, extra, now)
+            return None
+        if extra.control is not None:
+            return self._start_controlled(tid, task, extra, extra.control, now)
+        task.state = CLAIMED
+        task.active = True
         if extra.retrying:
             extra.retrying = False
             extra.attempt += 1
@@ -782,8 +802,12 @@ class SchedulerCore:
         if task.kind is CALENDAR:
             next_slot, missed = schedule.after_run(extra.slot, now + self.wall_offset, outcome)
             next_due = None if next_slot is None else next_slot - self.wall_offset
+            if missed and next_slot is not None:
+                self._record_between(tid, task, extra.slot, next_slot, "misfire")
         elif periodic:
             next_due, missed = schedule.after_run(extra.base, now, outcome)
+            if missed and next_due is not None:
+                self._record_between(tid, task, extra.base, next_due, "misfire")
         retry = extra.retry
         if (
             not ok

@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
-from .._core import KIND_OF, MISFIRE_OF
+from .._core import KIND_OF, MISFIRE_OF, OVERLAP_OF
 
 if TYPE_CHECKING:
     from .._validate import TaskSpec
@@ -896,9 +896,9 @@ def _check_schedule(schedule: Any) -> None:
     if schedule is None:
         return
     ints = (int, type(None))
-    if not (type(schedule) is tuple and len(schedule) == 8):
+    if not (type(schedule) is tuple and len(schedule) == 11):
         raise TypeError("malformed add: schedule")
-    kind, period, misfire, stop_on_error, expr, zone, until, max_runs = schedule
+    kind, period, misfire, stop_on_error, expr, zone, until, max_runs, concurrent, overlap, grace = schedule
     if not (
         kind in KIND_OF
         and type(period) is int
@@ -908,6 +908,9 @@ def _check_schedule(schedule: Any) -> None:
         and (zone is None or isinstance(zone, (str, timezone)))
         and type(until) in ints
         and type(max_runs) in ints
+        and type(concurrent) is int
+        and overlap in OVERLAP_OF
+        and type(grace) in ints
     ):
         raise TypeError("malformed add: schedule")
 
