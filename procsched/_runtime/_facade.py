@@ -244,10 +244,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         schedulers (their runs in flight -> crashed), and plan the adoption
         of every stored task; one-shots that ended are dropped."""
         from ._durable import _recovery
+        from ._durable._down import record_down
 
         self._store.resign()  # secret=[new, old]: what only an older secret signed is signed with the new one
         tasks, crashed, slots = _recovery.recover(self._store)
-        plan = _recovery.plan(tasks, crashed, slots, time.time_ns())
+        wall = time.time_ns()
+        plan = _recovery.plan(tasks, crashed, slots, wall)
+        record_down(self._store, tasks, crashed, slots, plan.adopted, wall)  # slots missed while down: skipped
         if plan.ended:
             batch = self._store.batch()
             for key in plan.ended:

@@ -439,7 +439,7 @@ class Journal(Durable):
             known[0] = BATCHED
             run, key = known[1], known[2]
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
-            batch.started(key, run.run, run.attempt, wall, now + offset)
+            batch.started(key, run.run, run.attempt, wall, now + offset, cause=run.cause)
             if self.requests.waiting:
                 self.requests.claimed(batch, run)
             self.runs[key] = run.run

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Protocol
 
+from ..._core._control import MANUAL
 from ..._errors import StoreError
 from ..._store import Batch, ControlRequest, Holder, SQLStore, StoreBatch
 from ..._store import _control as control
@@ -104,7 +105,7 @@ class Requests:
         """A keyed run's claim goes into ``batch``: if it is a manual run
         asked for by a request, its answer goes with it."""
         waiting = self.waiting.get(run.task_id)
-        if waiting:
+        if waiting and run.cause == MANUAL:
             batch.answer(waiting.popleft(), result={"run": run.run})
             if not waiting:
                 del self.waiting[run.task_id]
