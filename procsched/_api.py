@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _validate as v
 from ._core import ONCE, Misfire, Priority, Schedule
+from ._core._units import wall_datetime
 from ._errors import SchedulerError
 from ._handle import TaskHandle
 from ._retry import Retry, checked_retry
@@ -53,6 +54,42 @@ class SchedulingAPI(abc.ABC):
         """Resume a paused task (see ``TaskHandle.resume``)."""
         raise SchedulerError(f"resume is not available on {type(self).__name__}")
 
+    def run_now(self, key_or_id: str | int) -> bool:
+        """One extra run of a periodic task now, outside its schedule (its
+        next slot does not move; a paused task stays paused), subject to
+        ``max_concurrent``/``overlap``: False if "skip" finds it full, or
+        for an unknown, finished or one-shot task. The run's ``cause`` is
+        "manual"."""
+        self._check_open()
+        task_id = self._task_id_of(key_or_id)
+        return False if task_id is None else self._run_now(task_id)
+
+    def backfill(
+        self, key_or_id: str | int, start: datetime, end: datetime, *, dry_run: bool = False
+    ) -> list[datetime]:
+        """Run the task's own slots with ``start <= slot < end`` (and not
+        after now), one after another in slot order (see
+        ``TaskHandle.backfill``); returns them (``dry_run=True``: only that)."""
+        self._check_open()
+        start_ns, end_ns, dry = v.backfill_range(start, end, dry_run)
+        task_id = self._task_id_of(key_or_id)
+        if task_id is None:
+            raise ValueError(f"no live task {key_or_id!r}")
+        return [wall_datetime(ns) for ns in self._backfill(task_id, start_ns, end_ns, dry)]
+
+    def _task_id_of(self, key_or_id: str | int) -> int | None:
+        """The id of a live task named by key (str) or id (int)."""
+        if isinstance(key_or_id, str):
+            raise SchedulerError(f"tasks by key are not available on {type(self).__name__}")
+        return v.task_id(key_or_id)
+
+    def _run_now(self, task_id: int) -> bool:
+        raise SchedulerError(f"run_now is not available on {type(self).__name__}")
+
+    def _backfill(self, task_id: int, start_ns: int, end_ns: int, dry_run: bool) -> list[int]:
+        """The slots (wall ns) of ``backfill``, run unless ``dry_run``."""
+        raise SchedulerError(f"backfill is not available on {type(self).__name__}")
+
     @abc.abstractmethod
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         """Cancel a task by id.
@@ -81,6 +118,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        misfire_grace: Seconds | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once, ``delay`` seconds (or a timedelta) from now.
 
@@ -91,7 +129,9 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("delay", delay)
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
+        return self._once(
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace
+        )
 
     def schedule_at(
         self,
@@ -107,6 +147,7 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        misfire_grace: Seconds | None = None,
     ) -> TaskHandle:
         """Run ``fn`` once at ``when``, an aware datetime (naive ones are rejected).
 
@@ -116,7 +157,9 @@ class SchedulingAPI(abc.ABC):
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.delay_until_ns(when, self._wall_now_ns())
-        return self._once(call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options)
+        return self._once(
+            call, delay_ns, priority, name, timeout, retry, key, replace_existing, ray_options, misfire_grace
+        )
 
     def schedule_at_fixed_rate(
         self,
@@ -137,6 +180,9 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at ``initial_delay``, then every ``period`` on a fixed grid.
 
@@ -145,6 +191,10 @@ class SchedulingAPI(abc.ABC):
         back to back, "skip" drops them, "coalesce" runs once for all of them.
         ``until`` (an aware datetime, or seconds from now) and ``max_runs``
         end the task (DONE) when no run is left within them.
+        ``max_concurrent`` runs may run at once; a slot that comes due while
+        that many run does what ``overlap`` says ("wait", "skip",
+        "replace"); a run that would start later than its slot +
+        ``misfire_grace`` seconds is skipped (see README "Schedule control").
         """
         self._check_open()
         call = v.call(fn, args, kwargs)
@@ -154,6 +204,7 @@ class SchedulingAPI(abc.ABC):
             v.choice("misfire", misfire, Misfire),
             v.flag("stop_on_error", stop_on_error),
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -182,14 +233,20 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
     ) -> TaskHandle:
-        """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*."""
+        """Run ``fn`` at ``initial_delay``, then ``delay`` after each run *finishes*.
+        Its own slots never overlap; ``max_concurrent``/``overlap`` apply to
+        ``run_now()``."""
         self._check_open()
         call = v.call(fn, args, kwargs)
         delay_ns = v.duration_ns("initial_delay", initial_delay)
         schedule = Schedule.fixed_delay(
             v.duration_ns("delay", delay, positive=True), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         spec = v.TaskSpec(
             schedule,
             delay_ns,
@@ -219,6 +276,9 @@ class SchedulingAPI(abc.ABC):
         key: str | None = None,
         replace_existing: bool = False,
         ray_options: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        overlap: str = "wait",
+        misfire_grace: Seconds | None = None,
     ) -> TaskHandle:
         """Run ``fn`` at every time the cron expression ``expr`` names, on the
         wall clock of ``tz`` (an IANA name or a tzinfo; None: this machine's
@@ -242,6 +302,7 @@ class SchedulingAPI(abc.ABC):
         schedule = Schedule.calendar(
             trigger, v.choice("misfire", misfire, Misfire), v.flag("stop_on_error", stop_on_error)
         )
+        schedule = v.control(schedule, max_concurrent, overlap, misfire_grace)
         spec = v.TaskSpec(
             schedule,
             0,
@@ -264,9 +325,10 @@ class SchedulingAPI(abc.ABC):
         key: object = None,
         replace_existing: object = False,
         ray_options: object = None,
+        misfire_grace: object = None,
     ) -> TaskHandle:
         spec = v.TaskSpec(
-            ONCE,
+            v.control(ONCE, 1, "wait", misfire_grace),
             delay_ns,
             v.priority(priority),
             v.optional_timeout_ns(timeout),
@@ -332,6 +394,10 @@ class LiveTasks:
 
     _handles: dict[int, TaskHandle]
     _keys: dict[str, TaskHandle]
+
+    def _task_id_of(self, key_or_id: str | int) -> int | None:
+        handle = self.get(key_or_id)
+        return None if handle is None else handle.id
 
     def get(self, key_or_id: str | int) -> TaskHandle | None:
         """The live task with this key (str) or id (int), or None."""

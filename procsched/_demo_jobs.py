@@ -64,7 +64,7 @@ def flaky_fetch() -> int:
 @every(1.0, initial_delay=0.5)
 def segfaulter() -> None:
     """Every third run dereferences a NULL pointer: the worker dies of SIGSEGV."""
-    if current_run().run % 3 == 0:
+    if (current_run().run or 0) % 3 == 0:
         faulthandler.disable()  # keep the screen tidy: no C-level traceback on the terminal
         ctypes.string_at(0)
 

@@ -15,6 +15,9 @@
     run_cancelled    it was stopped by cancel(interrupt=True)
     run_missed       fixed-rate slots were dropped by the   run, missed, next_run
                      misfire policy ("skip"/"coalesce")
+    run_skipped      a slot did not run                     scheduled_for, scheduled_at, reason
+                     (reason "overlap", "misfire", "late",
+                     "paused", "down")
     task_cancelled   the task was cancelled                 running (its last run is still in flight)
     worker_started   a worker process (or thread) started   worker, slot             (task_id/name: None)
     worker_exited    a worker ended                         worker, slot, exitcode, signal, crashed
@@ -29,12 +32,15 @@ worker's, for the processes runner). ``output`` is the run's captured stdout
 and stderr (the last 64 KiB, a crash's faulthandler trace included) with
 ``Scheduler(capture_output=True)``, else None. ``attempt`` counts tries of
 the run (see ``Retry``) and ``scheduled_at`` is ``scheduled_for`` on the wall
-clock, as an ISO 8601 UTC string (``"2026-03-08T07:00:00+00:00"``). Every
+clock, as an ISO 8601 UTC string (``"2026-03-08T07:00:00+00:00"``).
+A run's events also say its ``cause`` ("schedule", "manual", "backfill")
+and ``reason`` (None, or "replaced" for a run ended by ``overlap="replace"``). Every
 value is a plain str, int, float, bool or None, so an event can go straight
 to ``json.dumps``.
 
 Order: for one task, ``run_started`` comes before that run's end event, which
-comes before its ``run_missed``; runs of one task never overlap. A cancel
+comes before its ``run_missed``; runs of one task overlap only with
+``max_concurrent`` > 1, ``overlap="replace"`` or ``run_now``/``backfill``. A cancel
 of a running task gives ``task_cancelled`` before the end of its last run.
 
 Delivery: callbacks run in the user process on the scheduler's event thread
@@ -64,6 +70,7 @@ RUN_CRASHED = "run_crashed"
 RUN_TIMEOUT = "run_timeout"
 RUN_CANCELLED = "run_cancelled"
 RUN_MISSED = "run_missed"
+RUN_SKIPPED = "run_skipped"
 TASK_CANCELLED = "task_cancelled"
 WORKER_STARTED = "worker_started"
 WORKER_EXITED = "worker_exited"
@@ -77,6 +84,7 @@ EVENTS: tuple[str, ...] = (
     RUN_TIMEOUT,
     RUN_CANCELLED,
     RUN_MISSED,
+    RUN_SKIPPED,
     TASK_CANCELLED,
     WORKER_STARTED,
     WORKER_EXITED,
@@ -158,14 +166,35 @@ class Listeners:
                     )
 
 
-def run_started(task_id: int, name: str | None, run: int, worker: Any, scheduled_for: float | None) -> dict[str, Any]:
-    return {"task_id": task_id, "name": name, "run": run, "worker": worker, "scheduled_for": scheduled_for}
+def run_started(
+    task_id: int, name: str | None, run: int, worker: Any, scheduled_for: float | None, cause: str = "schedule"
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "name": name,
+        "run": run,
+        "worker": worker,
+        "scheduled_for": scheduled_for,
+        "cause": cause,
+    }
+
+
+def run_skipped(info: RunInfo, name: str | None) -> dict[str, Any]:
+    """A ``run_skipped`` event's fields, from the skipped slot's RunInfo."""
+    return {
+        "task_id": info.task_id,
+        "name": name,
+        "scheduled_for": info.scheduled_for,
+        "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),
+        "reason": info.reason,
+    }
 
 
 def run_ended(
     info: RunInfo, name: str | None, state: str, next_run: float | None, error: BaseException | None
 ) -> dict[str, Any]:
-    finished = info.finished_at if info.finished_at is not None else info.started_at
+    started = info.started_at if info.started_at is not None else info.scheduled_for
+    finished = info.finished_at if info.finished_at is not None else started
     return {
         "task_id": info.task_id,
         "name": name,
@@ -173,10 +202,10 @@ def run_ended(
         "worker": info.worker,
         "outcome": info.outcome,
         "scheduled_for": info.scheduled_for,
-        "started_at": info.started_at,
+        "started_at": started,
         "finished_at": finished,
-        "duration": max(0.0, finished - info.started_at),
-        "lateness": max(0.0, info.started_at - info.scheduled_for),
+        "duration": max(0.0, finished - started),
+        "lateness": max(0.0, started - info.scheduled_for),
         "state": state,
         "next_run": next_run,
         "error": None if error is None or info.outcome == "ok" else describe(error),
@@ -184,6 +213,8 @@ def run_ended(
         "output": info.output,
         "attempt": info.attempt,
         "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),
+        "cause": info.cause,
+        "reason": info.reason,
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -18,7 +19,9 @@ from typing import Any, Literal, Protocol
 from ._core import TaskState
 from ._core._units import NS, wall_datetime
 
-RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled"]
+RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled", "skipped"]
+#: Skipped slots kept per handle (``TaskHandle.slots``).
+SLOTS_KEPT = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,29 +33,66 @@ class RunInfo:
 
     Inside a running task (``current_run()``), ``finished_at`` and
     ``outcome`` are ``None``.
+
+    A skipped slot (``TaskHandle.slots()``, the ``run_skipped`` event) is a
+    RunInfo with ``outcome="skipped"``, ``run=None``, no start, finish or
+    worker, and ``reason`` saying why: "overlap", "misfire", "late",
+    "paused" or "down".
     """
 
     task_id: int
-    run: int
+    run: int | None
     scheduled_for: float
-    started_at: float
+    started_at: float | None
     finished_at: float | None
-    worker: int | str
+    worker: int | str | None
     outcome: RunOutcome | None
     attempt: int = 1
     scheduled_at: datetime | None = None
     #: The run's captured stdout and stderr (the last 64 KiB), with
     #: ``Scheduler(capture_output=True)``; None otherwise.
     output: str | None = None
+    #: Why it ran: "schedule", "manual" (``run_now``) or "backfill".
+    cause: str = "schedule"
+    #: None for an ordinary run, "replaced" for a run ended by ``overlap="replace"``;
+    #: a skipped slot's reason.
+    reason: str | None = None
+
+
+def skipped_slot(task_id: int, scheduled_ns: int, wall_ns: int, reason: str) -> RunInfo:
+    """The ``RunInfo`` of a slot that did not run."""
+    return RunInfo(
+        task_id,
+        None,
+        scheduled_ns / NS,
+        None,
+        None,
+        None,
+        "skipped",
+        1,
+        wall_datetime(wall_ns),
+        None,
+        "schedule",
+        reason,
+    )
 
 
 def run_in_progress(
-    task_id: int, run: int, scheduled_ns: int, started_ns: int, worker: int | str, attempt: int, wall_ns: int
+    task_id: int,
+    run: int,
+    scheduled_ns: int,
+    started_ns: int,
+    worker: int | str,
+    attempt: int,
+    wall_ns: int,
+    cause: str = "schedule",
 ) -> RunInfo:
     """The ``RunInfo`` of a run that has started (``current_run()``), from
     the runner's times in ns (``wall_ns``: its slot on the wall clock)."""
     scheduled_at = wall_datetime(wall_ns)
-    return RunInfo(task_id, run, scheduled_ns / NS, started_ns / NS, None, worker, None, attempt, scheduled_at)
+    return RunInfo(
+        task_id, run, scheduled_ns / NS, started_ns / NS, None, worker, None, attempt, scheduled_at, None, cause
+    )
 
 
 _PENDING = concurrent.futures._base.PENDING
@@ -78,6 +118,12 @@ class Owner(Protocol):
     def resume(self, task_id: int) -> bool: ...
 
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool: ...
+
+    def run_now(self, key_or_id: str | int) -> bool: ...
+
+    def backfill(
+        self, key_or_id: str | int, start: datetime, end: datetime, *, dry_run: bool = False
+    ) -> list[datetime]: ...
 
 
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
@@ -109,6 +155,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.key = key
         self._task_state = TaskState.PENDING
         self.runs: list[RunInfo] = []
+        self._slots: deque[RunInfo] | None = None  # runs and skipped slots, once a slot was skipped
         self.next_run = next_run
         self._next_wall = next_wall  # ns since the epoch
 
@@ -165,6 +212,33 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     def running(self) -> bool:
         return self._task_state is TaskState.RUNNING
 
+    def run_now(self) -> bool:
+        """One extra run now, outside the schedule (the next slot does not
+        move; a paused task stays paused), subject to ``max_concurrent`` /
+        ``overlap``: False if "skip" finds it full (or the task is not a
+        live periodic task). Its ``RunInfo.cause`` is "manual"."""
+        return self._owner.run_now(self.id)
+
+    def backfill(self, start: datetime, end: datetime, *, dry_run: bool = False) -> list[datetime]:
+        """Run the task's own slots (fixed-rate grid points or cron fire
+        times) with ``start <= slot < end`` and ``slot <= now``, one after
+        another in slot order (each run's ``scheduled_at`` is its slot, its
+        ``cause`` "backfill"), subject to ``max_concurrent``/``overlap``.
+        Returns the slots (aware UTC datetimes); ``dry_run=True`` only
+        returns them. ValueError: a one-shot or fixed-delay task, naive
+        datetimes, ``start >= end``, more than 10,000 slots."""
+        return self._owner.backfill(self.id, start, end, dry_run=dry_run)
+
+    def slots(self, limit: int = 100) -> list[RunInfo]:
+        """The task's last ``limit`` slots, newest last: its runs and its
+        skipped slots (``outcome="skipped"``, with a ``reason``)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be an int >= 0, not {limit!r}")
+        if limit == 0:
+            return []
+        kept = self.runs if self._slots is None else list(self._slots)
+        return list(kept[-limit:])
+
     def __repr__(self) -> str:
         name = f" name={self.name!r}" if self.name else ""
         return f"<TaskHandle id={self.id}{name} state={self._task_state.name} runs={len(self.runs)}>"
@@ -178,10 +252,18 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     def _on_run(self, info: RunInfo, state: TaskState, next_run: float | None, next_wall: int | None = None) -> None:
         """A run finished; the task is now in ``state``."""
         self.runs.append(info)
+        if self._slots is not None:
+            self._slots.append(info)
         if not self._task_state.terminal:
             self._task_state = state
             self.next_run = next_run
             self._next_wall = next_wall
+
+    def _on_skipped(self, info: RunInfo) -> None:
+        """A slot did not run (``info.outcome == "skipped"``)."""
+        if self._slots is None:
+            self._slots = deque(self.runs[-SLOTS_KEPT:], maxlen=SLOTS_KEPT)
+        self._slots.append(info)
 
     def _on_paused(self, paused: bool) -> None:
         if paused and self._task_state is TaskState.PENDING:

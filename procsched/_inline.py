@@ -21,8 +21,19 @@ from ._context import running
 from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
 from ._core._units import NS
 from ._errors import SchedulerClosedError, TaskTimeoutError
-from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
-from ._handle import RunInfo, TaskHandle, run_in_progress
+from ._events import (
+    RUN_END,
+    RUN_MISSED,
+    RUN_SKIPPED,
+    RUN_STARTED,
+    TASK_CANCELLED,
+    Listener,
+    Listeners,
+    run_ended,
+    run_skipped,
+    run_started,
+)
+from ._handle import RunInfo, TaskHandle, run_in_progress, skipped_slot
 
 
 def check_clock(clock: object) -> Clock:
@@ -129,6 +140,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         task_id = v.task_id(task_id)
         self._sync_wall()
         resumed = self._core.resume(task_id, self._clock.now_ns())
+        self._take_control()
         handle = self._handles.get(task_id)
         if resumed and handle is not None:
             due = self._core.due(task_id)
@@ -199,9 +211,44 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         count = 0
         self._sync_wall()
         while (run := self._core.claim(self._clock.now_ns())) is not None:
+            self._take_control()
             self._execute(run)
             count += 1
+        self._take_control()
         return count
+
+    def _run_now(self, task_id: int) -> bool:
+        return self._core.run_now(task_id, self._clock.now_ns())
+
+    def _backfill(self, task_id: int, start_ns: int, end_ns: int, dry_run: bool) -> list[int]:
+        self._sync_wall()
+        slots = self._core.backfill_slots(task_id, start_ns, end_ns, self._clock.now_ns())
+        if not dry_run:
+            self._core.backfill(task_id, slots, self._clock.now_ns())
+        return [wall for _, wall in slots]
+
+    def _take_control(self) -> None:
+        """Carry out what schedule control decided: skipped slots recorded
+        (and a task that ended at one resolved), replaced runs (here only a
+        task's own caller can be running: it finishes, recorded "cancelled")."""
+        core = self._core
+        for task_id, _ in core.take_replaced():
+            self._interrupted.add(task_id)
+        for skip in core.take_skips():
+            handle = self._handles.get(skip.task_id)
+            if handle is None:
+                continue
+            info = skipped_slot(skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason)
+            handle._on_skipped(info)
+            if self._listeners:
+                self._listeners.notify(RUN_SKIPPED, run_skipped(info, handle.name))
+            if skip.state is TaskState.CANCELLED:
+                del self._handles[skip.task_id]
+                handle._on_cancelled()
+                self._notify_cancelled(handle, False)
+            elif skip.state is not None:
+                del self._handles[skip.task_id]
+                handle._on_result(skip.state, None)
 
     def run_until(self, t: float) -> int:
         """Run everything due up to ``t`` (seconds on this scheduler's clock),
@@ -224,12 +271,21 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         if self._listeners:
             self._listeners.notify(
                 RUN_STARTED,
-                run_started(run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS),
+                run_started(
+                    run.task_id, handle.name, run.run, threading.current_thread().name, run.scheduled_ns / NS, run.cause
+                ),
             )
         started = self._clock.now_ns()
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self._core.wall_offset
         info = run_in_progress(
-            run.task_id, run.run, run.scheduled_ns, started, threading.current_thread().name, run.attempt, wall
+            run.task_id,
+            run.run,
+            run.scheduled_ns,
+            started,
+            threading.current_thread().name,
+            run.attempt,
+            wall,
+            run.cause,
         )
         value: Any = None
         error: BaseException | None = None
@@ -266,6 +322,9 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             outcome,  # type: ignore[arg-type]
             info.attempt,
             info.scheduled_at,
+            None,
+            run.cause,
+            completion.reason,
         )
         handle._on_run(ended, completion.state, next_run, next_wall)
         if completion.state.terminal:
@@ -288,6 +347,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
                         "next_run": next_run,
                     },
                 )
+        self._take_control()
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on
 

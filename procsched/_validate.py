@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from . import _tz
 from ._async import as_sync
-from ._core import CronTrigger, Policy, Schedule
+from ._core import CronTrigger, Overlap, Policy, Schedule
 from ._core._units import NS, wall_datetime
 
 #: The longest delay or period accepted: about 146 years.
@@ -154,6 +154,40 @@ def max_runs(value: object) -> int | None:
     if value < 1:
         raise ValueError(f"max_runs must be >= 1, not {value!r}")
     return int(value)
+
+
+def max_concurrent(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_concurrent must be an int >= 1, not {describe(value)}")
+    if value < 1:
+        raise ValueError(f"max_concurrent must be >= 1, not {value!r}")
+    return int(value)
+
+
+def control(schedule: Schedule, max_concurrent_: object, overlap: object, misfire_grace: object) -> Schedule:
+    """``max_concurrent=``, ``overlap=`` and ``misfire_grace=`` (seconds or
+    None) into ``schedule`` (the same value when all are the defaults)."""
+    concurrent = max_concurrent(max_concurrent_)
+    mode = choice("overlap", overlap, Overlap)
+    grace = None if misfire_grace is None else duration_ns("misfire_grace", misfire_grace)
+    if concurrent == 1 and mode is Overlap.WAIT and grace is None:
+        return schedule
+    return schedule._replace(max_concurrent=concurrent, overlap=mode, misfire_grace_ns=grace)
+
+
+def backfill_range(start: object, end: object, dry_run: object) -> tuple[int, int, bool]:
+    """``backfill(start, end, dry_run=)``: aware datetimes -> wall ns since the epoch."""
+    ends = []
+    for arg, value in (("start", start), ("end", end)):
+        if not isinstance(value, datetime):
+            raise TypeError(f"{arg} must be an aware datetime, not {describe(value)}")
+        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+            raise ValueError(f"{arg} must be an aware datetime (with tzinfo), not naive {value!r}")
+        delta = value - datetime(1970, 1, 1, tzinfo=UTC)
+        ends.append(((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1_000)
+    if ends[0] >= ends[1]:
+        raise ValueError(f"start must be before end, not start={start!r} >= end={end!r}")
+    return ends[0], ends[1], flag("dry_run", dry_run)
 
 
 def key(value: object) -> str | None:

@@ -99,6 +99,7 @@ def test_inline_one_shot_events_and_fields(sched: InlineScheduler, clock: Manual
         "run": 1,
         "worker": threading.current_thread().name,
         "scheduled_for": 2.0,
+        "cause": "schedule",
     }
     assert finished == {
         "event": "run_finished",
@@ -119,6 +120,8 @@ def test_inline_one_shot_events_and_fields(sched: InlineScheduler, clock: Manual
         "output": None,
         "attempt": 1,
         "scheduled_at": handle.runs[0].scheduled_at.isoformat(),
+        "cause": "schedule",
+        "reason": None,
     }
     assert handle.runs[0].scheduled_at == clock.wall_now() - timedelta(seconds=3)  # the clock is at 5.0
     json.dumps(rec.events)  # plain values only

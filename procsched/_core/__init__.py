@@ -17,6 +17,12 @@ runner - inline, threads, processes - drives the very same decisions.
 
 from ._calendar import CronTrigger as CronTrigger
 from ._calendar import Zone as Zone
+from ._control import (
+    Completion as Completion,
+)
+from ._control import (
+    Run as Run,
+)
 from ._schedule import (
     KIND_OF as KIND_OF,
 )
@@ -30,13 +36,13 @@ from ._schedule import (
     OVERLAP_OF as OVERLAP_OF,
 )
 from ._schedule import (
-    Overlap as Overlap,
-)
-from ._schedule import (
     Kind as Kind,
 )
 from ._schedule import (
     Misfire as Misfire,
+)
+from ._schedule import (
+    Overlap as Overlap,
 )
 from ._schedule import (
     Schedule as Schedule,
@@ -45,16 +51,10 @@ from ._scheduler import (
     CancelResult as CancelResult,
 )
 from ._scheduler import (
-    Completion as Completion,
-)
-from ._scheduler import (
     Policy as Policy,
 )
 from ._scheduler import (
     RetryPolicy as RetryPolicy,
-)
-from ._scheduler import (
-    Run as Run,
 )
 from ._scheduler import (
     SchedulerCore as SchedulerCore,

@@ -340,7 +340,16 @@ class ControlMixin:
         extra = task.extra
         assert extra is not None
         return Run(
-            tid, run, side.slot_ns, task.timeout, task.payload, task.name, side.attempt, side.wall_ns, extra.retry_on, side.cause
+            tid,
+            run,
+            side.slot_ns,
+            task.timeout,
+            task.payload,
+            task.name,
+            side.attempt,
+            side.wall_ns,
+            extra.retry_on,
+            side.cause,
         )
 
     def _next_backfill(self, tid: int, control: Control, now: int) -> None:
@@ -463,13 +472,13 @@ class ControlMixin:
             task.state = transition(task.state, "claim")
         else:  # detached: its next slot is queued now
             max_runs = schedule.max_runs
-            following = None if max_runs is not None and control.scheduled >= max_runs else schedule.next_after(
-                extra.slot if calendar else slot
+            following = (
+                None
+                if max_runs is not None and control.scheduled >= max_runs
+                else schedule.next_after(extra.slot if calendar else slot)
             )
             self._go_on(tid, task, extra, following)
-        return Run(
-            tid, run, slot, task.timeout, task.payload, task.name, 1, wall if calendar else None, extra.retry_on
-        )
+        return Run(tid, run, slot, task.timeout, task.payload, task.name, 1, wall if calendar else None, extra.retry_on)
 
     def _complete_controlled(
         self, tid: int, task: _Task, extra: TaskExtra, control: Control, run: int, outcome: str, now: int, matched: bool

@@ -70,7 +70,7 @@ import random
 from heapq import heapify, heappop, heappush
 from typing import Any, NamedTuple
 
-from ._control import Completion, Control, ControlMixin, Run, SkipRecord
+from ._control import Completion, Control, ControlMixin, Run
 from ._schedule import ONCE as ONCE_SCHEDULE
 from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition

@@ -132,7 +132,10 @@ def test_run_now_of_a_one_shot_is_refused() -> None:
 
 
 def test_misfire_skip_and_coalesce_record_dropped_slots() -> None:
-    for misfire, expected in ((Misfire.SKIP, [(400, "misfire"), (800, "misfire")]), (Misfire.COALESCE, [(400, "misfire")])):
+    for misfire, expected in (
+        (Misfire.SKIP, [(400, "misfire"), (800, "misfire")]),
+        (Misfire.COALESCE, [(400, "misfire")]),
+    ):
         core = SchedulerCore()
         tid = core.add(0, schedule=rate(misfire=misfire))
         core.claim(0)
