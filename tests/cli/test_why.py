@@ -38,6 +38,12 @@ def test_why_explains_runs_and_slots_missed_while_down(store_url) -> None:
     time.sleep(0.6)  # down: tick misses ~6 slots; its misfire policy (skip) drops them
     with procsched.Scheduler(workers=1, store=store_url) as s:
         wait_until(lambda: s.get("tick") is not None and s.get("tick").runs, what="a run after the restart")
+        slots = s.history("tick", 200, skipped=True)  # Scheduler.history: skipped slots too, as RunInfo
+        missed = [r for r in slots if r.outcome == "skipped"]
+        assert missed and all(r.reason == "down" and r.run is None and r.started_at is None for r in missed)
+        assert all(r.outcome != "skipped" and r.cause == "schedule" for r in s.history("tick", 200))
+        stamps = [r.scheduled_at for r in slots]
+        assert stamps == sorted(stamps)
     with open_store(store_url) as store:
         history = store.history("tick", 200, skipped=True)
     down = [r for r in history if r.outcome == "skipped"]
