@@ -139,6 +139,16 @@ class DispatcherThread:
         elif tag == m.CANCEL:
             cancel = m.view(m.Cancel, message)
             engine.emit(m.Answer.wire(cancel.request, engine.cancel(cancel.task_id, cancel.interrupt, now)))
+        elif tag == m.RUN_NOW:
+            run_now = m.view(m.RunNow, message)
+            engine.emit(m.Answer.wire(run_now.request, engine.run_now(run_now.task_id, now)))
+        elif tag == m.BACKFILL:
+            backfill = m.view(m.Backfill, message)
+            engine.set_wall_offset(time.time_ns() - now, now)
+            slots = engine.backfill(
+                backfill.task_id, backfill.start_wall_ns, backfill.end_wall_ns, backfill.dry_run, now
+            )
+            engine.emit(m.Answer.wire(backfill.request, slots))
         elif tag == m.STATS:
             engine.emit(m.Answer.wire(m.view(m.Stats, message).request, engine.stats(now)))
         elif tag == m.SHUTDOWN:

@@ -61,6 +61,7 @@ from .._core import Policy
 from .._core._units import NS
 from .._errors import SchedulerClosedError
 from . import _messages as m
+from ._checks import check_report
 from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._gc import FreezeOnGrowth
 from ._process_carrier import (
@@ -273,6 +274,20 @@ class Dispatcher:
                 cancel = m.view(m.Cancel, message)
                 accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
                 engine.emit(m.Answer.wire(cancel.request, accepted))
+            elif tag == m.RUN_NOW:
+                run_now = m.view(m.RunNow, message)
+                engine.emit(m.Answer.wire(run_now.request, engine.run_now(run_now.task_id, time.monotonic_ns())))
+            elif tag == m.BACKFILL:
+                backfill = m.view(m.Backfill, message)
+                engine.set_wall_offset(*self.wall_offset())
+                slots = engine.backfill(
+                    backfill.task_id,
+                    backfill.start_wall_ns,
+                    backfill.end_wall_ns,
+                    backfill.dry_run,
+                    time.monotonic_ns(),
+                )
+                engine.emit(m.Answer.wire(backfill.request, slots))
             elif tag == m.STATS:
                 stats = engine.stats(time.monotonic_ns())
                 if journal is not None:
@@ -315,7 +330,7 @@ class Dispatcher:
                 return  # it was killed (e.g. it cancelled itself with interrupt=True)
             try:
                 message: Any = pickle.loads(frame)
-                tag = m.check_report(message)
+                tag = check_report(message)
             except Exception as exc:  # noqa: BLE001 - anything a task wrote to the pipe
                 self.protocol_violation(worker, f"{type(exc).__name__}: {exc}"[:200])
                 return

@@ -50,6 +50,7 @@ from ._messages import (
     Log,
     Message,
     RunEnded,
+    RunSkipped,
     TaskCancelled,
     TaskChanged,
     WorkerChanged,
@@ -180,8 +181,49 @@ class Engine(Handoff):
 
     def take_events(self) -> list[Message]:
         """The events since the last take, in order (the outbox is emptied)."""
+        if self.core.skips:
+            self._skipped_out()
         events, self.events = self.events, []
         return events
+
+    def _skipped_out(self) -> None:
+        """The core's skipped slots, as RunSkipped events (in order)."""
+        for skip in self.core.take_skips():
+            state = None if skip.state is None else skip.state.value
+            if skip.state is not None:
+                self.prio.pop(skip.task_id, None)
+                self._forget_crash_loop(skip.task_id)
+            self.events.append(RunSkipped.wire(skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason, state))
+
+    def _replace_runs(self, now: int) -> None:
+        """End the runs the core asked to end for a newer slot ("replace"), as
+        ``cancel(interrupt=True)`` ends a run: its worker killed, the run
+        reported "cancelled" (its reason "replaced")."""
+        for task_id, run_no in self.core.take_replaced():
+            slot = next(
+                (s for s in self.slots if s.run is not None and s.run.task_id == task_id and s.run.run == run_no),
+                None,
+            )
+            if slot is not None:
+                self.log(INFO, f"task {task_id} run {run_no} replaced by a newer slot (overlap='replace')")
+                self._abort_run(slot, "cancelled", now)
+            else:  # queued behind a worker's run: ended when it becomes the head
+                self.interrupting.add((task_id, run_no))
+
+    def run_now(self, task_id: int, now: int) -> bool:
+        """One extra run of a task now (see ``SchedulerCore.run_now``)."""
+        return self.core.run_now(task_id, now)
+
+    def backfill(self, task_id: int, start_wall_ns: int, end_wall_ns: int, dry_run: bool, now: int) -> list[int] | str:
+        """The task's slots in [start, end) up to now (wall ns), run one after
+        another unless ``dry_run``; or why not (a ValueError's message)."""
+        try:
+            slots = self.core.backfill_slots(task_id, start_wall_ns, end_wall_ns, now)
+        except ValueError as exc:
+            return str(exc)
+        if not dry_run:
+            self.core.backfill(task_id, slots, now)
+        return [wall for _, wall in slots]
 
     # -- what a durable store changes (see _durable/_journal.py, _durable/_peers.py) ------
 
@@ -309,10 +351,10 @@ class Engine(Handoff):
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
-            running = next((s for s in self.slots if s.run is not None and s.run.task_id == task_id), None)
-            if running is not None:  # else its run is parked (tick() ends it) or queued and started:
-                self._abort_run(running, "cancelled", now)
-            else:
+            running = [s for s in self.slots if s.run is not None and s.run.task_id == task_id]
+            for slot in running:  # (several: a task whose runs may overlap)
+                self._abort_run(slot, "cancelled", now)
+            if not running:  # its run is parked (tick() ends it) or queued and started:
                 for s in self.slots:
                     for run in s.queue:
                         if run.task_id == task_id:  # the worker got to it first: ended when it becomes the head
@@ -643,6 +685,8 @@ class Engine(Handoff):
                 return parked
         yielding = None
         while (run := self.core.claim(now)) is not None:
+            if self.core.replaced:
+                self._replace_runs(now)
             release = self.held.get(run.task_id)
             if release is not None and release > now:
                 self.parked.append(run)  # claimed, so it cannot run twice; started later
@@ -838,8 +882,12 @@ class Engine(Handoff):
                 run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset,
                 next_wall,
                 done.retrying,
+                run.cause,
+                done.reason,
             )
         )
+        if self.core.skips:
+            self._skipped_out()  # (misfire: right after the run that dropped them)
 
     def _stop_all(self, now: int) -> None:
         for slot in self.slots:

@@ -486,6 +486,19 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             return False
         return bool(self._request(m.Resume, task_id))
 
+    def _run_now(self, task_id: int) -> bool:
+        if task_id not in self._handles:
+            return False
+        return bool(self._request(m.RunNow, task_id))
+
+    def _backfill(self, task_id: int, start_ns: int, end_ns: int, dry_run: bool) -> list[int]:
+        if task_id not in self._handles:
+            raise ValueError(f"no live task {task_id!r}")
+        answer = self._request(m.Backfill, task_id, start_ns, end_ns, dry_run)
+        if isinstance(answer, str):
+            raise ValueError(answer)
+        return list(answer)
+
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         v.flag("interrupt", interrupt)
         if isinstance(task_id, bool) or not isinstance(task_id, int):

@@ -194,7 +194,7 @@ class Handoff:
         if self.announced and (run.task_id, run.run, run.attempt) in self.announced:
             self.announced.discard((run.task_id, run.run, run.attempt))
             return  # given early, taken back, given again: the user heard of it the first time
-        self.events.append(RunStarted.wire(run.task_id, run.run, slot.worker.ident))
+        self.events.append(RunStarted.wire(run.task_id, run.run, slot.worker.ident, run.cause))
 
     def _revoke_tail(self, slot: Slot, count: int) -> int:
         """Take back up to ``count`` of the slot's queued runs, last first,

@@ -28,6 +28,7 @@ from .._errors import SchedulerError
 from .._events import (
     RUN_END,
     RUN_MISSED,
+    RUN_SKIPPED,
     RUN_STARTED,
     TASK_CANCELLED,
     WORKER_EXITED,
@@ -35,10 +36,11 @@ from .._events import (
     Listeners,
     describe,
     run_ended,
+    run_skipped,
     run_started,
     signal_name,
 )
-from .._handle import RunInfo, TaskHandle
+from .._handle import RunInfo, TaskHandle, skipped_slot
 from . import _messages as m
 from ._wire import unpack
 
@@ -122,8 +124,11 @@ class EventApplier:
                         started.run,
                         started.worker,
                         None if handle is None else handle.next_run,
+                        started.cause,
                     ),
                 )
+        elif tag == m.RUN_SKIPPED:
+            self._run_skipped(m.view(m.RunSkipped, event))
         elif tag == m.TASK_CANCELLED:
             task_id = m.view(m.TaskCancelled, event).task_id
             handle = self.handles.get(task_id)
@@ -211,6 +216,8 @@ class EventApplier:
             ev.attempt,
             wall_datetime(ev.scheduled_wall_ns),
             ev.output,
+            ev.cause,
+            ev.reason,
         )
         next_due = ev.next_due_ns
         if handle is not None:
@@ -224,6 +231,26 @@ class EventApplier:
                         handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
         if self.listeners:
             self._notify_run_end(info, handle, state, next_due, ev.missed, blob_kind, blob)
+
+    def _run_skipped(self, ev: m.RunSkipped) -> None:
+        """A slot did not run: listed on the handle, told to the listeners; a
+        task that ended there (its last slot) is resolved."""
+        handle = self.handles.get(ev.task_id)
+        info = skipped_slot(ev.task_id, ev.scheduled_ns, ev.wall_ns, ev.reason)
+        if handle is not None:
+            handle._on_skipped(info)
+            if ev.state is not None:
+                del self.handles[ev.task_id]
+                if ev.state == TaskState.CANCELLED.value:
+                    handle._on_cancelled()
+                else:
+                    handle._on_result(_STATES[ev.state], None)
+        if self.listeners:
+            self._notify(RUN_SKIPPED, **run_skipped(info, None if handle is None else handle.name))
+            if ev.state == TaskState.CANCELLED.value:
+                self._notify(
+                    TASK_CANCELLED, task_id=ev.task_id, name=None if handle is None else handle.name, running=False
+                )
 
     def _notify(self, kind: str, **fields: Any) -> None:
         """Deliver one event to the listeners (see ``_events.py``); never raises."""

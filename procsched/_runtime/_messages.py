@@ -25,10 +25,7 @@ bytes here (``_wire.py``).
 
 from __future__ import annotations
 
-from datetime import timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
-
-from .._core import KIND_OF, MISFIRE_OF, OVERLAP_OF
 
 if TYPE_CHECKING:
     from .._validate import TaskSpec
@@ -313,6 +310,38 @@ class Cancel(NamedTuple):
         return (CANCEL, request, task_id, interrupt)
 
 
+class RunNow(NamedTuple):
+    """One extra run of a task now (answered with ``Answer``: True if it
+    will run, False if ``overlap="skip"`` found it full or it is not a live
+    periodic task)."""
+
+    tag: str
+    request: int
+    task_id: int
+
+    @staticmethod
+    def wire(request: int, task_id: int) -> Message:
+        return (RUN_NOW, request, task_id)
+
+
+class Backfill(NamedTuple):
+    """Run a task's slots in ``[start_wall_ns, end_wall_ns)`` (not after
+    now), or only list them (``dry_run``). Answered with ``Answer``: the
+    slots' wall-clock ns (a list), or why it is refused (a str: the
+    caller's ValueError)."""
+
+    tag: str
+    request: int
+    task_id: int
+    start_wall_ns: int
+    end_wall_ns: int
+    dry_run: bool
+
+    @staticmethod
+    def wire(request: int, task_id: int, start_wall_ns: int, end_wall_ns: int, dry_run: bool) -> Message:
+        return (BACKFILL, request, task_id, start_wall_ns, end_wall_ns, dry_run)
+
+
 class Stats(NamedTuple):
     """Ask for ``Scheduler.stats()`` (answered with the dict)."""
 
@@ -568,10 +597,12 @@ class RunStarted(NamedTuple):
     run: int
     worker: Any
     """The worker's pid (processes), thread name, or Ray slot."""
+    cause: str
+    """"schedule", "manual" or "backfill"."""
 
     @staticmethod
-    def wire(task_id: int, run: int, worker: Any) -> Message:
-        return (RUN_STARTED, task_id, run, worker)
+    def wire(task_id: int, run: int, worker: Any, cause: str) -> Message:
+        return (RUN_STARTED, task_id, run, worker, cause)
 
 
 class RunEnded(NamedTuple):
@@ -602,6 +633,10 @@ class RunEnded(NamedTuple):
     next_wall_ns: int | None
     retrying: bool
     """The next run is a retry of this one."""
+    cause: str
+    """"schedule", "manual" or "backfill"."""
+    reason: str | None
+    """None, or "replaced" (ended for a newer slot by ``overlap="replace"``)."""
 
     @staticmethod
     def wire(
@@ -623,6 +658,8 @@ class RunEnded(NamedTuple):
         scheduled_wall_ns: int,
         next_wall_ns: int | None,
         retrying: bool,
+        cause: str,
+        reason: str | None,
     ) -> Message:
         return (
             RUN_ENDED,
@@ -644,7 +681,26 @@ class RunEnded(NamedTuple):
             scheduled_wall_ns,
             next_wall_ns,
             retrying,
+            cause,
+            reason,
         )
+
+
+class RunSkipped(NamedTuple):
+    """A slot of a task did not run (``_core/_control.py``: ``SkipRecord``)."""
+
+    tag: str
+    task_id: int
+    scheduled_ns: int
+    wall_ns: int
+    reason: str
+    """"overlap", "misfire", "late", "paused" (or "down", with a store)."""
+    state: str | None
+    """The state the task ended in at this slot (a ``TaskState`` value), or None."""
+
+    @staticmethod
+    def wire(task_id: int, scheduled_ns: int, wall_ns: int, reason: str, state: str | None) -> Message:
+        return (RUN_SKIPPED, task_id, scheduled_ns, wall_ns, reason, state)
 
 
 class TaskCancelled(NamedTuple):
@@ -759,6 +815,8 @@ UNLOADABLE: Final = "unloadable"
 PAUSE: Final = "pause"
 RESUME: Final = "resume"
 CANCEL: Final = "cancel"
+RUN_NOW: Final = "run_now"
+BACKFILL: Final = "backfill"
 STATS: Final = "stats"
 SHUTDOWN: Final = "shutdown"
 WALL_STEP: Final = "wall_step"
@@ -780,6 +838,7 @@ ABORT: Final = "abort"
 # events
 RUN_STARTED: Final = "started"
 RUN_ENDED: Final = "run"
+RUN_SKIPPED: Final = "skip"
 TASK_CANCELLED: Final = "cancelled"
 TASK_ADDED: Final = "added"
 TASK_CHANGED: Final = "state"
@@ -800,6 +859,8 @@ COMMANDS: Final = (
     Pause,
     Resume,
     Cancel,
+    RunNow,
+    Backfill,
     Stats,
     Shutdown,
     WallStep,
@@ -810,6 +871,7 @@ IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort)
 EVENTS: Final = (
     RunStarted,
     RunEnded,
+    RunSkipped,
     TaskCancelled,
     TaskAdded,
     TaskChanged,
@@ -819,117 +881,6 @@ EVENTS: Final = (
     AdoptKey,
     Closed,
 )
-
-
-# -- the check of untrusted input --------------------------------------------------------------
-
-
-def check_report(message: Any) -> str:
-    """The tag of a well-formed report from a worker; TypeError (what is
-    wrong) otherwise. A worker's pipe is written by user code too (a task
-    may write to the descriptor it inherited): nothing is trusted."""
-    if type(message) is not tuple or not message or type(message[0]) is not str:
-        raise TypeError(f"not a message: {type(message).__name__}")
-    tag: str = message[0]
-    if tag == DONE:
-        # (one per run: spelled out, no generator)
-        if not (
-            len(message) == len(Done._fields)
-            and type(message[1]) is int
-            and type(message[2]) is int
-            and message[3] in ("ok", "error")
-            and type(message[4]) is int
-            and type(message[5]) is int
-            and message[6] in (BLOB_VALUE, BLOB_ERROR)
-            and isinstance(message[7], bytes)
-            and type(message[8]) is bool
-            and (message[9] is None or isinstance(message[9], str))
-        ):
-            raise TypeError("malformed done")
-    elif tag == STARTED:
-        if len(message) != len(Started._fields) or not all(type(x) is int for x in message[1:]):
-            raise TypeError("malformed started")
-    elif tag == SKIPPED:
-        if len(message) != len(Skipped._fields):
-            raise TypeError("malformed skipped")
-    elif tag == ADD:
-        _check_add(message)
-    elif tag == CANCEL:
-        if not (
-            len(message) == len(Cancel._fields)
-            and type(message[1]) is int
-            and type(message[2]) is int
-            and type(message[3]) is bool
-        ):
-            raise TypeError("malformed cancel")
-    else:
-        raise TypeError(f"unknown tag {tag[:20]!r}")
-    return tag
-
-
-def _check_add(message: Message) -> None:
-    if len(message) != len(Add._fields):
-        raise TypeError("malformed add")
-    add = view(Add, message)
-    payload = add.payload
-    if not (type(payload) is tuple and len(payload) == 2 and all(type(b) is bytes for b in payload)):
-        raise TypeError("malformed add: payload")
-    if not (
-        add.task_id is None
-        and (add.due_ns is None or type(add.due_ns) is int)
-        and type(add.delay_ns) is int
-        and type(add.start_wall_ns) is int
-        and (add.first_slot_wall_ns is None or type(add.first_slot_wall_ns) is int)
-        and type(add.priority) is int
-        and (add.timeout_ns is None or type(add.timeout_ns) is int)
-        and (add.name is None or type(add.name) is str)
-        and (add.key is None or type(add.key) is str)
-        and (add.retry_on is None or type(add.retry_on) is bytes)
-    ):
-        raise TypeError("malformed add")
-    _check_schedule(add.schedule)
-    _check_retry(add.retry)
-
-
-def _check_schedule(schedule: Any) -> None:
-    """``Schedule.to_wire()``'s shape (the values are checked where they are used)."""
-    if schedule is None:
-        return
-    ints = (int, type(None))
-    if not (type(schedule) is tuple and len(schedule) == 11):
-        raise TypeError("malformed add: schedule")
-    kind, period, misfire, stop_on_error, expr, zone, until, max_runs, concurrent, overlap, grace = schedule
-    if not (
-        kind in KIND_OF
-        and type(period) is int
-        and misfire in MISFIRE_OF
-        and type(stop_on_error) is bool
-        and (expr is None or type(expr) is str)
-        and (zone is None or isinstance(zone, (str, timezone)))
-        and type(until) in ints
-        and type(max_runs) in ints
-        and type(concurrent) is int
-        and overlap in OVERLAP_OF
-        and type(grace) in ints
-    ):
-        raise TypeError("malformed add: schedule")
-
-
-def _check_retry(retry: Any) -> None:
-    if retry is None:
-        return
-    if not (
-        type(retry) is tuple
-        and len(retry) == 6
-        and type(retry[0]) is int
-        and type(retry[1]) is int
-        and isinstance(retry[2], float)
-        and type(retry[3]) is int
-        and isinstance(retry[4], float)
-        and type(retry[5]) is tuple
-        and all(o in ("error", "crashed", "timeout") for o in retry[5])
-    ):
-        raise TypeError("malformed add: retry")
 
 
 def tag_of(record: type[Any]) -> str:

@@ -22,6 +22,7 @@ import pytest
 
 from procsched._core import RetryPolicy, Schedule
 from procsched._runtime import _messages as m
+from procsched._runtime._checks import check_report
 from procsched._runtime._wire import PROTOCOL, CommandReader, FrameReader, frame_head, send_command
 
 ALL = sorted({*m.COMMANDS, *m.ORDERS, *m.REPORTS, *m.IN_PROCESS, *m.EVENTS}, key=lambda r: r.__name__)
@@ -129,7 +130,8 @@ GOOD = [
     m.Cancel.wire(0, 3, True),
     add(),
     add(schedule=Schedule.fixed_rate(10).to_wire(), key="k", retry_on=b"classes"),
-    add(schedule=("calendar", 0, "coalesce", False, "0 3 * * *", UTC, None, 2), due_ns=None),
+    add(schedule=("calendar", 0, "coalesce", False, "0 3 * * *", UTC, None, 2, 1, "wait", None), due_ns=None),
+    add(schedule=("fixed_rate", 5, "skip", False, None, None, None, None, 3, "replace", 10)),
     add(retry=RetryPolicy(3, 1, 2.0, 9, 0.5, frozenset({"crashed"})).to_wire()),
 ]
 BAD = [
@@ -147,8 +149,19 @@ BAD = [
     ("an add with a task id", add(task_id=9)),
     ("an add with a str payload", add(payload=("fn", "args"))),
     ("an add with a 3-blob payload", add(payload=(b"a", b"b", b"c"))),
-    ("an add with an unknown kind", add(schedule=("hourly", 1, "skip", False, None, None, None, None))),
-    ("an add with a zone object", add(schedule=("calendar", 0, "skip", False, "* * * * *", object(), None, None))),
+    (
+        "an add with an unknown kind",
+        add(schedule=("hourly", 1, "skip", False, None, None, None, None, 1, "wait", None)),
+    ),
+    (
+        "an add with an unknown overlap",
+        add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "x", None)),
+    ),
+    ("an add with an old schedule", add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None))),
+    (
+        "an add with a zone object",
+        add(schedule=("calendar", 0, "skip", False, "* * * * *", object(), None, None, 1, "wait", None)),
+    ),
     ("an add with a short retry", add(retry=(3, 1, 2.0))),
     ("an add with a str key", add(key=5)),
 ]
@@ -156,10 +169,10 @@ BAD = [
 
 @pytest.mark.parametrize("message", GOOD, ids=lambda msg: str(msg[0]))
 def test_well_formed_reports_pass(message: tuple[Any, ...]) -> None:
-    assert m.check_report(message) == message[0]
+    assert check_report(message) == message[0]
 
 
 @pytest.mark.parametrize(("what", "message"), BAD, ids=[what for what, _ in BAD])
 def test_malformed_reports_are_refused_before_the_engine_sees_them(what: str, message: Any) -> None:
     with pytest.raises(TypeError):
-        m.check_report(message)
+        check_report(message)

@@ -1,0 +1,46 @@
+"""Task functions for the schedule-control tests (importable by worker processes).
+
+Each run writes its own lines to a log opened with O_APPEND (one write per
+line, atomic), so the tests read overlaps from the tasks themselves, never
+from procsched's view of them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import procsched
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def logged_sleep(path: str, seconds: float) -> None:
+    """Log "start RUN" and "end RUN" (monotonic times) around a sleep."""
+    run = procsched.current_run().run
+    _write(path, f"start {run} {time.monotonic()}\n")
+    time.sleep(seconds)
+    _write(path, f"end {run} {time.monotonic()}\n")
+
+
+def note(path: str) -> None:
+    _write(path, f"ran {os.getpid()}\n")
+
+
+def most_at_once(path: str) -> int:
+    """The most runs that were between their start and end at once, from the log."""
+    events = []
+    with open(path) as log:
+        for line in log:
+            kind, _, at = line.split()
+            events.append((float(at), 1 if kind == "start" else -1))
+    running = most = 0
+    for _, step in sorted(events):
+        running += step
+        most = max(most, running)
+    return most
