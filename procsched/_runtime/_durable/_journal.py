@@ -373,6 +373,11 @@ class Journal(Durable):
                     if not self.closing:
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
+            elif tag == m.RUN_SKIPPED:
+                skipped = m.view(m.RunSkipped, ev)
+                key = keys.get(skipped.task_id)
+                if key is not None:
+                    self._skipped(skipped, key)
             elif tag == m.TASK_CHANGED:
                 changed = m.view(m.TaskChanged, ev)
                 key = keys.get(changed.task_id)
@@ -386,6 +391,15 @@ class Journal(Durable):
         """The engine's events since the last ``sync`` are the store's
         already (``Peers`` made them from what it read): not journalled."""
         self.synced, self.seen = events, len(events)
+
+    def _skipped(self, ev: m.RunSkipped, key: str) -> None:
+        """A slot that did not run: recorded with its reason; a task that
+        ended there (its last slot) is deleted, as after its last run."""
+        self.batch.skipped(key, ev.wall_ns, ev.reason)
+        if ev.state is not None and not self.closing:
+            self.batch.delete(key)
+            self.keys.pop(ev.task_id, None)
+            self.schedules.pop(ev.task_id, None)
 
     def _run_ended(self, ev: m.RunEnded, key: str) -> None:
         tid, state = ev.task_id, ev.state
@@ -411,6 +425,7 @@ class Journal(Durable):
             retry=ev.retrying,
             error_type=error_type,
             error_message=error_message,
+            reason=ev.reason,
         )
         if state == PAUSED:
             self.batch.update(key, paused=True)

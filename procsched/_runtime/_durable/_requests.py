@@ -35,11 +35,17 @@ from __future__ import annotations
 import collections
 from typing import Any, Protocol
 
+from ..._core import TaskState
 from ..._core._control import MANUAL
 from ..._errors import StoreError
 from ..._store import Batch, ControlRequest, Holder, SQLStore, StoreBatch
 from ..._store import _control as control
 from .._engine import Engine
+
+#: A run now the task's engine refused (``Engine.run_now`` False).
+NOT_RUN = (
+    "not run: its overlap policy ('skip') found max_concurrent runs of it running, or it is not a live periodic task"
+)
 
 
 class Journalled(Protocol):
@@ -97,9 +103,36 @@ class Requests:
 
     def _carry_out(self, engine: Engine, tid: int, request: ControlRequest, now: int, offset: int) -> None:
         if request.kind == "run_now":
-            self._refuse(request.id, "this instance's engine cannot run a task now yet")
-        else:
-            self._refuse(request.id, "this instance's engine cannot backfill yet")
+            self._align(engine, tid, request.key)
+            if engine.run_now(tid, now):  # answered with its claim (``claimed``)
+                self.waiting.setdefault(tid, collections.deque()).append(request.id)
+            else:
+                self._refuse(request.id, NOT_RUN)
+            return
+        if request.start_ns is None or request.end_ns is None:  # (the store's ask() requires both)
+            self._refuse(request.id, "a backfill needs a start and an end")
+            return
+        slots = engine.backfill(tid, request.start_ns, request.end_ns, request.dry_run, now)
+        if isinstance(slots, str):
+            self._refuse(request.id, slots)
+        else:  # its runs follow one after another, each claimed like any (cause "backfill")
+            self.journal.batch.answer(request.id, result={"slots": slots})
+
+    def _align(self, engine: Engine, tid: int, key: str) -> None:
+        """A paused task's run numbers follow the store's before a run now:
+        a scheduled run claimed here as the pause came is lost to it (the
+        store holds scheduled claims of a paused task), and a paused task is
+        not realigned after a lost claim (``Peers.apply``), so its next run
+        here would be numbered past the store's next claim and be lost too."""
+        if engine.state(tid) is not TaskState.PAUSED:
+            return
+        try:
+            stored = self.journal.store.get(key)
+        except StoreError as exc:  # the run is numbered as the engine has it (a claim the store may refuse)
+            engine.log(30, f"the store: reading {key!r} before a run now failed ({exc})")
+            return
+        if stored is not None and stored.holder is None and engine.next_claim(tid) != (stored.state.run_count + 1, 1):
+            engine.continue_runs(tid, stored.state.run_count)
 
     def claimed(self, batch: StoreBatch, run: Any) -> None:
         """A keyed run's claim goes into ``batch``: if it is a manual run
