@@ -15,7 +15,7 @@ import traceback
 
 from .._jobs import Job, JobsFileError, load_jobs_file
 from .._secret import of_command
-from . import _control, _next, _store_cmds, _web
+from . import _control, _next, _store_cmds, _web, _why
 from ._args import port, positive_int, seconds, size
 from ._demo import DEMO_SECONDS, MIN_WORKERS, run_demo
 
@@ -267,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
     _next.add_parser(commands)
     _store_cmds.add_parsers(commands)
     _control.add_parsers(commands)
+    _why.add_parser(commands)
     _web.add_parser(commands)
     # Further subcommands: add_parser(...) here, with set_defaults(handler=...).
     return top

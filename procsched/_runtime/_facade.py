@@ -38,7 +38,7 @@ from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
-from .._handle import RunInfo, TaskHandle
+from .._handle import RunInfo, TaskHandle, skipped_slot
 from . import _messages as m
 from ._listener import EventApplier, listen
 from ._wire import carried_classes
@@ -253,10 +253,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         schedulers (their runs in flight -> crashed), and plan the adoption
         of every stored task; one-shots that ended are dropped."""
         from ._durable import _recovery
+        from ._durable._down import record_down
 
         self._store.resign()  # secret=[new, old]: what only an older secret signed is signed with the new one
         tasks, crashed, slots = _recovery.recover(self._store)
-        plan = _recovery.plan(tasks, crashed, slots, time.time_ns())
+        wall = time.time_ns()
+        plan = _recovery.plan(tasks, crashed, slots, wall)
+        record_down(self._store, tasks, crashed, slots, plan.adopted, wall)  # slots missed while down: skipped
         if plan.ended:
             batch = self._store.batch()
             for key in plan.ended:
@@ -339,21 +342,27 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 "stored task %r added by another scheduler cannot be run here (%s: %s)", key, type(exc).__name__, exc
             )
 
-    def history(self, key: str, n: int = 100) -> list[RunInfo]:
+    def history(self, key: str, n: int = 100, *, skipped: bool = False) -> list[RunInfo]:
         """The last ``n`` runs (attempts) of the keyed task ``key``, oldest
         first, read from the store (``store=``). Times are wall-clock
         seconds since the epoch; ``worker`` is the pid of the scheduler (user) process that ran it; an
         ``outcome`` of None is a run in flight (or one whose scheduler died
-        and has not been restarted yet)."""
+        and has not been restarted yet). ``skipped=True``: its skipped slots
+        too, in slot order (``outcome="skipped"``, ``run=None``, ``reason``
+        why: overlap, misfire, late, paused or down), the last ``n`` of both."""
+        from .._store import SkippedSlot
+
         if self._store is None:
             raise SchedulerError("history() needs a store: Scheduler(store=...)")
         checked = v.key(key)
         with self._store_lock:
-            records = self._store.history(checked, n)
+            records = self._store.history(checked, n, skipped=skipped)
         handle = None if checked is None else self._keys.get(checked)
         task_id = handle.id if handle is not None else 0
         return [
-            RunInfo(
+            skipped_slot(task_id, r.slot_ns, r.slot_ns, r.reason)
+            if isinstance(r, SkippedSlot)
+            else RunInfo(
                 task_id,
                 r.run,
                 r.scheduled_ns / NS,
@@ -363,6 +372,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 r.outcome,
                 r.attempt,
                 wall_datetime(r.scheduled_ns),
+                r.output,
+                r.cause,
+                r.reason,
             )
             for r in records
         ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._model import REQUEST_KINDS, ControlRequest, Holder
@@ -159,12 +160,39 @@ def request(store: StoreAccess, request_id: int) -> ControlRequest | None:
     return None if row is None else _request(row)
 
 
-def take_requests(store: StoreAccess, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
+@dataclass(frozen=True, slots=True)
+class OpenRequest:
+    """A request nobody took yet, with what the store says of its task:
+    ``stored`` False - no such task any more (cancelled, or a one-shot that
+    ended, after the ask); ``unloadable``: why no instance can run it."""
+
+    id: int
+    key: str
+    kind: str
+    stored: bool
+    unloadable: str | None
+
+
+def open_requests(store: StoreAccess) -> list[OpenRequest]:
+    """The requests nobody took yet, oldest first: one read of the open
+    requests' index (cheap when there is none)."""
     with store._tx("reading requests", write=False) as cur:
-        open_ = store._x(
-            cur, "SELECT id, key FROM procsched_requests WHERE done_ns IS NULL AND taken_by IS NULL ORDER BY id"
+        rows = store._x(
+            cur,
+            "SELECT r.id, r.key, r.kind, t.key, t.unloadable FROM procsched_requests r "
+            "LEFT JOIN procsched_tasks t ON t.key = r.key "
+            "WHERE r.done_ns IS NULL AND r.taken_by IS NULL ORDER BY r.id",
         ).fetchall()
-    ids = [rid for rid, key in open_ if key in keys]
+    return [OpenRequest(int(rid), key, kind, found is not None, why) for rid, key, kind, found, why in rows]
+
+
+def take_requests(store: StoreAccess, holder: Holder, keys: Collection[str]) -> list[ControlRequest]:
+    return take(store, holder, [r.id for r in open_requests(store) if r.key in keys])
+
+
+def take(store: StoreAccess, holder: Holder, ids: Collection[int]) -> list[ControlRequest]:
+    """Take the requests ``ids`` that are still open, atomically, fenced by
+    ``holder``'s registration (a holder taken over takes nothing)."""
     if not ids:
         return []
     taken = []

@@ -176,7 +176,6 @@ def test_store_pause_reaches_the_instance(stored):
     assert stored.client.get("/api/jobs/nightly").status_code == 404
 
 
-@pytest.mark.xfail(strict=True, reason="needs the runtime's side of the store's requests (issue 22)")
 @pytest.mark.timeout(30)
 def test_store_run_now_is_carried_out_by_the_instance(stored):
     wait_until(lambda: lines(stored.log) >= 1, what="tick's first run")

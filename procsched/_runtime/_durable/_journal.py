@@ -71,6 +71,7 @@ from .._engine import Engine
 from .._store_hooks import Durable
 from ._limited import Limited
 from ._peers import Peers
+from ._requests import Requests
 from ._stored import stored_hash
 from ._writer import Writer
 
@@ -147,6 +148,7 @@ class Journal(Durable):
         self.retry_at: int | None = None  # not before: the next try of a failed commit
         self.peers = Peers(self, lease_ns)
         self.limited = Limited()  # claims the store found over their group's shared limit: they wait
+        self.requests = Requests(self, self.peers.interval, self.peers.standby)  # run now, backfill from outside
 
     # commands
     def expecting(self, key: str) -> bool:
@@ -381,6 +383,11 @@ class Journal(Durable):
                     if not self.closing:
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
+            elif tag == m.RUN_SKIPPED:
+                skipped = m.view(m.RunSkipped, ev)
+                key = keys.get(skipped.task_id)
+                if key is not None:
+                    self._skipped(skipped, key)
             elif tag == m.TASK_CHANGED:
                 changed = m.view(m.TaskChanged, ev)
                 key = keys.get(changed.task_id)
@@ -394,6 +401,15 @@ class Journal(Durable):
         """The engine's events since the last ``sync`` are the store's
         already (``Peers`` made them from what it read): not journalled."""
         self.synced, self.seen = events, len(events)
+
+    def _skipped(self, ev: m.RunSkipped, key: str) -> None:
+        """A slot that did not run: recorded with its reason; a task that
+        ended there (its last slot) is deleted, as after its last run."""
+        self.batch.skipped(key, ev.wall_ns, ev.reason)
+        if ev.state is not None and not self.closing:
+            self.batch.delete(key)
+            self.keys.pop(ev.task_id, None)
+            self.schedules.pop(ev.task_id, None)
 
     def _run_ended(self, ev: m.RunEnded, key: str) -> None:
         tid, state = ev.task_id, ev.state
@@ -419,6 +435,7 @@ class Journal(Durable):
             retry=ev.retrying,
             error_type=error_type,
             error_message=error_message,
+            reason=ev.reason,
         )
         if state == PAUSED:
             self.batch.update(key, paused=True)
@@ -435,6 +452,7 @@ class Journal(Durable):
         next one. Returns when to renew the lease."""
         self.offset = offset
         peers_at = self.peers.turn(engine, now, offset, self.dead)
+        peers_at = min(peers_at, self.requests.turn(engine, now, offset))
         self.sync(engine.events)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []
@@ -447,7 +465,9 @@ class Journal(Durable):
             known[0] = BATCHED
             run, key = known[1], known[2]
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
-            batch.started(key, run.run, run.attempt, wall, now + offset)
+            batch.started(key, run.run, run.attempt, wall, now + offset, cause=run.cause)
+            if self.requests.waiting:
+                self.requests.claimed(batch, run)
             self.runs[key] = run.run
             waiting.append(claim)
         if self.dead:
@@ -627,6 +647,7 @@ class Journal(Durable):
 
     def drain(self, engine: Engine, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""
+        self.requests.closing()
         self.turn(engine, carrier, offset, now)
         while self.writer.busy:
             self.writer.wait(None)

@@ -20,6 +20,8 @@ from ..._store import RunRecord, StoredTask, TaskDefinition, definition_hash
 
 #: Definitions whose schedule is kept decoded (``schedule_of``).
 SCHEDULES_KEPT = 1024
+#: Slots missed while down recorded per task at a restart, at most (the newest): as the core's skipped slots.
+DOWN_KEPT = 100
 _schedules: dict[str, Schedule] = {}
 
 
@@ -51,6 +53,49 @@ def resume_point(
     due time (UTC ns), the regular slot of a retried run, paused), or None if
     it has ended (a one-shot whose only run crashed with no retry left).
     Missed slots follow the task's misfire policy (``Schedule.resume``)."""
+    return _resume(task, crashed, now_wall, slot)[0]
+
+
+def down_slots(
+    task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None = None, limit: int = DOWN_KEPT
+) -> list[int]:
+    """The slots (UTC ns, oldest first; the newest ``limit``) that a task
+    resumed at ``now_wall`` (as ``resume_point`` says) leaves behind: missed
+    while no scheduler ran it, and dropped by its misfire policy (``skip``:
+    all of them; ``coalesce``: all but the one it runs; ``catch_up`` runs
+    them all). None for a paused task (it would not have run them)."""
+    point, left = _resume(task, crashed, now_wall, slot)
+    if point is None or left is None or point[4] or point[2] is None or point[2] <= left:
+        return []
+    return slots_between(schedule_of(task.definition), left, point[2], limit)
+
+
+def slots_between(schedule: Schedule, start: int, end: int, limit: int) -> list[int]:
+    """The newest ``limit`` regular slots ``start <= slot < end`` of
+    ``schedule`` (``start`` one of them), oldest first - counted back from
+    ``end``, so a task down for a year costs ``limit`` steps, not a year's."""
+    if schedule.kind is Kind.FIXED_RATE:
+        period = schedule.period_ns
+        last = (end - start - 1) // period
+        return [start + k * period for k in range(max(0, last - limit + 1), last + 1)]
+    trigger = schedule.trigger
+    if trigger is None:
+        return []
+    found: list[int] = []
+    at = end - 1
+    while len(found) < limit:
+        slot = trigger.last_ns(at)
+        if slot is None or slot < start:
+            break
+        found.append(slot)
+        at = slot - 1
+    return found[::-1]
+
+
+def _resume(
+    task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None
+) -> tuple[tuple[int, int, int | None, int, bool] | None, int | None]:
+    """(``resume_point``, the slot the misfire policy went on from, if it was left behind: else None)."""
     d, st = task.definition, task.state
     schedule = schedule_of(d)
     kind = schedule.kind
@@ -61,16 +106,17 @@ def resume_point(
     if crashed is not None:
         base = crashed.scheduled_ns if slot is None else slot
         if retry is not None and "crashed" in retry[5] and crashed.attempt < retry[0]:
-            return crashed.run, crashed.attempt + 1, now_wall, base, st.paused
+            return (crashed.run, crashed.attempt + 1, now_wall, base, st.paused), None
         runs, attempt = crashed.run, 1
         if kind is Kind.ONCE:
-            return None
+            return None, None
         due = now_wall if kind is Kind.FIXED_DELAY else schedule.next_after(base)
     if attempt > 1:
         due = now_wall if due is None else due
-        return runs, attempt, due, due if slot is None else slot, st.paused
+        return (runs, attempt, due, due if slot is None else slot, st.paused), None
+    left = None
     if due is None:  # paused with no slot yet, or stopped at shutdown: from now
         due = schedule.first(now_wall)
     elif due < now_wall:
-        due = schedule.resume(due, now_wall)
-    return runs, 1, due, due or 0, st.paused
+        left, due = due, schedule.resume(due, now_wall)
+    return (runs, 1, due, due or 0, st.paused), left

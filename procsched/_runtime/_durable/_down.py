@@ -1,0 +1,48 @@
+"""Slots missed while no scheduler ran: recorded as skipped slots (reason "down") at a restart.
+
+    Scheduler(store=...) ─▶ _recovery.recover / plan (as of ``wall``)
+                         ─▶ record_down: no other instance alive on the store?
+                              per adopted task: down_slots (``_stored``): the slots its misfire policy
+                              dropped between its stored next slot and where it goes on
+                         ─▶ one batch: batch.skipped(key, slot, "down") (the newest 100 per task)
+
+A slot is "down" only when nobody could have run it: another instance
+alive on the store (its lease renewed) runs the shared tasks, so a restart
+next to it records nothing (what it skips, it records itself). ``catch_up``
+runs every missed slot (nothing is recorded), ``skip`` drops them all,
+``coalesce`` all but the one it runs; a paused task would not have run them.
+A slot recorded twice (two instances restarting at once) keeps its first
+record.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from ..._store import RunRecord, StoredTask
+from ._stored import down_slots
+
+
+def record_down(
+    store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str, int], adopted: Any, wall: int
+) -> int:
+    """Record the slots the adopted tasks (``adopted``: their keys) missed
+    while down, as of ``wall`` (the plan's time); how many were recorded.
+    Nothing when another instance is alive on the store."""
+    me = (socket.gethostname(), os.getpid())
+    if any((h.host, h.pid) != me for h in store.schedulers()):
+        return 0
+    batch = store.batch()
+    count = 0
+    for task in tasks:
+        key = task.key
+        if key not in adopted:
+            continue
+        for slot in down_slots(task, crashed.get(key), wall, slots.get(key)):
+            batch.skipped(key, slot, "down")
+            count += 1
+    if count:
+        batch.commit()
+    return count
