@@ -114,11 +114,6 @@ def _module(tmp_path, name: str, prelude: str) -> str:
     ["import sys; sys.exit(3)", "import time\nwhile True: time.sleep(3600)"],
     ids=["sys-exit", "loops-forever"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 10: a stored task whose module exits (or hangs) at import "
-    "makes Scheduler(store=) raise SystemExit (or hang)",
-)
 def test_a_stored_task_whose_module_exits_or_hangs_at_import_does_not_stop_the_program(
     programs, sqlite_url, tmp_path, at_import
 ) -> None:

@@ -158,9 +158,6 @@ class _Planted:
         return (exec, (code,))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 20 item 17: Scheduler(store=) unpickles the stored arguments in the user process"
-)
 def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(programs, sqlite_url, tmp_path) -> None:
     marker = str(tmp_path / "unpickled")
     first = programs(f"""
@@ -173,7 +170,7 @@ def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(pr
     assert first.expect("stored") == "stored" and first.wait(60) == 0
     # whoever can write the store plants a row (a plain SQL UPDATE)
     conn = sqlite3.connect(storesql.sqlite_path(sqlite_url), isolation_level=None)
-    conn.execute("UPDATE procsched_tasks SET args = ? WHERE key = 'k'", (pickle.dumps(_Planted(marker)),))
+    conn.execute("UPDATE procsched_definitions SET args = ? WHERE key = 'k'", (pickle.dumps(_Planted(marker)),))
     conn.close()
     second = programs(f"""
         import procsched
