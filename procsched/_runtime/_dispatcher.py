@@ -263,7 +263,7 @@ class Dispatcher:
                 if journal is not None:  # the user's pause or resume: not on standby any more
                     journal.peers.wake(engine, request.task_id, time.monotonic_ns())
                 if tag == m.PAUSE:
-                    done = engine.pause(request.task_id)
+                    done = engine.pause(request.task_id, time.monotonic_ns())
                 else:
                     done = engine.resume(request.task_id, time.monotonic_ns())
                 engine.emit(m.Answer.wire(request.request, done))

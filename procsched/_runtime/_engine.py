@@ -272,8 +272,13 @@ class Engine(Handoff):
         if self.core.set_wall_offset(offset, now) and self.core.calendars:
             self.log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
 
-    def pause(self, task_id: int) -> bool:
+    def pause(self, task_id: int, now: int | None = None) -> bool:
         accepted = self.core.pause(task_id)
+        if accepted and now is not None and self.core.state(task_id) is TaskState.RUNNING:
+            taken = self._take_back_given(task_id, now)
+            if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
+                self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
+                self.durable.unstarted(taken, now, self.events)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
@@ -284,7 +289,9 @@ class Engine(Handoff):
             self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
 
-    def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+    def _take_back_given(self, task_id: int, now: int) -> Run | None:
+        """The task's run if it was given ahead (early, held for its claim,
+        or queued) and is now taken back, never started; else None."""
         if self.early_ns:
             for slot in self.slots:
                 if slot.run is not None and slot.run.task_id == task_id and self._is_early(slot, now):
@@ -298,11 +305,15 @@ class Engine(Handoff):
                 ):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
-            taken = self._take_back_task(task_id)
-            if taken is not None:  # its run was given ahead and never started: as if it were pending
-                self._silent_cancel(taken, now)
-                self.events.append(TaskCancelled.wire(task_id))
-                return True
+            return self._take_back_task(task_id)
+        return None
+
+    def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+        taken = self._take_back_given(task_id, now)
+        if taken is not None:  # its run was given ahead and never started: as if it were pending
+            self._silent_cancel(taken, now)
+            self.events.append(TaskCancelled.wire(task_id))
+            return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
             self.events.append(TaskCancelled.wire(task_id))
