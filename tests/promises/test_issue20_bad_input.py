@@ -55,10 +55,6 @@ def test_a_key_a_store_cannot_hold_is_refused_at_the_call_and_everything_goes_on
     ],
     ids=["backoff-1e200", "1025-failures"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 8: the retry delay delay*backoff**(n-1) overflows a float and the dispatcher dies",
-)
 def test_a_retry_backoff_past_a_float_is_capped_by_max_delay(schedulers, tmp_path, retry, failures) -> None:
     s = schedulers(2)
     out = str(tmp_path / "fail.log")
