@@ -32,11 +32,6 @@ def _grid_gaps(slots_us: list[int], period_us: int) -> list[tuple[int, int]]:
     return [(a, round((b - a) / period_us) - 1) for a, b in itertools.pairwise(slots) if round((b - a) / period_us) > 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 2: a clean shutdown and restart lose the slot of the run given "
-    "ahead and every slot missed while down (catch_up)",
-)
 def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     period = 0.2
