@@ -118,6 +118,9 @@ class Journal(Durable):
         self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
+        #: key -> the id of its latest task here: a task replaced while its
+        #: run was in flight ends without deleting its key (the new task's).
+        self.owner: dict[str, int] = {}
         self.expected: dict[int, m.Define] = {}  # task id -> its definition, awaiting its add
         self.shapes: list[m.AdoptShape] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
@@ -194,6 +197,7 @@ class Journal(Durable):
             elif runs:
                 engine.continue_runs(task_id, runs)
             keys[task_id] = key
+            self.owner[key] = task_id
             runs_of[key] = runs
             self._remember(engine, task_id)
             if row.paused:
@@ -226,6 +230,7 @@ class Journal(Durable):
         if runs:
             engine.continue_runs(task_id, runs)
         self.keys[task_id] = key
+        self.owner[key] = task_id
         self.runs[key] = runs
         self._remember(engine, task_id)
         if stored is not None and stored_hash(stored.definition) == define.def_hash and stored.unloadable is None:
@@ -368,7 +373,7 @@ class Journal(Durable):
                 task_id = m.view(m.TaskCancelled, ev).task_id
                 key = keys.get(task_id)
                 if key is not None:
-                    if not self.closing:
+                    if not self.closing and self.owner.get(key, task_id) == task_id:
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
             elif tag == m.TASK_CHANGED:
@@ -413,8 +418,11 @@ class Journal(Durable):
         if state == PAUSED:
             self.batch.update(key, paused=True)
         elif not pending:
-            if not (self.closing and state == CANCELLED):
+            owner = self.owner.get(key, tid)
+            if not (self.closing and state == CANCELLED) and owner == tid:  # (else replaced: the key is another's)
                 self.batch.delete(key)
+            if owner == tid:
+                self.owner.pop(key, None)
             self.keys.pop(tid, None)
             self.schedules.pop(tid, None)
 
@@ -483,7 +491,9 @@ class Journal(Durable):
             self.cancelled = [t for t in self.cancelled if engine.state(t) is not None]
             for tid in list(self.keys):
                 if engine.state(tid) is None and tid not in self.expected:
-                    self.keys.pop(tid)
+                    key = self.keys.pop(tid)
+                    if self.owner.get(key) == tid:
+                        self.owner.pop(key)
         if self.retry_at is not None and not self.writer.busy:
             return min(self.renew_at, peers_at, self.retry_at)
         return min(self.renew_at, peers_at)
