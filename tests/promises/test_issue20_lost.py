@@ -122,11 +122,6 @@ def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task
     assert "k" in jobs and "k" in keys, (jobs, sorted(keys))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 4: a changed definition deployed while the holder's run is in "
-    "flight: the new instance runs the task at once, beside that run",
-)
 def test_a_changed_definition_started_on_one_instance_is_what_every_instance_runs(
     instances, store_url, tmp_path
 ) -> None:

@@ -121,6 +121,10 @@ class Journal(Durable):
         #: key -> the id of its latest task here: a task replaced while its
         #: run was in flight ends without deleting its key (the new task's).
         self.owner: dict[str, int] = {}
+        #: task id -> the hash of the definition it runs (scheduled here, or
+        #: as first read back): another scheduler's change of it is followed
+        #: (``Peers.redefined``).
+        self.hashes: dict[int, str] = {}
         self.expected: dict[int, m.Define] = {}  # task id -> its definition, awaiting its add
         self.shapes: list[m.AdoptShape] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
@@ -231,6 +235,7 @@ class Journal(Durable):
             engine.continue_runs(task_id, runs)
         self.keys[task_id] = key
         self.owner[key] = task_id
+        self.hashes[task_id] = define.def_hash
         self.runs[key] = runs
         self._remember(engine, task_id)
         if stored is not None and stored_hash(stored.definition) == define.def_hash and stored.unloadable is None:
@@ -373,7 +378,7 @@ class Journal(Durable):
                 task_id = m.view(m.TaskCancelled, ev).task_id
                 key = keys.get(task_id)
                 if key is not None:
-                    if not self.closing and self.owner.get(key, task_id) == task_id:
+                    if not self.closing and self.owner.get(key, task_id) == task_id and not self.expecting(key):
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
             elif tag == m.TASK_CHANGED:
@@ -399,8 +404,10 @@ class Journal(Durable):
             error_type, error_message = type(ev.blob).__name__, str(ev.blob)
         pending = state in (PENDING, PAUSED)
         next_due = ev.next_wall_ns if state == PENDING else None
-        if not pending and self.closing and state == CANCELLED:
-            # stopped by shutdown: it stays stored; a fixed-rate task keeps its grid
+        owner = self.owner.get(key, tid)
+        if not pending and (self.closing or owner != tid) and state == CANCELLED:
+            # stopped by shutdown, or replaced (here, or by another scheduler's
+            # changed definition): it stays stored; a fixed-rate task keeps its grid
             schedule = self.schedules.get(tid)
             if schedule is not None and schedule.kind is Kind.FIXED_RATE:
                 next_due = schedule.next_after(ev.scheduled_wall_ns)
@@ -418,13 +425,13 @@ class Journal(Durable):
         if state == PAUSED:
             self.batch.update(key, paused=True)
         elif not pending:
-            owner = self.owner.get(key, tid)
             if not (self.closing and state == CANCELLED) and owner == tid:  # (else replaced: the key is another's)
                 self.batch.delete(key)
             if owner == tid:
                 self.owner.pop(key, None)
             self.keys.pop(tid, None)
             self.schedules.pop(tid, None)
+            self.hashes.pop(tid, None)
 
     def turn(self, engine: Engine, carrier: Any, offset: int, now: int) -> int | None:
         """End of a dispatcher turn: hand the turn's changes to the writer,
