@@ -308,6 +308,14 @@ class Engine(Handoff):
             return self._take_back_task(task_id)
         return None
 
+    def take_back_given(self) -> list[Run]:
+        """Take back every run given ahead that no worker has started (a
+        stalled or fenced scheduler must not start them unchecked); the
+        runs taken back so far (``staged``: given again unless skipped)."""
+        for slot in self.slots:
+            self._take_back(slot, head=True)
+        return [entry[2] for entry in self.staged]
+
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         taken = self._take_back_given(task_id, now)
         if taken is not None:  # its run was given ahead and never started: as if it were pending

@@ -488,9 +488,14 @@ class Journal(Durable):
             told, self.told = self.told, []
             self.emit(told)
         if now >= self.renew_at and not self.dead:  # on the dispatcher's own connection
+            if now > self.renew_at + self.lease_ns // 3:
+                # A turn late by a third of the lease (this process was stopped,
+                # or starved): nothing handed over before may start until the
+                # lease is known to be ours (issue 20 item 1).
+                engine.take_back_given()
             try:
                 if not self.store.renew_lease(self.holder):
-                    self._fenced_out(engine)
+                    self._fenced_out(engine, now)
             except StoreError as exc:
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + self.lease_ns // 3
@@ -505,11 +510,18 @@ class Journal(Durable):
             return min(self.renew_at, peers_at, self.retry_at)
         return min(self.renew_at, peers_at)
 
-    def _fenced_out(self, engine: Engine) -> None:
+    def _fenced_out(self, engine: Engine, now: int) -> None:
         """Our registration was taken over (our lease expired: we were
         stopped or cut off): what we held is recorded crashed by another
-        scheduler, and nothing of ours was written since. Register again and
+        scheduler, and nothing of ours was written since. The keyed runs
+        given ahead that no worker has started never start here (another
+        scheduler retries them: issue 20 item 1). Register again and
         realign every keyed task with the store at once."""
+        for run in engine.take_back_given():
+            claim = (run.task_id, run.run, run.attempt)
+            known = self.claims.pop(claim, None)
+            if known is not None:
+                self.peers.lost(engine, None, run, known[2], now, self.offset)
         engine.log(
             40,
             f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
@@ -562,7 +574,7 @@ class Journal(Durable):
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
                 lost = {(known[2], c[1], c[2]) for c, known in mine}
-                self._fenced_out(engine)
+                self._fenced_out(engine, now)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
         gone = []
