@@ -316,6 +316,24 @@ class Engine(Handoff):
             self._take_back(slot, head=True)
         return [entry[2] for entry in self.staged]
 
+    def hold_back(self, task_ids: set[int], until: int) -> None:
+        """The runs of ``task_ids`` wait until ``until`` (their claims cannot
+        be recorded: a store outage): the ones given to workers and never
+        started are taken back and parked, so the workers run the other
+        tasks meanwhile (issue 20 item 12)."""
+        for task_id in task_ids:
+            self.held[task_id] = max(self.held.get(task_id, until), until)
+        for slot in self.slots:
+            if slot.run is not None and any(r.task_id in task_ids for r in (slot.run, *slot.queue)):
+                self._take_back(slot, head=True)
+        back = [entry for entry in self.staged if entry[2].task_id in task_ids]
+        if back:
+            self.staged = [entry for entry in self.staged if entry[2].task_id not in task_ids]
+            heapq.heapify(self.staged)
+            for _, _, run in back:
+                self.announced.discard((run.task_id, run.run, run.attempt))
+                self.parked.append(run)
+
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         taken = self._take_back_given(task_id, now)
         if taken is not None:  # its run was given ahead and never started: as if it were pending
@@ -403,6 +421,8 @@ class Engine(Handoff):
                 self._assign(slot, slot.queue.popleft(), now)
         elif slot is not None and any(q is run for q in slot.queue):
             del slot.queue[next(i for i, q in enumerate(slot.queue) if q is run)]
+        elif any(p is run for p in self.parked):  # held back (``hold_back``)
+            self.parked = [p for p in self.parked if p is not run]
         else:
             for i, entry in enumerate(self.staged):  # taken back after it was claimed
                 if entry[2] is run:

@@ -56,11 +56,6 @@ def test_pause_takes_back_the_runs_given_ahead(schedulers, sqlite_url, tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 12: a store outage stops unkeyed tasks too (the keyed runs "
-    "waiting for their claims keep the workers) and shutdown(wait=True) hangs",
-)
 def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedulers, tmp_path) -> None:
     db = str(tmp_path / "store.db")
     out = str(tmp_path / "runs.log")

@@ -637,6 +637,9 @@ class Journal(Durable):
         for _c, known in mine:
             known[0] = BATCHED
         self.waiting[:0] = [c for c, _known in mine]
+        # Keyed runs wait for the store, not on the workers: the unkeyed ones
+        # go on meanwhile (their claims, dropped, are made again at the retry).
+        engine.hold_back(set(self.keys), self.retry_at)
 
     def drain(self, engine: Engine, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""
