@@ -557,13 +557,16 @@ class Journal(Durable):
             return  # collected already (Journal.turn waited for it)
         (done, told, batch), result = self.writer.collect()
         claims = self.claims
-        mine = [(c, known) for c in done if (known := claims.get(c)) is not None and known[0] == FLIGHT]
+        # (each claim once: one withdrawn from a worker and held for another is in ``done`` twice: issue 20 item 9)
+        mine = [(c, known) for c in dict.fromkeys(done) if (known := claims.get(c)) is not None and known[0] == FLIGHT]
         lost: set[tuple[str | None, int, int]] = set()
         if isinstance(result, StoreError):
             self._retry(engine, batch, mine, told, result, now)
             return
-        elif isinstance(result, BaseException):
-            raise result  # a bug in the store layer: the dispatcher's crash handling takes it
+        elif isinstance(result, BaseException):  # a store layer bug: logged, tried again (issue 20 item 9)
+            engine.log(40, f"the store writer failed ({type(result).__name__}: {result}); trying again")
+            self._retry(engine, batch, mine, told, StoreError(f"{type(result).__name__}: {result}"), now)
+            return
         else:
             if self.retry_ns:
                 engine.log(30, "the store records again; the keyed runs that waited for it go on")
@@ -580,7 +583,7 @@ class Journal(Durable):
         gone = []
         for claim, known in mine:
             if (known[2], claim[1], claim[2]) in lost:
-                del claims[claim]
+                claims.pop(claim, None)
                 gone.append(known)
             else:
                 known[0] = RECORDED
