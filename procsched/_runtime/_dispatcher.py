@@ -340,6 +340,10 @@ class Dispatcher:
                 engine.started(worker, started.task_id, started.run, started.at_ns)
             elif tag == m.SKIPPED:
                 engine.skipped(worker)
+            elif tag == m.STALLED:  # stopped and continued: check what was given ahead before it starts
+                if self.journal is not None:
+                    self.journal.recheck(engine, time.monotonic_ns())
+                self.carrier._send(worker, m.Checked.wire())
             elif tag == m.ADD:
                 self.carrier._send(worker, self.add_from_task(m.view(m.Add, message)))
             elif tag == m.CANCEL:

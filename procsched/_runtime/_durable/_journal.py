@@ -510,6 +510,21 @@ class Journal(Durable):
             return min(self.renew_at, peers_at, self.retry_at)
         return min(self.renew_at, peers_at)
 
+    def recheck(self, engine: Engine, now: int) -> None:
+        """A worker was stopped and continued (this scheduler too, likely):
+        take back the runs given ahead that no worker has started and renew
+        the lease now - fenced out, the keyed ones never start here."""
+        if self.dead:
+            return
+        engine.take_back_given()
+        try:
+            if self.store.renew_lease(self.holder):
+                self.renew_at = now + self.lease_ns // 3
+            else:
+                self._fenced_out(engine, now)
+        except StoreError as exc:
+            engine.log(40, f"the store: renewing the lease failed ({exc})")
+
     def _fenced_out(self, engine: Engine, now: int) -> None:
         """Our registration was taken over (our lease expired: we were
         stopped or cut off): what we held is recorded crashed by another
