@@ -148,7 +148,11 @@ class RetryPolicy(NamedTuple):
 
     def delay_after(self, attempt: int, rng: random.Random) -> int:
         """Backoff after failed attempt ``attempt`` (1-based), in ns."""
-        delay = min(self.delay_ns * self.backoff ** (attempt - 1), self.max_delay_ns)
+        try:
+            grown = self.delay_ns * self.backoff ** (attempt - 1) if self.delay_ns else 0.0
+        except OverflowError:  # past a float (issue 20 item 8): max_delay caps it
+            grown = self.max_delay_ns
+        delay = min(grown, self.max_delay_ns)
         if self.jitter:
             delay *= 1 + self.jitter * rng.uniform(-1.0, 1.0)
         return max(0, int(delay))

@@ -18,12 +18,14 @@ from ._messages import (
     CANCEL,
     DONE,
     SKIPPED,
+    STALLED,
     STARTED,
     Add,
     Cancel,
     Done,
     Message,
     Skipped,
+    Stalled,
     Started,
     view,
 )
@@ -57,6 +59,9 @@ def check_report(message: Any) -> str:
     elif tag == SKIPPED:
         if len(message) != len(Skipped._fields):
             raise TypeError("malformed skipped")
+    elif tag == STALLED:
+        if len(message) != len(Stalled._fields):
+            raise TypeError("malformed stalled")
     elif tag == ADD:
         _check_add(message)
     elif tag == CANCEL:

@@ -175,32 +175,10 @@ class Dispatcher:
             if engine.watches_wall and timeout > WALL_CHECK_S:
                 timeout = WALL_CHECK_S
             for key, mask in select(timeout):
-                what, worker = key.data
-                if what == ON_WORKER:
-                    if mask & selectors.EVENT_WRITE and worker.conn is not None:
-                        self.carrier.write(worker)
-                    if mask & selectors.EVENT_READ and worker.conn is not None:  # not dropped earlier in this turn
-                        self.on_worker(worker)
-                elif what == ON_EXIT:
-                    if worker.sentinel in self.carrier.by_sentinel:
-                        while worker.conn is not None:  # what it said before it died (results of runs it ended)
-                            self.on_worker(worker)
-                        engine.worker_exited(worker, self.carrier.forget(worker), clock())
-                        self.carrier.forget_output(worker)
-                        # the crash reaches the user before the replacement is started (next tick)
-                        if self.journal is None or self.journal.may_flush(engine):
-                            self.flush()
-                elif what == ON_COMMANDS:
-                    if self.cmd is not None:
-                        self.on_commands()
-                elif what == ON_WRITABLE:
-                    self.write_out()
-                elif what == ON_COMMIT:  # the store writer committed a turn: its keyed runs go out
-                    self.journal.committed(engine, self.carrier, clock())  # type: ignore[union-attr]
-                else:
-                    os.read(self.wakeup_r, 512)
-                    engine.log(30, "dispatcher got SIGTERM: killing the workers and exiting")
-                    engine.abort(clock())
+                try:
+                    self.on_event(key.data, mask)
+                except Exception as exc:  # noqa: BLE001 - one bad record never ends the dispatcher (issue 20 item 9)
+                    self.contained(exc)
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister
                 offset, now = self.wall_offset()
@@ -211,6 +189,42 @@ class Dispatcher:
         if self.evt is not None:
             self.emit([m.Closed.wire()])
         self.finish_output()
+
+    def on_event(self, data: Any, mask: int) -> None:
+        """One readiness event of the loop (see ``run``): ``data`` is its key's."""
+        engine, clock = self.engine, time.monotonic_ns
+        what, worker = data
+        if what == ON_WORKER:
+            if mask & selectors.EVENT_WRITE and worker.conn is not None:
+                self.carrier.write(worker)
+            if mask & selectors.EVENT_READ and worker.conn is not None:  # not dropped earlier in this turn
+                self.on_worker(worker)
+        elif what == ON_EXIT:
+            if worker.sentinel in self.carrier.by_sentinel:
+                while worker.conn is not None:  # what it said before it died (results of runs it ended)
+                    self.on_worker(worker)
+                engine.worker_exited(worker, self.carrier.forget(worker), clock())
+                self.carrier.forget_output(worker)
+                # the crash reaches the user before the replacement is started (next tick)
+                if self.journal is None or self.journal.may_flush(engine):
+                    self.flush()
+        elif what == ON_COMMANDS:
+            if self.cmd is not None:
+                self.on_commands()
+        elif what == ON_WRITABLE:
+            self.write_out()
+        elif what == ON_COMMIT:  # the store writer committed a turn: its keyed runs go out
+            self.journal.committed(engine, self.carrier, clock())  # type: ignore[union-attr]
+        else:
+            os.read(self.wakeup_r, 512)
+            engine.log(30, "dispatcher got SIGTERM: killing the workers and exiting")
+            engine.abort(clock())
+
+    def contained(self, exc: Exception) -> None:
+        """A record that broke its handling (a bug, or a record it did not
+        expect): logged with its traceback; the dispatcher goes on."""
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+        self.engine.log(40, f"the dispatcher contained an error and goes on: {type(exc).__name__}: {exc}\n{detail}")
 
     def wall_offset(self) -> tuple[int, int]:
         """(the wall clock minus the monotonic clock, the monotonic clock), now (ns).
@@ -265,7 +279,7 @@ class Dispatcher:
                 if journal is not None:  # the user's pause or resume: not on standby any more
                     journal.peers.wake(engine, request.task_id, time.monotonic_ns())
                 if tag == m.PAUSE:
-                    done = engine.pause(request.task_id)
+                    done = engine.pause(request.task_id, time.monotonic_ns())
                 else:
                     done = engine.resume(request.task_id, time.monotonic_ns())
                 engine.emit(m.Answer.wire(request.request, done))
@@ -342,6 +356,10 @@ class Dispatcher:
                 engine.started(worker, started.task_id, started.run, started.at_ns)
             elif tag == m.SKIPPED:
                 engine.skipped(worker)
+            elif tag == m.STALLED:  # stopped and continued: check what was given ahead before it starts
+                if self.journal is not None:
+                    self.journal.recheck(engine, time.monotonic_ns())
+                self.carrier._send(worker, m.Checked.wire())
             elif tag == m.ADD:
                 self.carrier._send(worker, self.add_from_task(m.view(m.Add, message)))
             elif tag == m.CANCEL:

@@ -316,8 +316,13 @@ class Engine(Handoff):
         if self.core.set_wall_offset(offset, now) and self.core.calendars:
             self.log(INFO, f"the wall clock moved by {(offset - before) / NS:+.3f} s: calendar tasks rescheduled")
 
-    def pause(self, task_id: int) -> bool:
+    def pause(self, task_id: int, now: int | None = None) -> bool:
         accepted = self.core.pause(task_id)
+        if accepted and now is not None and self.core.state(task_id) is TaskState.RUNNING:
+            taken = self._take_back_given(task_id, now)
+            if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
+                self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
+                self.durable.unstarted(taken, now, self.events)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
@@ -328,7 +333,9 @@ class Engine(Handoff):
             self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
 
-    def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+    def _take_back_given(self, task_id: int, now: int) -> Run | None:
+        """The task's run if it was given ahead (early, held for its claim,
+        or queued) and is now taken back, never started; else None."""
         if self.early_ns:
             for slot in self.slots:
                 if slot.run is not None and slot.run.task_id == task_id and self._is_early(slot, now):
@@ -342,11 +349,41 @@ class Engine(Handoff):
                 ):
                     self._take_back(slot, head=True)  # held, never sent: it never starts
         if self.staged or self.prefetch:
-            taken = self._take_back_task(task_id)
-            if taken is not None:  # its run was given ahead and never started: as if it were pending
-                self._silent_cancel(taken, now)
-                self.events.append(TaskCancelled.wire(task_id))
-                return True
+            return self._take_back_task(task_id)
+        return None
+
+    def take_back_given(self) -> list[Run]:
+        """Take back every run given ahead that no worker has started (a
+        stalled or fenced scheduler must not start them unchecked); the
+        runs taken back so far (``staged``: given again unless skipped)."""
+        for slot in self.slots:
+            self._take_back(slot, head=True)
+        return [entry[2] for entry in self.staged]
+
+    def hold_back(self, task_ids: set[int], until: int) -> None:
+        """The runs of ``task_ids`` wait until ``until`` (their claims cannot
+        be recorded: a store outage): the ones given to workers and never
+        started are taken back and parked, so the workers run the other
+        tasks meanwhile (issue 20 item 12)."""
+        for task_id in task_ids:
+            self.held[task_id] = max(self.held.get(task_id, until), until)
+        for slot in self.slots:
+            if slot.run is not None and any(r.task_id in task_ids for r in (slot.run, *slot.queue)):
+                self._take_back(slot, head=True)
+        back = [entry for entry in self.staged if entry[2].task_id in task_ids]
+        if back:
+            self.staged = [entry for entry in self.staged if entry[2].task_id not in task_ids]
+            heapq.heapify(self.staged)
+            for _, _, run in back:
+                self.announced.discard((run.task_id, run.run, run.attempt))
+                self.parked.append(run)
+
+    def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
+        taken = self._take_back_given(task_id, now)
+        if taken is not None:  # its run was given ahead and never started: as if it were pending
+            self._silent_cancel(taken, now)
+            self.events.append(TaskCancelled.wire(task_id))
+            return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
             self.events.append(TaskCancelled.wire(task_id))
@@ -428,6 +465,8 @@ class Engine(Handoff):
                 self._assign(slot, slot.queue.popleft(), now)
         elif slot is not None and any(q is run for q in slot.queue):
             del slot.queue[next(i for i, q in enumerate(slot.queue) if q is run)]
+        elif any(p is run for p in self.parked):  # held back (``hold_back``)
+            self.parked = [p for p in self.parked if p is not run]
         else:
             for i, entry in enumerate(self.staged):  # taken back after it was claimed
                 if entry[2] is run:

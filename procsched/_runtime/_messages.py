@@ -453,6 +453,17 @@ class Reply(NamedTuple):
         return (REPLY, value)
 
 
+class Checked(NamedTuple):
+    """The dispatcher's answer to ``Stalled``: its claims are checked (the
+    runs given ahead that are not the worker's any more are revoked)."""
+
+    tag: str
+
+    @staticmethod
+    def wire() -> Message:
+        return (CHECKED,)
+
+
 class Refusal(NamedTuple):
     """A worker's (or a Ray run's) request refused: the exception to raise there."""
 
@@ -488,6 +499,17 @@ class Skipped(NamedTuple):
     @staticmethod
     def wire() -> Message:
         return (SKIPPED,)
+
+
+class Stalled(NamedTuple):
+    """The worker was stopped and continued (SIGCONT): it starts none of
+    the runs given ahead before the dispatcher has checked them (``Checked``)."""
+
+    tag: str
+
+    @staticmethod
+    def wire() -> Message:
+        return (STALLED,)
 
 
 class Done(NamedTuple):
@@ -830,9 +852,11 @@ RUN: Final = "run"
 RUN_HEADER: Final = "run+"
 REPLY: Final = "reply"
 REFUSAL: Final = "error"
+CHECKED: Final = "checked"
 # reports (and ADD, CANCEL)
 STARTED: Final = "started"
 SKIPPED: Final = "skipped"
+STALLED: Final = "stalled"
 DONE: Final = "done"
 # in-process reports
 FINISHED: Final = "finished"
@@ -870,8 +894,8 @@ COMMANDS: Final = (
     Shutdown,
     WallStep,
 )
-ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal)
-REPORTS: Final = (Started, Skipped, Done, Add, Cancel)
+ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal, Checked)
+REPORTS: Final = (Started, Skipped, Stalled, Done, Add, Cancel)
 IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort)
 EVENTS: Final = (
     RunStarted,

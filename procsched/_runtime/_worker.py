@@ -5,6 +5,8 @@
                  pickled function, arguments)
                ──ticket pipe: one byte per run ──▶ taken as the run starts
                ◀─Skipped                  a run without its byte (revoked): passed over
+               ◀─Stalled ─▶ Checked        continued after a stop (SIGCONT): no ticket is
+                                          taken before the dispatcher has checked its claims
                ◀─Started                  only with report_start (a timeout counts from here)
                ◀─Done                     the run's outcome, times and result blob
                ◀─Add | Cancel ─▶ Reply | Refusal     current_scheduler(), from the run
@@ -60,6 +62,7 @@ from .._validate import TaskSpec, flag
 from .._validate import task_id as task_id_
 from ._messages import (
     BLOB_ERROR,
+    CHECKED,
     REFUSAL,
     REPLY,
     RUN,
@@ -72,6 +75,7 @@ from ._messages import (
     RunHeader,
     RunOrder,
     Skipped,
+    Stalled,
     Started,
     view,
 )
@@ -94,6 +98,13 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
     if ticket_fd >= 0:
         os.set_blocking(ticket_fd, False)
     skipped = dumps(Skipped.wire(), PROTOCOL)
+    # Stopped and continued (SIGSTOP/SIGCONT, a frozen container): this
+    # scheduler's lease may have expired meanwhile and another one retried
+    # the runs given ahead here. None starts before the dispatcher has
+    # checked (issue 20 item 1).
+    continued = threading.Event()
+    if ticket_fd >= 0:
+        signal.signal(signal.SIGCONT, lambda _signo, _frame: continued.set())
     retiring = False  # after a MemoryError: start nothing more (the dispatcher takes back what we hold)
     while True:
         try:
@@ -111,6 +122,11 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
         if ticket_fd >= 0:
             if retiring:
                 continue
+            if continued.is_set():
+                continued.clear()
+                send(dumps(Stalled.wire(), PROTOCOL))
+                if not _await_checked(channel):
+                    return  # the dispatcher is gone
             wait = scheduled - clock()
             if wait > 0:  # given early (see _engine.py, "Early hand-off"): start on time, if not revoked by then
                 time.sleep(wait / NS)
@@ -245,6 +261,22 @@ def _let_go_of_forkserver() -> None:
             pass
         server._forkserver_alive_fd = None
         server._forkserver_address = None
+
+
+def _await_checked(channel: _Channel) -> bool:
+    """Wait for the dispatcher's ``Checked``; the orders that come before
+    it stay queued, in order. False: the pipe ended."""
+    kept = []
+    try:
+        while True:
+            message = channel.order()
+            if type(message) is tuple and message[0] == CHECKED:
+                break
+            kept.append(message)
+    except (EOFError, OSError):
+        return False
+    channel.orders.extendleft(reversed(kept))
+    return True
 
 
 class _Channel:

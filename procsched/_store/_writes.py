@@ -157,8 +157,24 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                 if store._row_fault(exc):
                     raise _RowFault(exc) from exc
                 raise
+        left = [(2 * SLOT_GAP_NS, op.key, op.run, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
+        if left:
+            cur.executemany(store._q(_LEAVE_SLOT), left)
     c.result.lost = list(dict.fromkeys(c.result.lost))
     return c.result
+
+
+# A run cancelled before it started whose end keeps its own slot as its task's
+# next (a clean shutdown with runs given ahead: issue 20 item 2) leaves that
+# slot to the next claim: the slot guard steps back below it (by two gaps: the
+# slot, read back through a monotonic clock, may come back a little earlier).
+_LEAVE_SLOT = """UPDATE procsched_tasks SET last_slot_ns = last_slot_ns - ?
+    WHERE key = ? AND sched_run = ? AND run_count = ? AND in_flight = 0 AND last_outcome = 'cancelled'
+    AND next_due_ns = last_slot_ns"""
+
+
+def _left_slot(op: Finished) -> bool:
+    return op.outcome == "cancelled" and op.next_due_ns is not None and not op.retry
 
 
 def _apply(store: StoreAccess, cur: Any, c: Commit, op: Op) -> None:
@@ -560,6 +576,14 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
 # -- the other ops ---------------------------------------------------------------
 
 
+# A task row made anew (a key deleted and declared again, e.g. replaced while
+# a run of it is in flight here or on another scheduler: issue 20 items 3-4)
+# counts the runs in flight the history shows, and their holder: no claim
+# beside them, and their ends find their holder.
+_IN_FLIGHT = "(SELECT {col} FROM procsched_runs r WHERE r.key = ? AND r.outcome IS NULL{end})"
+_LATEST = " ORDER BY r.run DESC, r.attempt DESC LIMIT 1"
+
+
 def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     d, s = op.definition, op.state
     sched, opts = json.dumps(d.schedule, sort_keys=True), json.dumps(d.options, sort_keys=True)
@@ -599,12 +623,23 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     store._x(
         cur,
         f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
-            max_concurrent, grp, last_slot_ns)
+            max_concurrent, grp, last_slot_ns, in_flight, holder, token)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
-                AND r.attempt = 1 AND r.cause = 'schedule'))
+                AND r.attempt = 1 AND r.cause = 'schedule'), {_IN_FLIGHT.format(col="count(*)", end="")},
+                {_IN_FLIGHT.format(col="r.holder", end=_LATEST)}, {_IN_FLIGHT.format(col="r.token", end=_LATEST)})
             ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
             unloadable = NULL, updated_ns = excluded.updated_ns{state_update}""",
-        (d.key, st.run_count, st.next_due_ns, st.next_attempt, int(st.paused), c.now, d.max_concurrent, d.group, d.key),
+        (
+            d.key,
+            st.run_count,
+            st.next_due_ns,
+            st.next_attempt,
+            int(st.paused),
+            c.now,
+            d.max_concurrent,
+            d.group,
+            *(d.key,) * 4,
+        ),
     )
 
 

@@ -88,7 +88,11 @@ def runs(url: str, key: str | None = None) -> list[RunRow]:
 
 
 def tasks(url: str) -> dict[str, TaskRow]:
-    rows = query(url, "SELECT key, fn_ref, run_count, next_due_ns, paused, holder, unloadable FROM procsched_tasks")
+    rows = query(
+        url,
+        "SELECT t.key, d.fn_ref, t.run_count, t.next_due_ns, t.paused, t.holder, t.unloadable "
+        "FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key",
+    )
     return {r[0]: TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in rows}
 
 

@@ -55,10 +55,6 @@ def test_a_key_a_store_cannot_hold_is_refused_at_the_call_and_everything_goes_on
     ],
     ids=["backoff-1e200", "1025-failures"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 8: the retry delay delay*backoff**(n-1) overflows a float and the dispatcher dies",
-)
 def test_a_retry_backoff_past_a_float_is_capped_by_max_delay(schedulers, tmp_path, retry, failures) -> None:
     s = schedulers(2)
     out = str(tmp_path / "fail.log")
@@ -113,11 +109,6 @@ def _module(tmp_path, name: str, prelude: str) -> str:
     "at_import",
     ["import sys; sys.exit(3)", "import time\nwhile True: time.sleep(3600)"],
     ids=["sys-exit", "loops-forever"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 10: a stored task whose module exits (or hangs) at import "
-    "makes Scheduler(store=) raise SystemExit (or hang)",
 )
 def test_a_stored_task_whose_module_exits_or_hangs_at_import_does_not_stop_the_program(
     programs, sqlite_url, tmp_path, at_import

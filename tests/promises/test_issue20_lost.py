@@ -32,11 +32,6 @@ def _grid_gaps(slots_us: list[int], period_us: int) -> list[tuple[int, int]]:
     return [(a, round((b - a) / period_us) - 1) for a, b in itertools.pairwise(slots) if round((b - a) / period_us) > 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 2: a clean shutdown and restart lose the slot of the run given "
-    "ahead and every slot missed while down (catch_up)",
-)
 def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     period = 0.2
@@ -79,11 +74,6 @@ def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_
     assert not gaps, f"slots never run (catch_up): {gaps}; runs recorded cancelled: {cancelled}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 3: replace_existing=True while the old run is in flight: the "
-    "old run's end deletes the key and cancels the replacement",
-)
 def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(schedulers, store_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(2, store=store_url)
@@ -101,11 +91,6 @@ def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(s
     assert s.get("k") is new
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 3: a deploy with a changed definition while the adopted "
-    "task's catch-up run is in flight loses the task (and its key)",
-)
 def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task(
     instances, sqlite_url, tmp_path
 ) -> None:
@@ -137,11 +122,6 @@ def test_a_deploy_with_a_changed_definition_during_a_catch_up_run_keeps_the_task
     assert "k" in jobs and "k" in keys, (jobs, sorted(keys))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 4: a changed definition deployed while the holder's run is in "
-    "flight: the new instance runs the task at once, beside that run",
-)
 def test_a_changed_definition_started_on_one_instance_is_what_every_instance_runs(
     instances, store_url, tmp_path
 ) -> None:

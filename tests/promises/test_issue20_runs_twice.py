@@ -20,11 +20,6 @@ TASKS = "tests.promises.tasks"
 RETRY = {"attempts": 3, "delay": 0, "on": ["crashed"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 1: a fenced instance starts, after SIGCONT, the runs it was "
-    "given ahead before the stop (they ran on the other instance meanwhile)",
-)
 def test_a_fenced_instance_never_starts_the_runs_it_was_given_ahead_before_it_stopped(
     instances, pg_url, tmp_path
 ) -> None:

@@ -36,10 +36,6 @@ SKEW_DIR = os.path.join(ROOT, "tests", "campaign", "skew")
 
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["memory", "sqlite"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 11: pause() does not take back a run given ahead; the paused task starts it later",
-)
 def test_pause_takes_back_the_runs_given_ahead(schedulers, sqlite_url, tmp_path, with_store) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(1, **({"store": sqlite_url} if with_store else {}))
@@ -60,11 +56,6 @@ def test_pause_takes_back_the_runs_given_ahead(schedulers, sqlite_url, tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 12: a store outage stops unkeyed tasks too (the keyed runs "
-    "waiting for their claims keep the workers) and shutdown(wait=True) hangs",
-)
 def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedulers, tmp_path) -> None:
     db = str(tmp_path / "store.db")
     out = str(tmp_path / "runs.log")
@@ -158,9 +149,6 @@ class _Planted:
         return (exec, (code,))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 20 item 17: Scheduler(store=) unpickles the stored arguments in the user process"
-)
 def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(programs, sqlite_url, tmp_path) -> None:
     marker = str(tmp_path / "unpickled")
     first = programs(f"""
@@ -173,7 +161,7 @@ def test_a_planted_row_is_never_unpickled_in_the_program_that_opens_the_store(pr
     assert first.expect("stored") == "stored" and first.wait(60) == 0
     # whoever can write the store plants a row (a plain SQL UPDATE)
     conn = sqlite3.connect(storesql.sqlite_path(sqlite_url), isolation_level=None)
-    conn.execute("UPDATE procsched_tasks SET args = ? WHERE key = 'k'", (pickle.dumps(_Planted(marker)),))
+    conn.execute("UPDATE procsched_definitions SET args = ? WHERE key = 'k'", (pickle.dumps(_Planted(marker)),))
     conn.close()
     second = programs(f"""
         import procsched

@@ -55,10 +55,6 @@ def test_the_dispatcher_never_unpickles_a_payload(store_url, schedulers, secret,
     assert os.getpid() not in {pid for pid, _ in by}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 17 (branch promises): Scheduler(store=) unpickles the stored arguments in the user process",
-)
 def test_a_stored_payload_is_unpickled_only_in_a_worker(store_url, schedulers, secret, tmp_path):
     """A restart adopts stored tasks: their arguments stay bytes until a worker."""
     out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")

@@ -120,6 +120,13 @@ class Journal(Durable):
         self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
+        #: key -> the id of its latest task here: a task replaced while its
+        #: run was in flight ends without deleting its key (the new task's).
+        self.owner: dict[str, int] = {}
+        #: task id -> the hash of the definition it runs (scheduled here, or
+        #: as first read back): another scheduler's change of it is followed
+        #: (``Peers.redefined``).
+        self.hashes: dict[int, str] = {}
         self.expected: dict[int, m.Define] = {}  # task id -> its definition, awaiting its add
         self.shapes: list[m.AdoptShape] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
@@ -198,6 +205,7 @@ class Journal(Durable):
             elif runs:
                 engine.continue_runs(task_id, runs)
             keys[task_id] = key
+            self.owner[key] = task_id
             runs_of[key] = runs
             self._remember(engine, task_id)
             if row.paused:
@@ -230,6 +238,8 @@ class Journal(Durable):
         if runs:
             engine.continue_runs(task_id, runs)
         self.keys[task_id] = key
+        self.owner[key] = task_id
+        self.hashes[task_id] = define.def_hash
         self.runs[key] = runs
         self._remember(engine, task_id)
         if stored is not None and stored_hash(stored.definition) == define.def_hash and stored.unloadable is None:
@@ -380,7 +390,7 @@ class Journal(Durable):
                 task_id = m.view(m.TaskCancelled, ev).task_id
                 key = keys.get(task_id)
                 if key is not None:
-                    if not self.closing:
+                    if not self.closing and self.owner.get(key, task_id) == task_id and not self.expecting(key):
                         self.batch.delete(key)
                     self.cancelled.append(task_id)
             elif tag == m.RUN_SKIPPED:
@@ -420,8 +430,10 @@ class Journal(Durable):
             error_type, error_message = type(ev.blob).__name__, str(ev.blob)
         pending = state in (PENDING, PAUSED)
         next_due = ev.next_wall_ns if state == PENDING else None
-        if not pending and self.closing and state == CANCELLED:
-            # stopped by shutdown: it stays stored; a fixed-rate task keeps its grid
+        owner = self.owner.get(key, tid)
+        if not pending and (self.closing or owner != tid) and state == CANCELLED:
+            # stopped by shutdown, or replaced (here, or by another scheduler's
+            # changed definition): it stays stored; a fixed-rate task keeps its grid
             schedule = self.schedules.get(tid)
             if schedule is not None and schedule.kind is Kind.FIXED_RATE:
                 next_due = schedule.next_after(ev.scheduled_wall_ns)
@@ -440,10 +452,13 @@ class Journal(Durable):
         if state == PAUSED:
             self.batch.update(key, paused=True)
         elif not pending:
-            if not (self.closing and state == CANCELLED):
+            if not (self.closing and state == CANCELLED) and owner == tid:  # (else replaced: the key is another's)
                 self.batch.delete(key)
+            if owner == tid:
+                self.owner.pop(key, None)
             self.keys.pop(tid, None)
             self.schedules.pop(tid, None)
+            self.hashes.pop(tid, None)
 
     def turn(self, engine: Engine, carrier: Any, offset: int, now: int) -> int | None:
         """End of a dispatcher turn: hand the turn's changes to the writer,
@@ -504,9 +519,14 @@ class Journal(Durable):
             told, self.told = self.told, []
             self.emit(told)
         if now >= self.renew_at and not self.dead:  # on the dispatcher's own connection
+            if now > self.renew_at + self.lease_ns // 3:
+                # A turn late by a third of the lease (this process was stopped,
+                # or starved): nothing handed over before may start until the
+                # lease is known to be ours (issue 20 item 1).
+                engine.take_back_given()
             try:
                 if not self.store.renew_lease(self.holder):
-                    self._fenced_out(engine)
+                    self._fenced_out(engine, now)
             except StoreError as exc:
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + self.lease_ns // 3
@@ -514,17 +534,41 @@ class Journal(Durable):
             self.cancelled = [t for t in self.cancelled if engine.state(t) is not None]
             for tid in list(self.keys):
                 if engine.state(tid) is None and tid not in self.expected:
-                    self.keys.pop(tid)
+                    key = self.keys.pop(tid)
+                    if self.owner.get(key) == tid:
+                        self.owner.pop(key)
         wake = min(self.renew_at, peers_at, self.limited.at or self.renew_at)
         if self.retry_at is not None and not self.writer.busy:
             return min(wake, self.retry_at)
         return wake
 
-    def _fenced_out(self, engine: Engine) -> None:
+    def recheck(self, engine: Engine, now: int) -> None:
+        """A worker was stopped and continued (this scheduler too, likely):
+        take back the runs given ahead that no worker has started and renew
+        the lease now - fenced out, the keyed ones never start here."""
+        if self.dead:
+            return
+        engine.take_back_given()
+        try:
+            if self.store.renew_lease(self.holder):
+                self.renew_at = now + self.lease_ns // 3
+            else:
+                self._fenced_out(engine, now)
+        except StoreError as exc:
+            engine.log(40, f"the store: renewing the lease failed ({exc})")
+
+    def _fenced_out(self, engine: Engine, now: int) -> None:
         """Our registration was taken over (our lease expired: we were
         stopped or cut off): what we held is recorded crashed by another
-        scheduler, and nothing of ours was written since. Register again and
+        scheduler, and nothing of ours was written since. The keyed runs
+        given ahead that no worker has started never start here (another
+        scheduler retries them: issue 20 item 1). Register again and
         realign every keyed task with the store at once."""
+        for run in engine.take_back_given():
+            claim = (run.task_id, run.run, run.attempt)
+            known = self.claims.pop(claim, None)
+            if known is not None:
+                self.peers.lost(engine, None, run, known[2], now, self.offset)
         engine.log(
             40,
             f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
@@ -560,13 +604,16 @@ class Journal(Durable):
             return  # collected already (Journal.turn waited for it)
         (done, told, batch), result = self.writer.collect()
         claims = self.claims
-        mine = [(c, known) for c in done if (known := claims.get(c)) is not None and known[0] == FLIGHT]
+        # (each claim once: one withdrawn from a worker and held for another is in ``done`` twice: issue 20 item 9)
+        mine = [(c, known) for c in dict.fromkeys(done) if (known := claims.get(c)) is not None and known[0] == FLIGHT]
         lost: set[tuple[str | None, int, int]] = set()
         if isinstance(result, StoreError):
             self._retry(engine, batch, mine, told, result, now)
             return
-        elif isinstance(result, BaseException):
-            raise result  # a bug in the store layer: the dispatcher's crash handling takes it
+        elif isinstance(result, BaseException):  # a store layer bug: logged, tried again (issue 20 item 9)
+            engine.log(40, f"the store writer failed ({type(result).__name__}: {result}); trying again")
+            self._retry(engine, batch, mine, told, StoreError(f"{type(result).__name__}: {result}"), now)
+            return
         else:
             if self.retry_ns:
                 engine.log(30, "the store records again; the keyed runs that waited for it go on")
@@ -577,7 +624,7 @@ class Journal(Durable):
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
                 lost = {(known[2], c[1], c[2]) for c, known in mine}
-                self._fenced_out(engine)
+                self._fenced_out(engine, now)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
         if result is not None and not isinstance(result, BaseException) and result.limited:
@@ -587,7 +634,7 @@ class Journal(Durable):
             if known[0] == QUEUED:
                 continue  # limited: claimed again later
             if (known[2], claim[1], claim[2]) in lost:
-                del claims[claim]
+                claims.pop(claim, None)
                 gone.append(known)
             else:
                 known[0] = RECORDED
@@ -644,6 +691,9 @@ class Journal(Durable):
         for _c, known in mine:
             known[0] = BATCHED
         self.waiting[:0] = [c for c, _known in mine]
+        # Keyed runs wait for the store, not on the workers: the unkeyed ones
+        # go on meanwhile (their claims, dropped, are made again at the retry).
+        engine.hold_back(set(self.keys), self.retry_at)
 
     def drain(self, engine: Engine, carrier: Any, offset: int, now: int) -> None:
         """A clean end: every change committed (and its events emitted) before this returns."""

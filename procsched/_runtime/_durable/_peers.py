@@ -38,7 +38,10 @@ from ..._errors import StoreError
 from ..._store import Holder, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message
-from ._stored import resume_point, schedule_of
+from ._stored import resume_point, schedule_of, stored_hash
+
+#: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
+REDEFINED = -1
 
 #: The longest interval between two re-reads of the store.
 SYNC_MAX_NS = NS
@@ -74,6 +77,8 @@ class Journalled(Protocol):
     holder: Holder
     keys: dict[int, str]  # live keyed task id -> key
     runs: dict[str, int]  # key -> the last run number claimed
+    owner: dict[str, int]  # key -> its latest task's id here
+    hashes: dict[int, str]  # task id -> the hash of the definition it runs
     cancelled: list[int]
 
     def expecting(self, key: str) -> bool: ...
@@ -101,6 +106,9 @@ class Peers:
         #: How late (store clock) a task on standby may be before this
         #: scheduler claims it again: its claimer stopped claiming it.
         self.grace = self.interval
+        #: Keys whose definition another scheduler changed -> the local task
+        #: that ran the old one: once it has ended, the facade adopts the key anew.
+        self.following: dict[str, int] = {}
 
     def turn(self, engine: Engine, now: int, offset: int, dead: bool) -> int:
         """A turn of the dispatcher: re-read the store if it is time (not
@@ -190,6 +198,8 @@ class Peers:
             for task in changed:
                 self.known.add(task.key)
                 tid = by_key.get(task.key)
+                if tid is not None and self._redefined(engine, tid, task, now):
+                    continue
                 if tid is not None:
                     seen.add(tid)
                     self.apply(engine, tid, task, now, offset, store_now=store_now)
@@ -208,6 +218,11 @@ class Peers:
                         self.drop(engine, tid, key, now)
                     self.asked.discard(key)
                 self.known = keys
+            for key, tid in list(self.following.items()):
+                if engine.state(tid) is None:  # its run in flight has ended: the stored definition from now on
+                    del self.following[key]
+                    self.asked.add(key)
+                    engine.emit(AdoptKey.wire(key))
             me = journal.holder
             for dead in holders:
                 if dead.id != me.id and dead.lease_until_ns < store_now:
@@ -226,6 +241,30 @@ class Peers:
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
             engine.log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
         journal.pass_over(engine.events)  # what this pass did to local tasks is the store's already
+
+    def _redefined(self, engine: Engine, tid: int, task: StoredTask, now: int) -> bool:
+        """Did another scheduler store a changed definition of the local
+        task ``tid`` (issue 20 item 4)? Then end it here (a run in flight
+        ends first; its end deletes nothing) and adopt the stored one once
+        it is gone (see ``following``). A task adopted at start-up knows
+        its definition from its first read back."""
+        journal = self.journal
+        if task.untrusted is not None or task.unloadable is not None:
+            return False
+        stored = stored_hash(task.definition)
+        known = journal.hashes.setdefault(tid, stored)
+        if known == stored or journal.expecting(task.key):
+            return False
+        engine.log(
+            20, f"keyed task {task.key}: another scheduler stored a changed definition; it runs that one from now on"
+        )
+        journal.hashes.pop(tid, None)
+        journal.owner[task.key] = REDEFINED
+        self.standby.pop(tid, None)
+        engine.cancel(tid, False, now)  # (journalled as nothing: the store has the new definition)
+        journal.cancelled.append(tid)  # its key goes from ``keys`` once the task is gone
+        self.following[task.key] = tid
+        return True
 
     def take_over(self, engine: Engine, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
         wall = now + offset

@@ -5,7 +5,8 @@ call, and recovery at start-up (before the dispatcher owns the store).
                                            (their runs in flight -> crashed)
                            plan(tasks): per stored task its resume point, per
                            shape (function, arguments, schedule, options) one
-                           import, one pickled call, one AdoptShape
+                           import (bounded: LOAD_TIMEOUT_S), one AdoptShape
+                           (the stored arguments as bytes: a worker unpickles)
                         ─▶ the facade makes the handles and sends Adopt chunks
     schedule(key=...) ──▶ definition(spec): the stored form ─▶ Define + Add
 
@@ -15,7 +16,7 @@ See ``_journal.py`` for the dispatcher's side.
 from __future__ import annotations
 
 import logging
-import pickle
+import threading
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -150,19 +151,79 @@ class Plan(NamedTuple):
     """Key -> why its function or arguments did not load here (logged; kept in the store)."""
 
 
+#: How long start-up waits for the stored tasks' functions to load (their
+#: modules to import): a module that hangs at import (or is still importing
+#: then) leaves its tasks unloadable, listed with the reason, not run.
+LOAD_TIMEOUT_S = 5.0
+
+
+def _load_shape(d: TaskDefinition, wall: int, fns: dict[str, Any]) -> tuple[Message, str | None]:
+    """One shape's ``AdoptShape`` (and its task name): the function imported
+    and pickled by reference, the stored arguments handed through as the
+    bytes they are (only a worker unpickles them: issue 20 item 17)."""
+    fn = fns.get(d.fn_ref)
+    if fn is None:
+        fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
+    spec = spec_of(d, wall)
+    payload = (pack_call(fn, (), {})[0], bytes(d.args))  # the processes runner's (the only one with a store)
+    retry = None if spec.retry is None else spec.retry.policy().to_wire()
+    shape = AdoptShape.wire(
+        spec.schedule.to_wire(),
+        wall,
+        spec.priority,
+        spec.timeout_ns,
+        spec.name,
+        payload,
+        retry,
+        carried_classes(spec.retry, True),
+    )
+    return shape, spec.name
+
+
+def _load_shapes(defs: list[TaskDefinition], wall: int, timeout: float) -> list[tuple[Message, str | None] | str]:
+    """Each definition's loaded shape, or why it did not load: loaded in a
+    thread of its own, bounded by ``timeout`` (a module that exits at import
+    is contained: SystemExit is a reason like any other; one that hangs
+    leaves the rest unloaded, its thread behind: a daemon)."""
+    out: list[tuple[Message, str | None] | str] = []
+    done = threading.Event()
+    lock = threading.Lock()
+    given_up = False
+
+    def load() -> None:
+        fns: dict[str, Any] = {}
+        for d in defs:
+            try:
+                got: tuple[Message, str | None] | str = _load_shape(d, wall, fns)
+            except BaseException as exc:  # noqa: BLE001 - whatever importing a user's module raises, SystemExit too
+                got = f"{type(exc).__name__}: {exc}"
+            with lock:
+                if given_up:
+                    return
+                out.append(got)
+        done.set()
+
+    threading.Thread(target=load, name="procsched-load-stored", daemon=True).start()
+    done.wait(timeout)
+    with lock:
+        given_up = True
+        late = f"TimeoutError: its function did not load within {timeout:g} s (does its module hang at import?)"
+        return out + [late] * (len(defs) - len(out))
+
+
 def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str, int], wall: int) -> Plan:
     """What to adopt stored tasks with, as of ``wall``.
 
     A *shape* is what tasks of one function, arguments, schedule and
-    options share - the import, the unpickled and re-pickled call, the
-    schedule and the dispatcher's add are made once per shape, not once per
-    task (100,000 stored tasks are typically of a few shapes; ``load()``
-    shares equal schedule and options dicts, so a shape is found by
-    identity)."""
+    options share - the import, the pickled call, the schedule and the
+    dispatcher's add are made once per shape, not once per task (100,000
+    stored tasks are typically of a few shapes; ``load()`` shares equal
+    schedule and options dicts, so a shape is found by identity). Nothing
+    stored is unpickled here: the arguments go to the workers as bytes."""
     result = Plan([], [], [], {}, {})
-    by_shape: dict[tuple[Any, ...], int | str] = {}  # -> index into shapes, or why it cannot load
-    names: list[str | None] = []
-    fns: dict[str, Any] = {}
+    by_shape: dict[tuple[Any, ...], int] = {}  # -> index into defs
+    defs: list[TaskDefinition] = []
+    wanted: list[tuple[StoredTask, int]] = []
     for task in tasks:
         d = task.definition
         if task.untrusted is not None:  # its signature failed (issue 24): never imported nor unpickled
@@ -174,35 +235,24 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
         shape = (d.fn_ref, d.args, id(d.schedule), id(d.options))
         index = by_shape.get(shape)
         if index is None:
-            try:
-                fn = fns.get(d.fn_ref)
-                if fn is None:
-                    fn = fns[d.fn_ref] = resolve_ref(d.fn_ref)
-                args, kwargs = pickle.loads(d.args)
-                spec = spec_of(d, wall)
-                payload = pack_call(fn, tuple(args), dict(kwargs))  # the processes runner's (the only one with a store)
-                retry = None if spec.retry is None else spec.retry.policy().to_wire()
-                index = len(result.shapes)
-                result.shapes.append(
-                    AdoptShape.wire(
-                        spec.schedule.to_wire(),
-                        wall,
-                        spec.priority,
-                        spec.timeout_ns,
-                        spec.name,
-                        payload,
-                        retry,
-                        carried_classes(spec.retry, True),
-                    )
-                )
-                names.append(spec.name)
-            except Exception as exc:  # noqa: BLE001 - whatever importing or unpickling raises
-                index = f"{type(exc).__name__}: {exc}"
-            by_shape[shape] = index
-        if isinstance(index, str):
-            logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, index)
-            result.unloadable[d.key] = index
+            index = by_shape[shape] = len(defs)
+            defs.append(d)
+        wanted.append((task, index))
+    loaded = _load_shapes(defs, wall, LOAD_TIMEOUT_S) if defs else []
+    shape_of: dict[int, int] = {}  # index into defs -> index into result.shapes
+    names: list[str | None] = []
+    for task, index in wanted:
+        d = task.definition
+        got = loaded[index]
+        if isinstance(got, str):
+            logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, got)
+            result.unloadable[d.key] = got
             continue
+        if index not in shape_of:
+            shape_of[index] = len(result.shapes)
+            result.shapes.append(got[0])
+            names.append(got[1])
+        at = shape_of[index]
         resume = resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
         if resume is None:
             logger.warning(
@@ -219,6 +269,6 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
             st.next_attempt,
             st.paused,
         )  # adopted unchanged: nothing to write
-        result.rows.append(Row(d.key, index, runs, attempt, due or 0, slot, paused, write, names[index]))
+        result.rows.append(Row(d.key, at, runs, attempt, due or 0, slot, paused, write, names[at]))
         result.adopted[d.key] = stored_hash(d)
     return result
