@@ -22,7 +22,8 @@ from ._core import CancelResult, Policy, Run, SchedulerCore, TaskState
 from ._core._units import NS
 from ._errors import SchedulerClosedError, TaskTimeoutError
 from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, Listener, Listeners, run_ended, run_started
-from ._handle import RunInfo, TaskHandle, run_in_progress
+from ._handle import HANDLE_RUNS, RunInfo, TaskHandle, run_in_progress
+from ._handle import handle_runs as checked_handle_runs
 
 
 def check_clock(clock: object) -> Clock:
@@ -46,7 +47,10 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
     ``"timeout"`` when it returns and its value is discarded.
     """
 
-    def __init__(self, clock: Clock | None = None, *, policy: Policy | str = "priority") -> None:
+    def __init__(
+        self, clock: Clock | None = None, *, policy: Policy | str = "priority", handle_runs: int = HANDLE_RUNS
+    ) -> None:
+        self.handle_runs = checked_handle_runs(handle_runs)
         self._clock = check_clock(clock)
         self._core = SchedulerCore(v.policy(policy))
         self._handles: dict[int, TaskHandle] = {}

@@ -37,7 +37,8 @@ from .._core import TaskState
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
-from .._handle import RunInfo, TaskHandle
+from .._handle import HANDLE_RUNS, RunInfo, TaskHandle
+from .._handle import handle_runs as checked_handle_runs
 from . import _messages as m
 from ._listener import EventApplier, listen
 from ._wire import carried_classes
@@ -109,6 +110,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             None: ``PROCSCHED_SECRET`` if set (comma-separated for several),
             else no secret - every stored row is trusted as code (see
             README, "Security").
+        handle_runs: how many ``RunInfo`` each ``TaskHandle`` keeps in
+            ``runs``, the newest (default 1000); ``run_count`` counts all.
     """
 
     def __init__(
@@ -126,7 +129,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         store: str | os.PathLike[str] | None = None,
         lease: float = 30.0,
         secret: bytes | str | Sequence[bytes | str] | None = None,
+        handle_runs: int = HANDLE_RUNS,
     ) -> None:
+        self.handle_runs = checked_handle_runs(handle_runs)
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
         if runner == "ray":

@@ -124,9 +124,6 @@ def test_a_sigkill_of_the_forkserver_costs_no_run(schedulers, tmp_path) -> None:
 # -- item 16: handle.runs ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 20 item 16: every TaskHandle keeps a RunInfo per run in handle.runs forever"
-)
 def test_a_handle_keeps_a_bounded_number_of_runs_and_exact_counts(schedulers) -> None:
     s = schedulers(2)
     finished = threading.Semaphore(0)
@@ -142,6 +139,24 @@ def test_a_handle_keeps_a_bounded_number_of_runs_and_exact_counts(schedulers) ->
     assert done >= total
     assert h.runs[-1].run == done, "the newest run is kept"
     assert len(h.runs) < total, f"{len(h.runs)} RunInfo kept for {done} runs: unbounded"
+    assert h.run_count == done, "every run counted"
+    assert [r.run for r in h.runs] == list(range(done - len(h.runs) + 1, done + 1)), "the newest kept, in order"
+
+
+def test_handle_runs_sets_how_many_runs_a_handle_keeps() -> None:
+    s = procsched.InlineScheduler(procsched.ManualClock(), handle_runs=3)
+    h = s.schedule_at_fixed_rate(tasks.noop, 1, max_runs=10)
+    assert s.run_until(20) == 10
+    assert [r.run for r in h.runs] == [8, 9, 10]
+    assert h.run_count == 10 and "runs=10" in repr(h)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+def test_a_bad_handle_runs_is_refused_at_the_call(bad) -> None:
+    with pytest.raises((TypeError, ValueError), match="handle_runs must"):
+        procsched.InlineScheduler(handle_runs=bad)
+    with pytest.raises((TypeError, ValueError), match="handle_runs must"):
+        procsched.Scheduler(1, runner="threads", handle_runs=bad)
 
 
 # -- item 17: nothing from the store unpickled outside a worker; private files ---------
