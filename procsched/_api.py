@@ -18,7 +18,7 @@ from ._core import ONCE, Misfire, Priority, Schedule
 from ._core._limits import checked_group
 from ._core._units import wall_datetime
 from ._errors import SchedulerError
-from ._handle import TaskHandle
+from ._handle import HANDLE_RUNS, TaskHandle
 from ._retry import Retry, checked_retry
 
 Seconds = float | int | timedelta
@@ -29,6 +29,8 @@ class SchedulingAPI(abc.ABC):
 
     #: Runs on Ray: the scheduling methods accept ``ray_options=``.
     _ray_runner = False
+    #: How many RunInfo each TaskHandle keeps in ``runs`` (the newest).
+    handle_runs = HANDLE_RUNS
     #: Tasks go to another process: a cron task's zone must be one that can
     #: travel (an IANA name, a fixed offset, or the local zone).
     _zones_travel = False

@@ -23,6 +23,20 @@ RunOutcome = Literal["ok", "error", "crashed", "timeout", "cancelled", "skipped"
 #: Skipped slots kept per handle (``TaskHandle.slots``).
 SLOTS_KEPT = 100
 
+#: How many ``RunInfo`` a ``TaskHandle`` keeps in ``runs`` by default (the
+#: newest); ``Scheduler(handle_runs=)`` and ``InlineScheduler(handle_runs=)``
+#: change it. A task's every run is counted in ``run_count``.
+HANDLE_RUNS = 1000
+
+
+def handle_runs(value: object) -> int:
+    """``handle_runs=``, checked: an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"handle_runs must be an int >= 1, not {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"handle_runs must be an int >= 1, not {value!r}")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
@@ -125,6 +139,9 @@ class Owner(Protocol):
         self, key_or_id: str | int, start: datetime, end: datetime, *, dry_run: bool = False
     ) -> list[datetime]: ...
 
+    #: How many ``RunInfo`` a handle keeps in ``runs`` (the newest).
+    handle_runs: int
+
 
 class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     """A scheduled task: a ``concurrent.futures.Future`` with task details.
@@ -132,6 +149,11 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     ``result()`` returns a one-shot task's return value, or re-raises its
     exception; a periodic task's ``result()`` returns only when the task
     ends (``CancelledError`` if it was cancelled).
+
+    ``runs`` lists the ``RunInfo`` of the newest finished runs (attempts
+    included), newest last: at most the scheduler's ``handle_runs``
+    (default 1000), so a long-lived task's handle does not grow;
+    ``run_count`` counts every one of them.
     """
 
     def __init__(
@@ -154,7 +176,8 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.name = name
         self.key = key
         self._task_state = TaskState.PENDING
-        self.runs: list[RunInfo] = []
+        self.runs: list[RunInfo] = []  # the newest owner.handle_runs of them
+        self.run_count = 0  # every RunInfo the task had (runs keeps the newest)
         self._slots: deque[RunInfo] | None = None  # runs and skipped slots, once a slot was skipped
         self.next_run = next_run
         self._next_wall = next_wall  # ns since the epoch
@@ -241,7 +264,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def __repr__(self) -> str:
         name = f" name={self.name!r}" if self.name else ""
-        return f"<TaskHandle id={self.id}{name} state={self._task_state.name} runs={len(self.runs)}>"
+        return f"<TaskHandle id={self.id}{name} state={self._task_state.name} runs={self.run_count}>"
 
     # -- written only by the owner's event thread ------------------------
 
@@ -251,7 +274,12 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def _on_run(self, info: RunInfo, state: TaskState, next_run: float | None, next_wall: int | None = None) -> None:
         """A run finished; the task is now in ``state``."""
-        self.runs.append(info)
+        runs = self.runs
+        runs.append(info)
+        self.run_count += 1
+        excess = len(runs) - self._owner.handle_runs
+        if excess > 0:
+            del runs[:excess]
         if self._slots is not None:
             self._slots.append(info)
         if not self._task_state.terminal:

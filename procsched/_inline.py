@@ -34,7 +34,8 @@ from ._events import (
     run_skipped,
     run_started,
 )
-from ._handle import RunInfo, TaskHandle, run_in_progress, skipped_slot
+from ._handle import HANDLE_RUNS, RunInfo, TaskHandle, run_in_progress, skipped_slot
+from ._handle import handle_runs as checked_handle_runs
 
 
 def check_clock(clock: object) -> Clock:
@@ -59,8 +60,14 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
     """
 
     def __init__(
-        self, clock: Clock | None = None, *, policy: Policy | str = "priority", limits: Mapping[str, int] | None = None
+        self,
+        clock: Clock | None = None,
+        *,
+        policy: Policy | str = "priority",
+        limits: Mapping[str, int] | None = None,
+        handle_runs: int = HANDLE_RUNS,
     ) -> None:
+        self.handle_runs = checked_handle_runs(handle_runs)
         self._clock = check_clock(clock)
         self._limits = checked_limits(limits)  # (one run at a time here: a limit only orders the waiting)
         self._core = SchedulerCore(v.policy(policy), self._limits)

@@ -36,6 +36,8 @@ class DispatcherThread:
 
     pickled = False
     aborted = False
+    #: Why the runner is gone (the engine was aborted for it): the handles fail with it.
+    lost: str | None = None
 
     def __init__(self) -> None:
         self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -66,7 +68,7 @@ class DispatcherThread:
         return not self.thread.is_alive()
 
     def death_reason(self) -> str:
-        return "the dispatcher thread died"
+        return self.lost or "the dispatcher thread died"
 
     def join(self) -> None:
         self.thread.join()
@@ -102,6 +104,12 @@ class DispatcherThread:
                         message = inbox.get_nowait()
                     except queue.Empty:
                         break
+            if self.lost is not None:  # broken, not closed: the listener fails every handle with it
+                if engine.events:
+                    self.events.put(engine.take_events())
+                self.events.put(None)  # type: ignore[arg-type]
+                self._closed()
+                return
             self._closed()
             if engine.events:
                 self.events.put(engine.events)

@@ -200,7 +200,7 @@ class Dispatcher:
             if mask & selectors.EVENT_READ and worker.conn is not None:  # not dropped earlier in this turn
                 self.on_worker(worker)
         elif what == ON_EXIT:
-            if worker.sentinel in self.carrier.by_sentinel:
+            if worker.sentinel in self.carrier.by_sentinel and not self.carrier.outlived(worker):
                 while worker.conn is not None:  # what it said before it died (results of runs it ended)
                     self.on_worker(worker)
                 engine.worker_exited(worker, self.carrier.forget(worker), clock())

@@ -38,7 +38,8 @@ from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
-from .._handle import RunInfo, TaskHandle, skipped_slot
+from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot
+from .._handle import handle_runs as checked_handle_runs
 from . import _messages as m
 from ._listener import EventApplier, listen
 from ._wire import carried_classes
@@ -114,6 +115,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             scheduled with ``group="db"`` run at once (a due run whose group
             is full waits, in priority order). With ``store=``, the limit
             holds across every instance on the store.
+        handle_runs: how many ``RunInfo`` each ``TaskHandle`` keeps in
+            ``runs``, the newest (default 1000); ``run_count`` counts all.
     """
 
     def __init__(
@@ -132,7 +135,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         lease: float = 30.0,
         secret: bytes | str | Sequence[bytes | str] | None = None,
         limits: Mapping[str, int] | None = None,
+        handle_runs: int = HANDLE_RUNS,
     ) -> None:
+        self.handle_runs = checked_handle_runs(handle_runs)
         if runner not in ("processes", "threads", "ray"):
             raise ValueError(f"runner must be 'processes', 'threads' or 'ray', not {runner!r}")
         if runner == "ray":

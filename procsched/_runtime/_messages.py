@@ -613,6 +613,17 @@ class Abort(NamedTuple):
         return (ABORT,)
 
 
+class RayLost(NamedTuple):
+    """Ray: the cluster procsched started is gone (one of its processes died)."""
+
+    tag: str
+    detail: str  # which process, e.g. "Ray's raylet (pid 123) exited"
+
+    @staticmethod
+    def wire(detail: str) -> Message:
+        return (RAY_LOST, detail)
+
+
 # -- events: the engine to the user process --------------------------------------------------------
 
 
@@ -864,6 +875,7 @@ EXITED: Final = "exited"
 LANDED: Final = "landed"
 MAIL: Final = "mail"
 ABORT: Final = "abort"
+RAY_LOST: Final = "ray_lost"
 # events
 RUN_STARTED: Final = "started"
 RUN_ENDED: Final = "run"
@@ -896,7 +908,7 @@ COMMANDS: Final = (
 )
 ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal, Checked)
 REPORTS: Final = (Started, Skipped, Stalled, Done, Add, Cancel)
-IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort)
+IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort, RayLost)
 EVENTS: Final = (
     RunStarted,
     RunEnded,

@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import select
 import selectors
 import signal
 import time
@@ -53,6 +54,8 @@ PREFETCH = int(os.environ.get("PROCSCHED_PREFETCH", "16"))
 #: An idle worker gets a run this long before it is due, and waits for the
 #: due time itself (see _engine.py, "Early hand-off"); PROCSCHED_EARLY_US overrides it.
 EARLY_NS = int(os.environ.get("PROCSCHED_EARLY_US", "3000")) * 1000
+#: How long a forkserver that closed its sockets (it is dying) is given to exit.
+FORKSERVER_EXIT_S = 2.0
 #: What the dispatcher's selector keys carry (``key.data[0]``): what became ready.
 ON_COMMANDS, ON_SIGNAL, ON_WORKER, ON_EXIT, ON_WRITABLE, ON_COMMIT = range(6)
 
@@ -73,6 +76,8 @@ class ProcessWorker:
         "tickets",
         "ticket_w",
         "unwritten",
+        "pidfd",
+        "server",
     )
 
     def __init__(self, proc: multiprocessing.process.BaseProcess, conn: Connection, capture: str | None) -> None:
@@ -93,6 +98,8 @@ class ProcessWorker:
         self.tickets = -1  # the read and write ends of its ticket pipe (see ProcessCarrier)
         self.ticket_w = -1
         self.unwritten = 0  # tickets of this turn's runs, written by flush before the runs
+        self.pidfd = -1  # its sentinel once it outlived its forkserver (see ProcessCarrier.outlived)
+        self.server: int | None = None  # the pid of the forkserver that forked it
 
     def __repr__(self) -> str:
         return f"<worker {self.ident}>"
@@ -129,6 +136,7 @@ class ProcessCarrier(Carrier):
         self.serial = itertools.count()
         self.writing: set[ProcessWorker] = set()  # workers with output waiting
         self.ctx: Any = multiprocessing.get_context(start_method)  # (a start method's context: typed as its base)
+        self.forkserver = start_method == "forkserver"
         if start_method == "forkserver":
             self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         self.by_sentinel: dict[int, ProcessWorker] = {}
@@ -157,6 +165,8 @@ class ProcessCarrier(Carrier):
             child_tickets.close()
         os.set_blocking(parent.fileno(), False)
         worker = ProcessWorker(proc, parent, capture)
+        if self.forkserver:
+            worker.server = _forkserver_pid()
         worker.tickets, worker.ticket_w = tickets, ticket_w
         self.by_sentinel[worker.sentinel] = worker
         self.selector.register(parent, selectors.EVENT_READ, (ON_WORKER, worker))
@@ -295,8 +305,34 @@ class ProcessCarrier(Carrier):
             return "stopped"
         return "dead" if status == psutil.STATUS_ZOMBIE else "ok"
 
+    def outlived(self, worker: ProcessWorker) -> bool:
+        """The worker's sentinel fired: did the worker outlive it? With
+        forkserver, the sentinel is the forkserver's socket, which the
+        forkserver's own death closes too: the workers go on (see
+        ``_forkserver.py``), and each is watched from then on on a pidfd
+        of its own (the next worker's start starts a new forkserver). True
+        if so: the worker is alive and watched; False: it is gone."""
+        if not self.forkserver or worker.pidfd >= 0:
+            return False
+        try:
+            pidfd = os.pidfd_open(worker.ident)
+        except OSError:  # gone (the forkserver reaped it before it told us)
+            return False
+        if select.select([pidfd], [], [], 0)[0] or not _is_worker(worker.ident):
+            os.close(pidfd)  # exiting, or a new process has its pid
+            return False
+        self.selector.unregister(worker.sentinel)
+        del self.by_sentinel[worker.sentinel]
+        worker.sentinel = worker.pidfd = pidfd
+        self.by_sentinel[pidfd] = worker
+        self.selector.register(pidfd, selectors.EVENT_READ, (ON_EXIT, worker))
+        _restart_forkserver(worker.server)
+        return True
+
     def forget(self, worker: ProcessWorker) -> int | None:
-        """The worker's sentinel fired: reap it and return its exit code."""
+        """The worker's sentinel fired: reap it and return its exit code
+        (None for one that outlived its forkserver: whoever adopted it
+        reaped it)."""
         self._drop_conn(worker)
         if worker.tree:  # descendants listed before it was stopped (retired or killed)
             for child in worker.tree:
@@ -312,6 +348,11 @@ class ProcessCarrier(Carrier):
             os.killpg(worker.ident, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if worker.pidfd >= 0:
+            os.close(worker.pidfd)
+            worker.pidfd = -1
+            worker.proc.close()  # (its forkserver socket: closed, at EOF)
+            return None
         # The sentinel closes as the process exits, a moment before it can be
         # reaped. A worker that closed the fd itself is still alive: kill it.
         worker.proc.join(0.1)
@@ -389,6 +430,48 @@ class ProcessCarrier(Carrier):
             worker.conn = None
             worker.out.clear()
             self.writing.discard(worker)
+
+
+def _forkserver_pid() -> int | None:
+    """The pid of multiprocessing's forkserver (None if it knows none)."""
+    from multiprocessing import forkserver
+
+    from ._boot import _client_fields
+
+    fields = _client_fields(forkserver._forkserver)
+    pid = None if fields is None else fields[2]
+    return pid if isinstance(pid, int) else None
+
+
+def _restart_forkserver(dying: int | None) -> None:
+    """The forkserver ``dying`` closed its sockets under live workers: wait
+    for its end (it closes its files a moment before it exits), then reap
+    it and start the next one, as the next worker's start would
+    (multiprocessing's ``ensure_running``: it leaves a live one alone)."""
+    from multiprocessing import forkserver
+
+    if dying is not None:
+        try:
+            pidfd = os.pidfd_open(dying)
+        except OSError:
+            pass  # reaped already (another of its workers told us first)
+        else:
+            select.select([pidfd], [], [], FORKSERVER_EXIT_S)
+            os.close(pidfd)
+    try:
+        forkserver.ensure_running()
+    except Exception:  # noqa: BLE001 - the next worker's start tries again, and reports
+        pass
+
+
+def _is_worker(pid: int) -> bool:
+    """Is process ``pid`` a worker (named so, leading its own group)?"""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            named = f.read().strip() == "psc-worker"
+        return named and os.getpgid(pid) == pid
+    except OSError:
+        return False
 
 
 def _psutil() -> Any:

@@ -31,12 +31,23 @@ dispatcher thread maps it onto the engine:
 
 Ray does not say when a queued task starts, so timeouts count from
 submission (``Engine.started`` is never called).
+
+A local cluster that ``ray.init()`` starts here (no ``RAY_ADDRESS``) gets
+this program's import path (``runtime_env`` ``PYTHONPATH``: what the
+processes runner can import, Ray's workers can). Its ``gcs_server`` and
+``raylet`` - this program's descendants - are watched (``ClusterWatch``: a
+thread blocked on their pidfds): if one dies, the runs in flight are
+recorded ``crashed`` at once and the scheduler is broken (every unfinished
+handle fails with the reason), as when the processes runner's dispatcher
+dies; Ray itself would wait for its cluster for a minute or more.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import select
+import sys
 import threading
 import time
 import uuid
@@ -68,6 +79,7 @@ INSTALL_HINT = 'Scheduler(runner="ray") needs Ray: pip install "procsched[ray]"'
 _lock = threading.Lock()
 _opened = False  # this module called ray.init(): it shuts Ray down after its last user
 _users = 0
+_shutting_down: threading.Thread | None = None  # Ray's shutdown after its cluster was lost
 
 
 def ray_module() -> Any:
@@ -81,12 +93,15 @@ def ray_module() -> Any:
 def connect(hold: bool = False) -> Any:
     """Ray, initialised as the user expects; ``hold`` counts a user of a
     connection this module opened (see ``release``)."""
-    global _opened, _users
+    global _opened, _users, _shutting_down
     ray = ray_module()
     with _lock:
+        if _shutting_down is not None:  # (a shutdown of a lost cluster: see release)
+            _shutting_down.join()
+            _shutting_down = None
         if not ray.is_initialized():
             try:
-                ray.init()
+                ray.init(**_init_options())
             except Exception as exc:
                 raise SchedulerError(f"could not start or reach Ray: {type(exc).__name__}: {exc}") from exc
             _opened = True
@@ -95,22 +110,104 @@ def connect(hold: bool = False) -> Any:
     return ray
 
 
-def release() -> None:
+def _init_options() -> dict[str, Any]:
+    """``ray.init()``'s options: with no ``RAY_ADDRESS`` (a local cluster,
+    started here or by ``ray start`` on this machine), the workers get
+    this program's import path, so that a function the processes runner
+    can import (a module beside the script, a test module) imports on Ray
+    too. A cluster named by ``RAY_ADDRESS`` is left to its own paths (its
+    nodes may be other machines): ship code there with your own
+    ``ray.init(runtime_env=...)``."""
+    if os.environ.get("RAY_ADDRESS"):
+        return {}
+    paths = list(dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path))
+    return {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}}
+
+
+def release(background: bool = False) -> None:
+    """A user of the connection is done; the last one shuts Ray down (in a
+    thread with ``background``: Ray takes seconds to give up on a dead
+    cluster; the next ``connect`` waits for it)."""
     global _opened, _users
     with _lock:
         if not _opened:
             return
         _users -= 1
-        if _users <= 0:
-            _opened, _users = False, 0
-            ray = ray_module()
-            if ray.is_initialized():
-                ray.shutdown()
+        if _users > 0:
+            return
+        _opened, _users = False, 0
+        if background:
+            global _shutting_down
+            _shutting_down = threading.Thread(target=_shutdown_ray, name="procsched-ray-shutdown", daemon=True)
+            _shutting_down.start()
+        else:
+            _shutdown_ray()
+
+
+def _shutdown_ray() -> None:
+    ray = ray_module()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def cluster_cpus() -> int:
     """The default pool size: the cluster's CPUs."""
     return max(1, int(connect().cluster_resources().get("CPU", 1)))
+
+
+class ClusterWatch:
+    """Waits, in a thread blocked on their pidfds, for the death of the Ray
+    cluster's own processes (``gcs_server``, ``raylet``) that are this
+    program's descendants - a cluster ``ray.init()`` started here - and
+    then puts ``RayLost`` in the dispatcher's inbox. Watches nothing for a
+    cluster started elsewhere."""
+
+    NAMES = ("gcs_server", "raylet")
+
+    def __init__(self, put: Callable[[m.Message], object]) -> None:
+        self.put = put
+        self.watched: dict[int, str] = {}  # pidfd -> what it is, in words
+        self.wake_w = -1
+        psutil = _psutil()
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                name = proc.name()
+            except psutil.Error:
+                continue  # gone already: not one of Ray's (its are watched below)
+            if name not in self.NAMES:
+                continue
+            what = f"Ray's {name} (pid {proc.pid}) exited"
+            try:
+                self.watched[os.pidfd_open(proc.pid)] = what
+            except OSError:
+                put(m.RayLost.wire(what))
+        if self.watched:
+            self.wake_r, self.wake_w = os.pipe()
+            threading.Thread(target=self._wait, name="procsched-ray-watch", daemon=True).start()
+
+    def _wait(self) -> None:
+        try:
+            ready, _, _ = select.select([*self.watched, self.wake_r], [], [])
+            for fd in ready:
+                if fd in self.watched:
+                    self.put(m.RayLost.wire(self.watched[fd]))
+                    break
+        finally:
+            for fd in (*self.watched, self.wake_r):
+                os.close(fd)
+
+    def stop(self) -> None:
+        """Stop watching (the scheduler closed)."""
+        if self.wake_w >= 0:
+            os.write(self.wake_w, b"x")
+            os.close(self.wake_w)
+            self.wake_w = -1
+
+
+def _psutil() -> Any:
+    import psutil
+
+    return psutil
 
 
 class _RayWorker:
@@ -139,6 +236,7 @@ class RayCarrier(Carrier):
         self.mailbox = mailbox
         self.remote = ray.remote(max_retries=0, retry_exceptions=False)(_ray_task.run)
         self.serial = 0
+        self.lost = False  # the cluster is gone: no Ray call from now on (each would wait for it)
 
     def spawn(self, slot: int) -> _RayWorker:
         self.serial += 1
@@ -174,7 +272,7 @@ class RayCarrier(Carrier):
     def kill(self, worker: _RayWorker, hard: bool) -> None:
         """Cancel the run in flight (its Ray worker exits). Its end reports the
         exit; a hard kill (the grace is over) stops waiting for Ray to say so."""
-        if worker.ref is not None and not worker.killed and self.ray.is_initialized():
+        if worker.ref is not None and not worker.killed and not self.lost and self.ray.is_initialized():
             try:
                 self.ray.cancel(worker.ref, force=True)
             except Exception:  # noqa: BLE001 - already finished, or Ray is gone
@@ -208,6 +306,7 @@ class RayBackend(DispatcherThread):
             release()
             raise
         self._take()
+        self.watch = ClusterWatch(self.inbox.put)
         self._start(self.carrier, config)
 
     def pack(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -234,6 +333,8 @@ class RayBackend(DispatcherThread):
             self._mail(m.view(m.Mail, message).future)
         elif tag == m.ABORT:
             self.engine.abort(time.monotonic_ns())
+        elif tag == m.RAY_LOST:
+            self._lost(m.view(m.RayLost, message).detail)
         else:
             super()._handle(message)
 
@@ -274,9 +375,24 @@ class RayBackend(DispatcherThread):
                 worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, pack_error(exc), False, None)
             )
 
+    def _lost(self, detail: str) -> None:
+        """Ray's cluster is gone: its runs in flight crashed, and the
+        scheduler is broken (see the module docstring)."""
+        if self.lost is not None or self.engine.closed:
+            return
+        engine, now = self.engine, time.monotonic_ns()
+        self.lost = f"Ray's cluster is gone ({detail})"
+        self.carrier.lost = True
+        for slot in engine.slots:
+            worker = slot.worker
+            if worker is not None and worker.ref is not None and not worker.reported:
+                worker.reported = True
+                engine.worker_exited(worker, None, now, self.lost)
+        engine.abort(now)
+
     def _take(self) -> None:
         """Long-poll the mailbox for requests from runs (current_scheduler())."""
-        if not self.ray.is_initialized():
+        if self.lost is not None or not self.ray.is_initialized():
             return  # see _closed
         put = self.inbox.put
         self.mailbox.take.remote().future().add_done_callback(lambda f: put(m.Mail.wire(f)))
@@ -285,7 +401,7 @@ class RayBackend(DispatcherThread):
         try:
             batch = future.result()
         except Exception as exc:  # noqa: BLE001 - the actor died
-            if not self.engine.closing:
+            if not self.engine.closing and self.lost is None:
                 self.engine.log(
                     WARNING,
                     f"the Ray mailbox actor failed ({type(exc).__name__}: {exc}); "
@@ -298,7 +414,7 @@ class RayBackend(DispatcherThread):
                 reply = self._serve(message, now)
             except Exception as exc:  # noqa: BLE001 - a malformed request
                 reply = m.Refusal.wire(SchedulerError(f"bad request from a Ray run: {type(exc).__name__}: {exc}"))
-            if self.ray.is_initialized():
+            if self.lost is None and self.ray.is_initialized():
                 self.mailbox.answer.remote(request, reply)
         self._take()
 
@@ -330,6 +446,10 @@ class RayBackend(DispatcherThread):
         # Every Ray call checks is_initialized() first where Ray may be shut
         # down already (at interpreter exit, Ray's atexit hook runs before
         # ours): Ray's API would otherwise call ray.init() again by itself.
+        self.watch.stop()
+        if self.lost is not None:
+            release(background=True)
+            return
         if self.ray.is_initialized():
             try:
                 self.ray.kill(self.mailbox, no_restart=True)

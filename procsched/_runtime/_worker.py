@@ -84,7 +84,7 @@ from ._wire import PROTOCOL, CallLoader, FrameReader, carried_classes, pack_call
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
     """Entry point of a worker process (the target of its multiprocessing.Process)."""
-    _become_worker()
+    _become_worker(conn)
     if capture is not None:
         out = os.open(capture, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
@@ -222,7 +222,7 @@ def _retry_matches(exc: BaseException, blob: bytes) -> bool:
     return isinstance(exc, classes)
 
 
-def _become_worker() -> None:
+def _become_worker(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     faulthandler.enable()
@@ -230,37 +230,45 @@ def _become_worker() -> None:
         os.setpgid(0, 0)
     except OSError:
         pass  # already a group leader
-    _let_go_of_forkserver()
+    forked_by_forkserver = _let_go_of_forkserver()
     if sys.platform.startswith("linux"):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
+        if forked_by_forkserver:  # a helper's death is not the dispatcher's (see _forkserver.py)
+            from ._forkserver import die_with_the_dispatcher
+
+            die_with_the_dispatcher(libc, conn.fileno())
+            return
         parent = os.getppid()
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 
 
-def _let_go_of_forkserver() -> None:
+def _let_go_of_forkserver() -> bool:
     """A forkserver child inherits the write end of the forkserver's "alive"
     pipe, so the forkserver outlives the dispatcher for as long as any of its
     workers runs - and the workers, which die with their parent, outlive it
     too. Close it: then the dispatcher's death ends the forkserver, and that
-    ends the workers. (A task that uses forkserver itself gets its own.)"""
+    ends the workers. (A task that uses forkserver itself gets its own.)
+    True if this process was forked by a forkserver."""
     from multiprocessing import forkserver
 
     server: Any = forkserver._forkserver
     try:
         fd = server._forkserver_alive_fd
     except AttributeError:  # a multiprocessing without it: nothing to let go of
-        return
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
-        server._forkserver_address = None
+        return False
+    if fd is None:
+        return False
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    server._forkserver_alive_fd = None
+    server._forkserver_address = None
+    return True
 
 
 def _await_checked(channel: _Channel) -> bool:

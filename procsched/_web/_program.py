@@ -172,7 +172,7 @@ class ProgramSource(ConsoleSource):
             next_run_at=handle.next_run_at,
             last_outcome=last,
             held_by=f"{self.host}/{self.pid}" if state == "running" else None,
-            runs=len(handle.runs),
+            runs=handle.run_count,
         )
 
     def _handle(self, ref: str) -> TaskHandle:

@@ -14,11 +14,6 @@ from tests.promises.helpers import starts, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 14: a local Ray cluster that procsched starts cannot import "
-    "a function the processes runner can (ModuleNotFoundError)",
-)
 def test_a_local_ray_cluster_runs_what_the_processes_runner_runs(programs, tmp_path) -> None:
     mods = tmp_path / "mods"
     mods.mkdir()
@@ -41,11 +36,6 @@ def test_a_local_ray_cluster_runs_what_the_processes_runner_runs(programs, tmp_p
     assert prog.wait(60) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 13: when Ray's cluster dies, a fixed-rate task stays RUNNING "
-    "forever, nothing is reported, shutdown(wait=True) never returns",
-)
 def test_the_death_of_the_ray_cluster_is_reported_within_seconds(programs, tmp_path) -> None:
     out = str(tmp_path / "runs.log")
     prog = programs(f"""
