@@ -281,3 +281,16 @@ def test_the_readme_timelines() -> None:
     assert replace[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and replace[2] == [1, 2, 3, 4, 5, 6]
     three = timeline(rate(max_concurrent=3))
     assert three[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and three[1] == []
+
+
+def test_backfill_slots_keep_to_the_grid_while_a_retry_is_queued() -> None:
+    from procsched._core import RetryPolicy
+
+    core = SchedulerCore()
+    retry = RetryPolicy(3, 123 * MS, 1.0, NS, 0.0, frozenset({"error"}))
+    tid = core.add(0, schedule=rate(1000), retry=retry)
+    run = core.claim(0)
+    assert run is not None
+    done = core.complete(tid, 1, "error", 10 * MS)
+    assert done is not None and done.retrying  # queued at 133 ms: off the grid
+    assert [w // MS for _, w in core.backfill_slots(tid, 0, 3 * NS, now=3 * NS)] == [0, 1000, 2000]
