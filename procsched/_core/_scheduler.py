@@ -651,7 +651,10 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             if extra is not None and task.kind is CALENDAR and task.state is PENDING and not extra.retrying:
                 extra.delayed = None  # (its due time is its slot's again, below)
                 if now is not None:  # a slot the step left behind follows the misfire policy
-                    extra.slot = task.schedule.resume(extra.slot, now + offset_ns)
+                    resumed = task.schedule.resume(extra.slot, now + offset_ns)
+                    if resumed != extra.slot:
+                        self._record_between(tid, task, extra.slot, resumed, "misfire", include_first=True)
+                    extra.slot = resumed
                 due = extra.slot - offset_ns
                 if due != task.due:
                     task.due = due

@@ -342,3 +342,18 @@ def test_a_retry_in_flight_counts_as_running() -> None:
     assert again is not None and again.run == 1 and again.attempt == 2
     assert core.claim(400 * MS) is None  # the retry is running: the slot is skipped
     assert skips(core) == [(400, "overlap")]
+
+
+def test_a_wall_clock_step_records_the_slots_it_dropped() -> None:
+    from procsched import _tz
+    from procsched._core import CronTrigger, Misfire
+
+    core = SchedulerCore()
+    start = _wall_ns("2026-12-01T00:30:00+00:00")
+    core.set_wall_offset(start)
+    hourly = Schedule.calendar(CronTrigger("0 * * * *", _tz.zone("UTC"), "UTC"), Misfire.COALESCE)
+    tid = core.add(0, schedule=hourly, start_wall_ns=start)
+    core.set_wall_offset(start + 5 * 3600 * NS, now=0)  # asleep 00:30 -> 05:30
+    dropped = [s.wall_ns for s in core.take_skips()]
+    assert [(w - _wall_ns("2026-12-01T00:00:00+00:00")) // (3600 * NS) for w in dropped] == [1, 2, 3, 4]
+    assert core.next_wall(tid) == _wall_ns("2026-12-01T05:00:00+00:00")  # coalesce: 05:00 runs once, for all
