@@ -12,6 +12,10 @@ waits with it: the user hears of the start once the store recorded it.
 
 The journal (``_journal.py``) calls ``wait`` when a commit answers, and
 ``due`` at each turn; ``at`` is when the dispatcher must wake for them.
+
+Known limit of this release: the waiting run keeps its worker (and the runs
+given ahead to that worker wait behind it), as a run whose commit failed
+does; give an instance more workers than its share of a contended limit.
 """
 
 from __future__ import annotations
