@@ -255,7 +255,8 @@ class ControlMixin:
         if schedule.trigger is None:
             period = schedule.period_ns
             extra = task.extra
-            anchor = extra.base if task.active and extra is not None else task.due  # any point of its grid
+            # any point of its grid: the run in flight's slot, a queued retry's slot, or the next slot
+            anchor = extra.base if extra is not None and (task.active or extra.retrying) else task.due
             wall = anchor + offset + -(-(start_wall - anchor - offset) // period) * period
             while wall < end:
                 slots.append((wall - offset, wall))

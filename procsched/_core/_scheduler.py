@@ -12,6 +12,12 @@ A runner drives the core with four calls and one question:
     next_deadline()          -> int | None          the earliest due time
     pause(id) / resume(id, now) / set_wall_offset(offset)
     skip(id, run, now) / realign(id, runs, attempt, due)   several schedulers on one store
+    run_now(id, now) / backfill_slots(...) / backfill(...)   runs outside the schedule
+    take_skips() / take_replaced()   slots that did not run; runs to end ("replace")
+
+Schedule control (``max_concurrent``, ``overlap``, ``misfire_grace``, run now,
+backfill, skipped slots) is in ``_control.py``, whose ``ControlMixin`` this
+class extends: a plain task never reaches it.
 
 A task's slots come from its :class:`~._schedule.Schedule` (``add(...,
 schedule=...)``; one-shots share ``ONCE``): the core asks it for the slot
@@ -45,7 +51,9 @@ entries outnumber live ones, both heaps are rebuilt without them and the
 buried records are freed, so any number of schedule/cancel pairs keeps
 memory flat. Each task has at
 most one live heap entry: a periodic task is re-queued only when its run
-completes, which is also why it never runs concurrently with itself. An
+completes, which is also why it never runs concurrently with itself (a
+controlled task, whose runs may overlap, is re-queued when a run starts:
+see ``_control.py``). An
 entry is live only while its ``seq`` is the task's: a task whose due time
 moved while queued (resumed after a pause, a calendar task after a
 wall-clock step) gets a fresh ``seq`` and leaves its old entry behind, dead.
@@ -614,7 +622,10 @@ class SchedulerCore(ControlMixin):
             extra = task.extra
             if extra is not None and task.kind is CALENDAR and task.state is PENDING and not extra.retrying:
                 if now is not None:  # a slot the step left behind follows the misfire policy
-                    extra.slot = task.schedule.resume(extra.slot, now + offset_ns)
+                    resumed = task.schedule.resume(extra.slot, now + offset_ns)
+                    if resumed != extra.slot:
+                        self._record_between(tid, task, extra.slot, resumed, "misfire", include_first=True)
+                    extra.slot = resumed
                 due = extra.slot - offset_ns
                 if due != task.due:
                     task.due = due

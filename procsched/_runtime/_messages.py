@@ -394,6 +394,8 @@ class RunOrder(NamedTuple):
     retry_on: bytes | None
     fn_blob: bytes
     arg_blob: bytes
+    cause: str | None
+    """Why it runs ("manual", "backfill"); None: "schedule" (the usual case)."""
 
     @staticmethod
     def wire(
@@ -406,8 +408,9 @@ class RunOrder(NamedTuple):
         retry_on: bytes | None,
         fn_blob: bytes,
         arg_blob: bytes,
+        cause: str | None,
     ) -> Message:
-        return (RUN, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, fn_blob, arg_blob)
+        return (RUN, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, fn_blob, arg_blob, cause)
 
 
 class RunHeader(NamedTuple):
@@ -422,6 +425,7 @@ class RunHeader(NamedTuple):
     attempt: int
     wall_ns: int | None
     retry_on: bytes | None
+    cause: str | None
 
     @staticmethod
     def wire(
@@ -432,8 +436,9 @@ class RunHeader(NamedTuple):
         attempt: int,
         wall_ns: int | None,
         retry_on: bytes | None,
+        cause: str | None,
     ) -> Message:
-        return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on)
+        return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, cause)
 
 
 class Reply(NamedTuple):

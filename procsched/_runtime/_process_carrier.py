@@ -187,13 +187,21 @@ class ProcessCarrier(Carrier):
                 run.retry_on,
                 fn_blob,
                 arg_blob,
+                None if run.cause == "schedule" else run.cause,
             )
             body = pickle.dumps(order, PROTOCOL)
             out.append(memoryview(frame_head(len(body)) + body))
         else:  # a header, then the blobs as raw frames, written from their own bytes
             header = pickle.dumps(
                 m.RunHeader.wire(
-                    run.task_id, run.run, run.scheduled_ns, report_start, run.attempt, run.wall_ns, run.retry_on
+                    run.task_id,
+                    run.run,
+                    run.scheduled_ns,
+                    report_start,
+                    run.attempt,
+                    run.wall_ns,
+                    run.retry_on,
+                    None if run.cause == "schedule" else run.cause,
                 ),
                 PROTOCOL,
             )

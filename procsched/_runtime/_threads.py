@@ -76,7 +76,9 @@ class ThreadCarrier(Carrier):
             fn, args, kwargs = run.payload
             started = clock()
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + time.time_ns() - started
-            info = run_in_progress(run.task_id, run.run, run.scheduled_ns, started, worker.ident, run.attempt, wall)
+            info = run_in_progress(
+                run.task_id, run.run, run.scheduled_ns, started, worker.ident, run.attempt, wall, run.cause
+            )
             try:
                 with running(info, self.scheduler()):
                     value = fn(*args, **kwargs)

@@ -139,7 +139,10 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             # current_run()'s RunInfo is made only if the task asks for it (a
             # few microseconds a run, as much as a no-op task's whole run)
             token = begin_run(
-                functools.partial(run_in_progress, task_id, run_no, scheduled, started, pid, attempt, wall), proxy
+                functools.partial(
+                    run_in_progress, task_id, run_no, scheduled, started, pid, attempt, wall, order.cause or "schedule"
+                ),
+                proxy,
             )
             try:
                 value = fn(*args, **kwargs)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._errors import SchedulerError
-from .._events import RUN_END, RUN_MISSED, RUN_STARTED
+from .._events import RUN_END, RUN_SKIPPED, RUN_STARTED
 from .._handle import TaskHandle
 from . import _words
 from ._model import (
@@ -41,8 +41,6 @@ from ._model import (
 
 #: Ended tasks kept listed (a one-shot that ran, a cancelled task), newest.
 ENDED_KEPT = 1000
-#: What a run-now or backfill request answers until issue 22 lands.
-NEEDS_ISSUE_22 = "{} needs TaskHandle.{}() (issue 22: schedule control), which this procsched does not have yet"
 
 
 class ProgramSource(ConsoleSource):
@@ -101,7 +99,7 @@ class ProgramSource(ConsoleSource):
                     event.get("attempt", 1),
                     None,
                     None,
-                    "schedule",
+                    event.get("cause", "schedule"),
                     scheduled or now,
                     now,
                     None,
@@ -119,8 +117,8 @@ class ProgramSource(ConsoleSource):
                     event["run"],
                     event.get("attempt", 1),
                     event["outcome"],
-                    None,
-                    "schedule",
+                    event.get("reason"),
+                    event.get("cause", "schedule"),
                     scheduled,
                     wall(event["started_at"]),
                     wall(event["finished_at"]),
@@ -130,19 +128,8 @@ class ProgramSource(ConsoleSource):
                     event.get("output"),
                 )
                 self._slots.setdefault(tid, collections.deque(maxlen=RUNS_KEPT)).append(slot)
-            elif kind == RUN_MISSED:
-                missed = event["missed"]
-                slot = Slot(
-                    None,
-                    1,
-                    "skipped",
-                    "misfire",
-                    "schedule",
-                    None,
-                    None,
-                    None,
-                    error=f"{missed} slot{'s' if missed != 1 else ''} dropped by the misfire policy",
-                )
+            elif kind == RUN_SKIPPED:  # (a slot the misfire policy dropped is one of these too)
+                slot = Slot(None, 1, "skipped", event["reason"], "schedule", _wall(event["scheduled_at"]), None, None)
                 self._slots.setdefault(tid, collections.deque(maxlen=RUNS_KEPT)).append(slot)
 
     # -- the read model ------------------------------------------------------------
@@ -290,10 +277,10 @@ class ProgramSource(ConsoleSource):
     def run_now(self, ref: str) -> Request:
         handle = self._handle(ref)
         try:
-            run_now = handle.run_now  # issue 22: not on TaskHandle yet (AttributeError from its __getattr__)
-        except AttributeError:
-            raise Refused(NEEDS_ISSUE_22.format("run now", "run_now")) from None
-        if not run_now():
+            accepted = handle.run_now()
+        except SchedulerError as exc:
+            raise Refused(f"cannot run {ref!r} now: {exc}") from exc
+        if not accepted:
             raise Refused(f"cannot run {ref!r} now (its overlap policy skipped it, or it ended)")
         with self._lock:
             self._mark += 1
@@ -303,13 +290,11 @@ class ProgramSource(ConsoleSource):
     def backfill(self, ref: str, start: datetime, end: datetime, dry_run: bool) -> Request:
         handle = self._handle(ref)
         try:
-            backfill = handle.backfill  # issue 22: not on TaskHandle yet
-        except AttributeError:
-            raise Refused(NEEDS_ISSUE_22.format("a backfill", "backfill")) from None
-        try:
-            slots = backfill(start, end, dry_run=dry_run)
+            slots = handle.backfill(start, end, dry_run=dry_run)
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
+        except SchedulerError as exc:
+            raise Refused(f"cannot backfill {ref!r}: {exc}") from exc
         with self._lock:
             self._mark += 1
         now = datetime.now(UTC)
@@ -338,8 +323,8 @@ def _slot_of(info: Any) -> Slot:
         info.run,
         info.attempt,
         info.outcome,
-        None,
-        "schedule",
+        info.reason,
+        info.cause,
         scheduled,
         wall(info.started_at),
         wall(info.finished_at),

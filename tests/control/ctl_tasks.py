@@ -29,7 +29,8 @@ def logged_sleep(path: str, seconds: float) -> None:
 
 
 def note(path: str) -> None:
-    _write(path, f"ran {os.getpid()}\n")
+    """Log one line per run: why it ran, as the run itself sees it."""
+    _write(path, f"{procsched.current_run().cause}\n")
 
 
 def most_at_once(path: str) -> int:

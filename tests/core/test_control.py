@@ -241,3 +241,119 @@ def test_schedule_fields_cross_the_wire_and_the_record() -> None:
     assert "max_concurrent" not in plain and "overlap" not in plain and "misfire_grace_ns" not in plain
     old = {"v": 2, "kind": "fixed_rate", "delay_ns": 0, "period_ns": 400 * MS, "misfire": "catch_up"}
     assert Schedule.from_record(old, {}, 0, lambda zone: None)[0] == rate()  # type: ignore[arg-type,return-value]
+
+
+def timeline(schedule: Schedule, until_ms: int = 2700) -> tuple[list[int], list[tuple[int, str]], list[int]]:
+    """README's experiment on the core: fixed rate 400 ms, first slot at 200 ms,
+    every run taking 1 s. Returns the runs' start times, the skipped slots and
+    the replaced runs' numbers (ms)."""
+    core = SchedulerCore()
+    tid = core.add(200 * MS, schedule=schedule)
+    ends: dict[int, int] = {}  # run -> end time
+    starts: list[int] = []
+    replaced: list[int] = []
+    now = 0
+    while now <= until_ms * MS:
+        for run, end in sorted(ends.items()):
+            if end <= now:
+                del ends[run]
+                core.complete(tid, run, "ok", now)
+        while (claimed := core.claim(now)) is not None:
+            starts.append(now // MS)
+            ends[claimed.run] = now + NS
+            for _, old in core.take_replaced():
+                replaced.append(old)
+                del ends[old]
+                core.complete(tid, old, "cancelled", now)
+        due = core.next_deadline()
+        following = min([*ends.values(), *([due] if due is not None else [])], default=None)
+        if following is None:
+            break
+        now = max(following, now + 1)
+    return starts, skips(core), replaced
+
+
+def test_the_readme_timelines() -> None:
+    skip = timeline(rate(overlap=Overlap.SKIP))
+    assert skip[0] == [200, 1400, 2600]
+    assert skip[1] == [(600, "overlap"), (1000, "overlap"), (1800, "overlap"), (2200, "overlap")]
+    replace = timeline(rate(overlap=Overlap.REPLACE))
+    assert replace[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and replace[2] == [1, 2, 3, 4, 5, 6]
+    three = timeline(rate(max_concurrent=3))
+    assert three[0] == [200, 600, 1000, 1400, 1800, 2200, 2600] and three[1] == []
+
+
+def test_backfill_slots_keep_to_the_grid_while_a_retry_is_queued() -> None:
+    from procsched._core import RetryPolicy
+
+    core = SchedulerCore()
+    retry = RetryPolicy(3, 123 * MS, 1.0, NS, 0.0, frozenset({"error"}))
+    tid = core.add(0, schedule=rate(1000), retry=retry)
+    run = core.claim(0)
+    assert run is not None
+    done = core.complete(tid, 1, "error", 10 * MS)
+    assert done is not None and done.retrying  # queued at 133 ms: off the grid
+    assert [w // MS for _, w in core.backfill_slots(tid, 0, 3 * NS, now=3 * NS)] == [0, 1000, 2000]
+
+
+def _ny_hourly() -> Schedule:
+    from procsched import _tz
+    from procsched._core import CronTrigger
+
+    return Schedule.calendar(CronTrigger("0 * * * *", _tz.zone("America/New_York"), "America/New_York"))
+
+
+def _wall_ns(text: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(text).timestamp()) * NS
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        # fall back (Nov 1 2026): 01:00 EDT and 01:00 EST both fire
+        ("2026-11-01T00:00:00-04:00", "2026-11-01T03:00:00-05:00", ["04:00", "05:00", "06:00", "07:00"]),
+        # spring forward (Mar 8 2026): 02:00 does not exist; 01:00 EST then 03:00 EDT
+        ("2026-03-08T00:00:00-05:00", "2026-03-08T04:00:00-04:00", ["05:00", "06:00", "07:00"]),
+    ],
+)
+def test_backfill_of_a_cron_task_across_dst_lists_its_fire_times(start: str, end: str, expected: list[str]) -> None:
+    from datetime import UTC, datetime
+
+    core = SchedulerCore()
+    now_wall = _wall_ns("2026-12-01T00:00:00+00:00")
+    core.set_wall_offset(now_wall)  # the core's clock at 0 is this wall time
+    tid = core.add(0, schedule=_ny_hourly(), start_wall_ns=now_wall)
+    slots = core.backfill_slots(tid, _wall_ns(start), _wall_ns(end), now=0)
+    assert [datetime.fromtimestamp(w / NS, UTC).strftime("%H:%M") for _, w in slots] == expected
+
+
+def test_a_retry_in_flight_counts_as_running() -> None:
+    from procsched._core import RetryPolicy
+
+    core = SchedulerCore()
+    retry = RetryPolicy(2, 10 * MS, 1.0, NS, 0.0, frozenset({"error"}))
+    tid = core.add(0, schedule=rate(overlap=Overlap.SKIP), retry=retry)
+    core.claim(0)
+    done = core.complete(tid, 1, "error", 300 * MS)
+    assert done is not None and done.retrying
+    again = core.claim(310 * MS)
+    assert again is not None and again.run == 1 and again.attempt == 2
+    assert core.claim(400 * MS) is None  # the retry is running: the slot is skipped
+    assert skips(core) == [(400, "overlap")]
+
+
+def test_a_wall_clock_step_records_the_slots_it_dropped() -> None:
+    from procsched import _tz
+    from procsched._core import CronTrigger, Misfire
+
+    core = SchedulerCore()
+    start = _wall_ns("2026-12-01T00:30:00+00:00")
+    core.set_wall_offset(start)
+    hourly = Schedule.calendar(CronTrigger("0 * * * *", _tz.zone("UTC"), "UTC"), Misfire.COALESCE)
+    tid = core.add(0, schedule=hourly, start_wall_ns=start)
+    core.set_wall_offset(start + 5 * 3600 * NS, now=0)  # asleep 00:30 -> 05:30
+    dropped = [s.wall_ns for s in core.take_skips()]
+    assert [(w - _wall_ns("2026-12-01T00:00:00+00:00")) // (3600 * NS) for w in dropped] == [1, 2, 3, 4]
+    assert core.next_wall(tid) == _wall_ns("2026-12-01T05:00:00+00:00")  # coalesce: 05:00 runs once, for all

@@ -95,7 +95,6 @@ def test_a_page_without_the_token_shows_nothing(program, page):
     assert page.goto(program.url + "/").status == 401
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
 def test_run_now_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
@@ -108,7 +107,6 @@ def test_run_now_in_the_browser(program, page):
     wait_until(lambda: lines(program.log) == seen + 1, what="the manual run")
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 22 run_now/backfill")
 def test_backfill_dry_run_then_backfill_in_the_browser(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
@@ -126,16 +124,14 @@ def test_backfill_dry_run_then_backfill_in_the_browser(program, page):
     wait_until(lambda: lines(program.log) >= seen + 5, what="the backfilled runs")
 
 
-def test_run_now_and_backfill_in_the_browser_say_why_not_yet(program, page):
+def test_a_refused_backfill_in_the_browser_says_why(program, page):
     log_in(page, program)
     page.goto(f"{program.url}/jobs/~1")
-    page.click("button[name=run-now]")
-    assert "issue 22" in page.locator("#requests .flash.bad").inner_text()
     page.click("summary:text('Backfill')")
-    page.fill("input[name=start]", "2026-01-01T00:00:00Z")
-    page.fill("input[name=end]", "2026-01-01T00:00:02Z")
+    page.fill("input[name=start]", "2026-01-01T00:00:02Z")
+    page.fill("input[name=end]", "2026-01-01T00:00:00Z")
     page.click("button[name=dry-run]")
-    page.wait_for_selector("#requests .flash.bad:text('issue 22')")
+    page.wait_for_selector("#requests .flash.bad:text('start must be before end')")
 
 
 # -- over a store: run now and backfill are requests to the instance that runs the job -------------
