@@ -30,7 +30,8 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "") -> None:
 
 
 @pytest.mark.timeout(90)
-def test_why_explains_runs_and_slots_missed_while_down(store_url) -> None:
+def test_why_explains_runs_and_slots_missed_while_down(tmp_path) -> None:
+    store_url = str(tmp_path / "store.db")  # (SQLite: why reads what history reads, tested on both)
     with procsched.Scheduler(workers=1, store=store_url) as s:
         tick = s.schedule_at_fixed_rate(why_jobs.ok, 0.1, misfire="skip", key="tick", name="heartbeat")
         fails = s.schedule_at_fixed_rate(why_jobs.fails, 3600, key="fails")

@@ -117,7 +117,8 @@ def test_run_now_from_the_cli_runs_once_on_the_holder(store_url, tmp_path):
         assert (log.read_text().splitlines()[-1]) == f"{run} -"
 
 
-def test_backfill_requests_list_then_run_the_slots(store_url, tmp_path):
+def test_backfill_requests_list_then_run_the_slots(tmp_path):
+    store_url = str(tmp_path / "store.db")  # (SQLite: the store side is the same SQL on both)
     log = tmp_path / "tick.log"
     with procsched.Scheduler(workers=1, store=store_url, lease=LEASE) as s:
         tick = s.schedule_at_fixed_rate(ctl_jobs.mark, 0.2, args=(str(log),), key="tick")
@@ -196,12 +197,13 @@ def test_requests_are_carried_out_once_among_two_instances(store_url, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_take_over_records_the_slots_missed_while_nobody_ran_the_task(store_url, tmp_path):
+def test_a_take_over_records_the_slots_missed_while_nobody_ran_the_task(tmp_path):
     """The instance holding a long run of a cron task (every second,
     misfire "coalesce") is SIGKILLed: the survivor takes it over after the
     lease, records the run crashed, and the slots its policy drops (those
     that passed while the run was held and the lease ran out) as skipped,
     reason "down"."""
+    store_url = str(tmp_path / "store.db")  # (SQLite: the store side is the same SQL on both)
     from tests.durable.peers import Peer, lines, wait_for
 
     out = str(tmp_path / "long")
