@@ -1,7 +1,8 @@
 """The runtime: where each part runs, what it alone owns, and the one way others reach it.
 
     user process
-      caller threads      runs   _facade.py (Scheduler), ../_api.py, ../_validate.py, _durable/_recovery.py
+      caller threads      runs   _facade.py (Scheduler), ../_api.py, ../_validate.py, _durable/_recovery.py,
+                                 _durable/_down.py
                           owns   task and request numbers (under the Scheduler's lock)
                           via    - (they call the others)
       listener thread     runs   _listener.py
@@ -9,7 +10,8 @@
                           via    the event stream: backend.next_batch() (the event pipe; threads, Ray: a queue)
     dispatcher process (python -m procsched._runtime._dispatcher)
       its loop            runs   _dispatcher.py, _boot.py (its first steps), _engine.py, _handoff.py, ../_core/,
-                                 _process_carrier.py, _gc.py, _durable/_journal.py, _durable/_peers.py
+                                 _process_carrier.py, _gc.py, _durable/_journal.py, _durable/_peers.py,
+                                 _durable/_requests.py
                           owns   the engine (the core, the pool's slots, every run's fate), the workers' pipes
                                  and sentinels, the store's dispatcher connection
                           via    one select(): the command pipe (commands), each worker's pipe (its reports)

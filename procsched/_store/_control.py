@@ -2,7 +2,8 @@
 
     any process (instance, CLI, console)        the instance that runs the task
     pause / resume / remove ── state row ──────▶ follows it at its re-read (<= 1 s)
-    ask(run_now | backfill) ── request row ────▶ take_requests (once, fenced) ──▶ carries it out
+    ask(run_now | backfill) ── request row ────▶ open_requests + take, or take_requests (once, fenced)
+                                                 ──▶ carries it out (_runtime/_durable/_requests.py)
     request(id) ◀── result / error ───────────── Batch.answer, with the claims it caused
 
 The contract of each function is on the ``SQLStore`` method that calls it;

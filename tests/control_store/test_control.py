@@ -117,7 +117,8 @@ def test_run_now_from_the_cli_runs_once_on_the_holder(store_url, tmp_path):
         assert (log.read_text().splitlines()[-1]) == f"{run} -"
 
 
-def test_backfill_requests_list_then_run_the_slots(store_url, tmp_path):
+def test_backfill_requests_list_then_run_the_slots(tmp_path):
+    store_url = str(tmp_path / "store.db")  # (SQLite: the store side is the same SQL on both)
     log = tmp_path / "tick.log"
     with procsched.Scheduler(workers=1, store=store_url, lease=LEASE) as s:
         tick = s.schedule_at_fixed_rate(ctl_jobs.mark, 0.2, args=(str(log),), key="tick")
@@ -190,6 +191,49 @@ def test_requests_are_carried_out_once_among_two_instances(store_url, tmp_path):
             assert {run for run, *_ in lines(out)[seen:]} == set(runs)
         for p in peers:
             p.quit()
+    finally:
+        for p in peers:
+            p.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_take_over_records_the_slots_missed_while_nobody_ran_the_task(tmp_path):
+    """The instance holding a long run of a cron task (every second,
+    misfire "coalesce") is SIGKILLed: the survivor takes it over after the
+    lease, records the run crashed, and the slots its policy drops (those
+    that passed while the run was held and the lease ran out) as skipped,
+    reason "down"."""
+    store_url = str(tmp_path / "store.db")  # (SQLite: the store side is the same SQL on both)
+    from tests.durable.peers import Peer, lines, wait_for
+
+    out = str(tmp_path / "long")
+    task = {"kind": "cron", "key": "long", "expr": "* * * * * *", "out": out, "long_runs": 1, "long_s": 120}
+    cfg = {"store": store_url, "lease": 1.5, "tasks": [task]}
+    peers = [Peer(name, cfg, str(tmp_path)) for name in ("a", "b")]
+    try:
+        for p in peers:
+            p.ready()
+        first = wait_for(lambda: lines(out), 30, "run 1 to start", peers)[0]
+        holder = next(p for p in peers if p.name == first[3])
+        survivor = next(p for p in peers if p is not holder)
+        time.sleep(2.5)  # slots pass while the holder runs run 1 (and renews its lease): they wait for it
+        holder.kill()
+        with open_store(store_url) as store:
+            wait_for(
+                lambda: any(r.run == 1 and r.outcome == "crashed" for r in store.history("long")),
+                20,
+                "run 1 recorded crashed",
+                peers,
+            )
+            wait_for(lambda: [x for x in lines(out) if x[3] == survivor.name], 20, "the survivor's run", peers)
+            survivor.quit()
+            slots = store.history("long", 100, skipped=True)
+        down = [r.slot_ns for r in slots if r.outcome == "skipped" and r.reason == "down"]
+        assert down, slots
+        ran = sorted(r.scheduled_ns for r in slots if r.outcome != "skipped")
+        assert not set(down) & set(ran)  # a slot either ran or is skipped
+        assert all(ran[0] < slot < ran[-1] for slot in down)  # between run 1 and the run the survivor coalesced to
+        assert all(b - a == 10**9 for a, b in zip(down, down[1:], strict=False))  # every second, none left out
     finally:
         for p in peers:
             p.close()

@@ -467,7 +467,7 @@ class Journal(Durable):
         next one. Returns when to renew the lease."""
         self.offset = offset
         peers_at = self.peers.turn(engine, now, offset, self.dead)
-        peers_at = min(peers_at, self.requests.turn(engine, now, offset))
+        peers_at = min(peers_at, self.requests.turn(engine, now))
         self.sync(engine.events)
         self.seen = 0  # the dispatcher flushes the events next
         held, self.held = self.held, []

@@ -35,10 +35,10 @@ from typing import Any, Protocol
 from ..._core import Kind, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import Holder, SQLStore, StoredTask
+from ..._store import Batch, Holder, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message
-from ._stored import resume_point, schedule_of, stored_hash
+from ._stored import down_slots, resume_point, schedule_of, stored_hash
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
 REDEFINED = -1
@@ -75,6 +75,7 @@ class Journalled(Protocol):
 
     store: SQLStore
     holder: Holder
+    batch: Batch  # the turn's changes (a take-over's skipped slots go there)
     keys: dict[int, str]  # live keyed task id -> key
     runs: dict[str, int]  # key -> the last run number claimed
     owner: dict[str, int]  # key -> its latest task's id here
@@ -269,16 +270,21 @@ class Peers:
     def take_over(self, engine: Engine, dead: Any, now: int, offset: int, by_key: dict[str, int]) -> None:
         wall = now + offset
 
+        down: list[tuple[str, int]] = []  # slots missed while nobody ran the task, dropped by its misfire policy
+
         def reschedule(task: StoredTask, crashed: Any) -> dict[str, Any] | None:
             point = resume_point(task, crashed, wall)
             if point is None:
                 return None  # a one-shot whose only run crashed: it ends
             runs, attempt, due = point[:3]
+            down.extend((task.key, slot) for slot in down_slots(task, crashed, wall))
             return {"run_count": runs, "next_attempt": attempt, "next_due_ns": due}
 
         runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
         if runs is None:
             return  # another survivor took it over (or we were fenced out)
+        for key, slot in down:
+            self.journal.batch.skipped(key, slot, "down")
         self.takeovers += 1
         engine.log(
             30,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Protocol
 
-from ..._core import TaskState
+from ..._core import Run, TaskState
 from ..._core._control import MANUAL
 from ..._errors import StoreError
 from ..._store import Batch, ControlRequest, Holder, SQLStore, StoreBatch
@@ -70,19 +70,20 @@ class Requests:
         #: is answered with the next manual run of the task claimed here.
         self.waiting: dict[int, collections.deque[int]] = {}
 
-    def turn(self, engine: Engine, now: int, offset: int) -> int:
+    def turn(self, engine: Engine, now: int) -> int:
         """A turn of the dispatcher: read and carry out the open requests if
         it is time; when the next read is due."""
         if self.read_at is None:
             self.read_at = now + self.interval
         elif now >= self.read_at and not self.journal.dead:
             self.read_at = now + self.interval
-            self.read(engine, now, offset)
+            self.read(engine, now)
         if self.waiting:
             self._gone(engine)
         return self.read_at
 
-    def read(self, engine: Engine, now: int, offset: int) -> None:
+    def read(self, engine: Engine, now: int) -> None:
+        """Take the open requests this instance answers, and carry each out (or refuse it)."""
         journal = self.journal
         try:
             found = control.open_requests(journal.store)
@@ -99,9 +100,9 @@ class Requests:
             if tid is None or engine.state(tid) is None:
                 self._refuse(request.id, _why_not(request, found))
             else:
-                self._carry_out(engine, tid, request, now, offset)
+                self._carry_out(engine, tid, request, now)
 
-    def _carry_out(self, engine: Engine, tid: int, request: ControlRequest, now: int, offset: int) -> None:
+    def _carry_out(self, engine: Engine, tid: int, request: ControlRequest, now: int) -> None:
         if request.kind == "run_now":
             self._align(engine, tid, request.key)
             if engine.run_now(tid, now):  # answered with its claim (``claimed``)
@@ -134,7 +135,7 @@ class Requests:
         if stored is not None and stored.holder is None and engine.next_claim(tid) != (stored.state.run_count + 1, 1):
             engine.continue_runs(tid, stored.state.run_count)
 
-    def claimed(self, batch: StoreBatch, run: Any) -> None:
+    def claimed(self, batch: StoreBatch, run: Run) -> None:
         """A keyed run's claim goes into ``batch``: if it is a manual run
         asked for by a request, its answer goes with it."""
         waiting = self.waiting.get(run.task_id)
