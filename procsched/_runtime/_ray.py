@@ -173,7 +173,7 @@ class ClusterWatch:
             try:
                 name = proc.name()
             except psutil.Error:
-                continue  # gone already: not one of Ray's (its are watched below)
+                continue  # gone already (one of Ray's that is gone is caught below)
             if name not in self.NAMES:
                 continue
             what = f"Ray's {name} (pid {proc.pid}) exited"
@@ -187,8 +187,10 @@ class ClusterWatch:
 
     def _wait(self) -> None:
         try:
-            ready, _, _ = select.select([*self.watched, self.wake_r], [], [])
-            for fd in ready:
+            poll = select.poll()
+            for fd in (*self.watched, self.wake_r):
+                poll.register(fd, select.POLLIN)
+            for fd, _ in poll.poll():  # (blocks until a death, or stop())
                 if fd in self.watched:
                     self.put(m.RayLost.wire(self.watched[fd]))
                     break
@@ -199,7 +201,10 @@ class ClusterWatch:
     def stop(self) -> None:
         """Stop watching (the scheduler closed)."""
         if self.wake_w >= 0:
-            os.write(self.wake_w, b"x")
+            try:
+                os.write(self.wake_w, b"x")
+            except OSError:
+                pass  # it has stopped already (it saw a death)
             os.close(self.wake_w)
             self.wake_w = -1
 
