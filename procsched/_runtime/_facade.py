@@ -90,7 +90,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             faulthandler trace are caught), keep the last 64 KiB, and attach
             it to the run (``RunInfo.output``, the ``output`` field of run
             end events). False (default): runs write to this process's
-            stdout/stderr. The threads runner cannot capture (``output`` is None).
+            stdout/stderr. The threads runner cannot capture (``output`` is
+            None); on Ray, the output also goes on to the Ray worker's own.
         store: a durable store for keyed tasks (processes runner): a file
             path or ``"sqlite:///path"`` (SQLite) or ``"postgresql://..."``.
             Opened here (a bad store is a ``StoreError`` now); keyed tasks'

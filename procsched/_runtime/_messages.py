@@ -592,6 +592,21 @@ class Landed(NamedTuple):
         return (LANDED, worker, task_id, run, sent_ns, future, now_ns)
 
 
+class RayOutcome(NamedTuple):
+    """Ray: what a run's Ray task returns (``_ray_task.run``); times on its
+    node's wall clock (ns)."""
+
+    outcome: str
+    started_ns: int
+    finished_ns: int
+    blob_kind: int
+    blob: bytes
+    matched: bool
+    """The run raised one of the classes its ``Retry.on`` names."""
+    output: str | None = None
+    """Its captured stdout and stderr (the tail), with ``capture_output``."""
+
+
 class Mail(NamedTuple):
     """Ray: requests from runs (``current_scheduler()``) came in (the mailbox's future)."""
 

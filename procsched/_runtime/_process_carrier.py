@@ -318,7 +318,7 @@ class ProcessCarrier(Carrier):
             pidfd = os.pidfd_open(worker.ident)
         except OSError:  # gone (the forkserver reaped it before it told us)
             return False
-        if select.select([pidfd], [], [], 0)[0] or not _is_worker(worker.ident):
+        if _readable(pidfd, 0) or not _is_worker(worker.ident):
             os.close(pidfd)  # exiting, or a new process has its pid
             return False
         self.selector.unregister(worker.sentinel)
@@ -456,12 +456,19 @@ def _restart_forkserver(dying: int | None) -> None:
         except OSError:
             pass  # reaped already (another of its workers told us first)
         else:
-            select.select([pidfd], [], [], FORKSERVER_EXIT_S)
+            _readable(pidfd, FORKSERVER_EXIT_S)
             os.close(pidfd)
     try:
         forkserver.ensure_running()
     except Exception:  # noqa: BLE001 - the next worker's start tries again, and reports
         pass
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Is ``fd`` readable within ``timeout_s`` (a pidfd: has its process exited)?"""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(timeout_s * 1000))
 
 
 def _is_worker(pid: int) -> bool:

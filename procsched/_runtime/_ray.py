@@ -173,7 +173,7 @@ class ClusterWatch:
             try:
                 name = proc.name()
             except psutil.Error:
-                continue  # gone already: not one of Ray's (its are watched below)
+                continue  # gone already (one of Ray's that is gone is caught below)
             if name not in self.NAMES:
                 continue
             what = f"Ray's {name} (pid {proc.pid}) exited"
@@ -187,8 +187,10 @@ class ClusterWatch:
 
     def _wait(self) -> None:
         try:
-            ready, _, _ = select.select([*self.watched, self.wake_r], [], [])
-            for fd in ready:
+            poll = select.poll()
+            for fd in (*self.watched, self.wake_r):
+                poll.register(fd, select.POLLIN)
+            for fd, _ in poll.poll():  # (blocks until a death, or stop())
                 if fd in self.watched:
                     self.put(m.RayLost.wire(self.watched[fd]))
                     break
@@ -199,7 +201,10 @@ class ClusterWatch:
     def stop(self) -> None:
         """Stop watching (the scheduler closed)."""
         if self.wake_w >= 0:
-            os.write(self.wake_w, b"x")
+            try:
+                os.write(self.wake_w, b"x")
+            except OSError:
+                pass  # it has stopped already (it saw a death)
             os.close(self.wake_w)
             self.wake_w = -1
 
@@ -213,10 +218,11 @@ def _psutil() -> Any:
 class _RayWorker:
     """A virtual worker: a place for one run in flight."""
 
-    __slots__ = ("ident", "ref", "killed", "reported")
+    __slots__ = ("ident", "ref", "killed", "reported", "output")
 
     def __init__(self, ident: str) -> None:
         self.ident = ident
+        self.output: str | None = None  # its last run's captured output
         self.ref: Any = None  # the ObjectRef of the run in flight
         self.killed = False  # the engine stopped it: its end is an exit, not a result
         self.reported = False  # its exit was reported to the engine
@@ -230,8 +236,9 @@ class RayCarrier(Carrier):
     or health of its own: Ray places runs on processes we do not own, and
     watches its workers and nodes.)"""
 
-    def __init__(self, ray: Any, inbox: Any, mailbox: str) -> None:
+    def __init__(self, ray: Any, inbox: Any, mailbox: str, capture: bool = False) -> None:
         self.ray = ray
+        self.capture = capture  # capture each run's output (see _ray_task.run)
         self.inbox = inbox
         self.mailbox = mailbox
         self.remote = ray.remote(max_retries=0, retry_exceptions=False)(_ray_task.run)
@@ -258,6 +265,7 @@ class RayCarrier(Carrier):
                 run.attempt,
                 run.wall_ns,
                 run.retry_on,
+                self.capture,
             )
         except Exception as exc:  # noqa: BLE001 - Ray refused the task: the run fails with its reason
             err = SchedulerError(f"Ray did not accept task {run.task_id} run {run.run}: {type(exc).__name__}: {exc}")
@@ -282,6 +290,9 @@ class RayCarrier(Carrier):
             worker.reported = True
             self.inbox.put(m.Exited.wire(worker, None, None))
 
+    def output(self, worker: _RayWorker) -> str | None:
+        return worker.output
+
     def retire(self, worker: _RayWorker) -> None:
         worker.killed = worker.reported = True
         self.inbox.put(m.Exited.wire(worker, 0, None))
@@ -301,7 +312,7 @@ class RayBackend(DispatcherThread):
         try:
             mailbox_class = ray.remote(num_cpus=0, max_restarts=0)(_ray_task.Mailbox)
             self.mailbox = mailbox_class.options(name=name).remote()
-            self.carrier = RayCarrier(ray, self.inbox, name)
+            self.carrier = RayCarrier(ray, self.inbox, name, config["capture_output"])
         except BaseException:
             release()
             raise
@@ -356,16 +367,28 @@ class RayBackend(DispatcherThread):
             engine.worker_exited(worker, None, now)
             return
         exc = future.exception()
+        worker.output = None
         if exc is None:
-            outcome, started, finished, kind, blob, matched = future.result()
+            result: m.RayOutcome = future.result()
+            worker.output = result.output
             # The node's wall clock -> the scheduler's monotonic clock, kept
             # within what this process saw (clocks of other nodes may be off).
             offset = time.time_ns() - time.monotonic_ns()
-            started = min(max(started - offset, sent), now)
-            finished = min(max(finished - offset, started), now)
-            engine.finished(
-                worker, m.Done(m.DONE, task_id, run_no, outcome, started, finished, kind, blob, matched, None)
+            started = min(max(result.started_ns - offset, sent), now)
+            finished = min(max(result.finished_ns - offset, started), now)
+            done = m.Done(
+                m.DONE,
+                task_id,
+                run_no,
+                result.outcome,
+                started,
+                finished,
+                result.blob_kind,
+                result.blob,
+                result.matched,
+                None,
             )
+            engine.finished(worker, done)
         elif isinstance(exc, self.crashes):
             worker.reported = True
             text = str(exc).strip().split("\n")[0][:300]

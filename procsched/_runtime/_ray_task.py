@@ -35,6 +35,7 @@ import itertools
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,8 @@ from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
 from .._handle import RunInfo, TaskHandle
 from .._validate import TaskSpec
-from ._messages import BLOB_ERROR, REFUSAL, Add, Refusal, Reply, view
+from ._messages import BLOB_ERROR, REFUSAL, Add, RayOutcome, Refusal, Reply, view
+from ._process_carrier import OUTPUT_TAIL
 from ._wire import CallLoader, carried_classes, pack_call, pack_error, pack_value
 from ._worker import _DetachedHandle, _retry_matches, _WorkerScheduler
 
@@ -67,13 +69,16 @@ def run(
     attempt: int = 1,
     wall_ns: int | None = None,
     retry_on: bytes | None = None,
-) -> tuple[str, int, int, int, bytes, bool]:
-    """The Ray task: one run. Returns (outcome, started, finished, blob kind,
-    blob, matched), times on this node's wall clock (ns); ``clock_offset_ns``
-    is the scheduler's wall minus monotonic clock, so that ``current_run()``
-    speaks in scheduler-clock seconds. ``matched``: the run raised one of the
-    exception classes its ``Retry.on`` names (decided here, where the
-    exception exists)."""
+    capture: bool = False,
+) -> RayOutcome:
+    """The Ray task: one run. Times on this node's wall clock (ns);
+    ``clock_offset_ns`` is the scheduler's wall minus monotonic clock, so
+    that ``current_run()`` speaks in scheduler-clock seconds. ``matched``:
+    the run raised one of the exception classes its ``Retry.on`` names
+    (decided here, where the exception exists). ``capture``: the run's
+    stdout and stderr (fds 1 and 2) are captured (the tail returned), and
+    then written on to the Ray worker's own stdout (its log: Ray's
+    ``log_to_driver`` still shows them)."""
     _lead_children()
     before = _children()  # the Ray worker's own (normally none): not the run's to kill
     wall = time.time_ns
@@ -91,6 +96,7 @@ def run(
         scheduled_at,
     )
     matched = False
+    captured = _Capture() if capture else None
     try:
         fn, args, kwargs = _load((fn_blob, arg_blob))
         with running(info, _RayScheduler(mailbox)):
@@ -102,8 +108,46 @@ def run(
         kind, blob = pack_value(value)
         outcome = "ok" if kind != BLOB_ERROR else "error"
     finally:
+        output = None if captured is None else captured.end()
         _end_children(before)
-    return outcome, started, wall(), kind, blob, matched
+    return RayOutcome(outcome, started, wall(), kind, blob, matched, output)
+
+
+class _Capture:
+    """A run's fds 1 and 2, sent to a file from now until ``end()``."""
+
+    def __init__(self) -> None:
+        _flush()
+        self.saved = (os.dup(1), os.dup(2))
+        self.file = tempfile.TemporaryFile()
+        fd = self.file.fileno()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+
+    def end(self) -> str:
+        """Put fds 1 and 2 back, write what was captured on to fd 1; its tail."""
+        _flush()
+        for target, saved in zip((1, 2), self.saved, strict=True):
+            os.dup2(saved, target)
+            os.close(saved)
+        with self.file as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            while chunk := f.read(1 << 16):
+                try:
+                    os.write(1, chunk)
+                except OSError:
+                    break
+            f.seek(max(0, size - OUTPUT_TAIL))
+            return f.read(OUTPUT_TAIL).decode("utf-8", "replace")
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a task replaced or closed it
+            pass
 
 
 def _lead_children() -> None:

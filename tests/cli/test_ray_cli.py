@@ -45,12 +45,5 @@ def test_ray_keeps_its_lines_off_the_plain_stream(ray_plain: subprocess.Complete
     assert "hello from a ray job" in done.stderr  # Ray's worker output: on stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26 item 10, runtime side: the Ray runner does not capture a run's "
-    "output (RunInfo.output and the event's output are None with capture_output=True), so the CLI "
-    "cannot frame it under its run; _ray_task.run should capture fds 1 and 2 per run as the "
-    "processes worker does, and return the output with the result",
-)
 def test_ray_job_output_is_framed_under_its_run(ray_plain: subprocess.CompletedProcess[str]) -> None:
     assert "    │ hello from a ray job" in ray_plain.stdout

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -131,12 +132,6 @@ def test_every_run_after_a_kill_9_restart_is_reported_and_the_recovery_is_said(r
     assert tick["runs"] == len(reported)  # the summary counted them too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26 items 2 and 6, runtime side: Scheduler(store=...) logs nothing "
-    "at INFO about the stored tasks it resumed or the slots they will make up (the CLI says these "
-    "itself, from the store)",
-)
 def test_the_runtime_logs_its_recovery_at_info(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from procsched import Scheduler
     from procsched._demo_jobs import heartbeat  # importable by reference anywhere
@@ -151,6 +146,40 @@ def test_the_runtime_logs_its_recovery_at_info(tmp_path: Path, caplog: pytest.Lo
     logged = [r.getMessage() for r in caplog.records]
     assert any("beat" in line and "resum" in line for line in logged), logged
     assert any("beat" in line and "missed" in line for line in logged), logged
+
+
+class _Said(logging.Handler):
+    """Sets ``seen`` when the "procsched" logger says something containing ``words``."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.INFO)
+        self.words, self.seen, self.lines = words, threading.Event(), []  # type: ignore[var-annotated]
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+def test_the_runtime_says_standby_at_info(tmp_path: Path) -> None:
+    from procsched import Scheduler
+
+    db = str(tmp_path / "s.db")
+    said = _Said("on standby while scheduler")
+    logger = logging.getLogger("procsched")
+    logger.addHandler(said)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with Scheduler(workers=1, store=db, lease=2) as a, Scheduler(workers=1, store=db, lease=2) as b:
+            for s in (a, b):  # one task, two schedulers: one runs it, the other stands by and says so
+                s.schedule_at_fixed_rate(time.sleep, 0.1, args=(0.3,), key="held", replace_existing=True)
+            assert said.seen.wait(30), said.lines
+            a.shutdown(wait=False, cancel_futures=True)
+            b.shutdown(wait=False, cancel_futures=True)
+    finally:
+        logger.removeHandler(said)
+        logger.setLevel(old_level)
 
 
 def _record(stream: object, event: str, until: object = lambda record: True) -> dict[str, object]:

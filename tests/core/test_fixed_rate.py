@@ -133,7 +133,7 @@ def test_grid_is_exact_in_integer_nanoseconds(misfire: Misfire) -> None:
 
 def test_grid_from_a_float_period_stays_on_first_plus_k_period() -> None:
     clock = procsched.ManualClock(0.5)
-    sched = procsched.InlineScheduler(clock)
+    sched = procsched.InlineScheduler(clock, handle_runs=3001)  # every RunInfo kept
     handle = sched.schedule_at_fixed_rate(lambda: None, 1 / 3, initial_delay=0.1)
     sched.run_until(1000.6)
     assert len(handle.runs) == 3001

@@ -71,3 +71,6 @@ def test_the_death_of_the_ray_cluster_is_reported_within_seconds(programs, tmp_p
     got = prog.expect("reported", timeout=60)
     assert got.split()[1] == "True", f"not reported within 10 s: {got}"
     assert prog.expect("shutdown", timeout=60) == "shutdown returned"
+    err = prog.stderr()
+    assert "Ray's cluster is gone (Ray's " in err, err[-3000:]  # the reason, logged with the handles failed
+    assert "dispatcher thread failed" not in err, err[-3000:]

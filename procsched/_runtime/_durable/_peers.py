@@ -48,6 +48,8 @@ SYNC_MAX_NS = NS
 #: Re-read rows written this long before the last read too: a transaction
 #: may commit a little after the store-clock time it stamped.
 OVERLAP_NS = 2 * NS
+#: Tasks said at INFO one by one as they go on standby.
+TOLD_STANDBY = 10
 
 
 def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
@@ -101,6 +103,7 @@ class Peers:
         self.asked: set[str] = set()  # keys whose adoption was asked of the facade
         self.holders: list[Any] = []  # the registered schedulers as of the last re-read
         self.takeovers = 0
+        self.standby_told = 0  # standby entries said at INFO (see _tell_standby)
         #: Tasks on standby (see ``stand_by``): task id -> the store's next due
         #: time as last read (UTC ns), None while another scheduler holds a run.
         self.standby: dict[int, int | None] = {}
@@ -159,6 +162,20 @@ class Peers:
             return  # lost to its own run in flight (a run given ahead), not to another scheduler
         if engine.stand_by(tid):
             self._note(tid, task)
+            self._tell_standby(engine, task)
+
+    def _tell_standby(self, engine: Engine, task: StoredTask) -> None:
+        """Say at INFO that ``task`` is on standby and for whom (the first
+        ``TOLD_STANDBY`` of them one by one, then that the others are not)."""
+        self.standby_told += 1
+        if self.standby_told > TOLD_STANDBY + 1:
+            return
+        if self.standby_told > TOLD_STANDBY:
+            engine.log(20, "more keyed tasks go on standby: not said one by one (stats()['store'] lists them)")
+            return
+        holder = next((h for h in self.holders if h.id == task.holder), None)
+        whom = "another scheduler" if holder is None else f"scheduler {holder.host}/{holder.pid}"
+        engine.log(20, f"keyed task {task.key}: on standby while {whom} runs it (this one takes over if it stops)")
 
     def _note(self, tid: int, task: StoredTask) -> None:
         """What the re-read checks for a task on standby: its next due time, None while a run is in flight."""

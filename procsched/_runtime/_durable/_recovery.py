@@ -29,6 +29,7 @@ from ..._store import RunRecord, StoredTask, TaskDefinition, dead_here, function
 from ..._validate import TaskSpec
 from .._messages import AdoptShape, Message
 from .._wire import carried_classes, pack_call
+from . import _report
 from ._stored import resume_point, stored_hash
 
 logger = logging.getLogger("procsched")
@@ -271,4 +272,5 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
         )  # adopted unchanged: nothing to write
         result.rows.append(Row(d.key, at, runs, attempt, due or 0, slot, paused, write, names[at]))
         result.adopted[d.key] = stored_hash(d)
+    _report.resumed(tasks, crashed, result, wall)
     return result
