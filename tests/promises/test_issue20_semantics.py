@@ -332,11 +332,6 @@ def test_procsched_next_notes_a_dst_gap_only_where_the_named_time_moved() -> Non
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 22: clock skew larger than the period skips slots without a "
-    "recorded, explained skip (history(key, skipped=True))",
-)
 def test_clock_skew_larger_than_the_period_skips_no_slot_silently(instances, pg_url, tmp_path) -> None:
     out = str(tmp_path / "runs.log")
     period = 0.5
