@@ -628,7 +628,7 @@ class Journal(Durable):
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
         if result is not None and not isinstance(result, BaseException) and result.limited:
-            told = self.limited.wait(result.limited, mine, told, now)  # they wait: not started, not lost
+            told = self.limited.wait(result.limited, mine, told, now, QUEUED)  # they wait: not started, not lost
         gone = []
         for claim, known in mine:
             if known[0] == QUEUED:

@@ -44,18 +44,22 @@ class Limited:
         self.last = 0  # when the last claims came back limited
 
     def wait(
-        self, limited: list[tuple[str, int, int]], mine: list[tuple[Claim, list[Any]]], told: list[m.Message], now: int
+        self,
+        limited: list[tuple[str, int, int]],
+        mine: list[tuple[Claim, list[Any]]],
+        told: list[m.Message],
+        now: int,
+        queued: int,
     ) -> list[m.Message]:
         """The commit's claims ``limited`` (key, run, attempt) wait: their
-        stage goes back to queued (``queued``: the journal's QUEUED), their
-        start events are kept. Returns ``told`` without those events."""
-        from ._journal import QUEUED
-
+        stage goes back to ``queued`` (the journal's stage of a claim whose
+        start is still to be written), their start events are kept. Returns
+        ``told`` without those events."""
         refused = set(limited)
         ids: set[tuple[int, int]] = set()
         for claim, known in mine:
             if (known[2], claim[1], claim[2]) in refused:
-                known[0] = QUEUED
+                known[0] = queued
                 self.claims.append(claim)
                 ids.add((claim[0], claim[1]))
         rest: list[m.Message] = []
