@@ -11,18 +11,14 @@ runner - inline, threads, processes - drives the very same decisions.
     _schedule.py   Schedule: when a task runs (slots, misfire, limits; wire and stored forms)
     _calendar.py   CronTrigger: cron fire times with cron's DST rules
     _scheduler.py  SchedulerCore: the task table, the heaps, the run decisions
+    _task.py       the records: a task, its extra state, a run, a completion, a skipped slot
     _control.py    schedule control: runs counted one by one, run now, backfill, skipped slots
+    _limits.py     shared limits (groups) and the schedule's jitter
     _units.py      time units: ns, the epoch, wall-clock datetimes
 """
 
 from ._calendar import CronTrigger as CronTrigger
 from ._calendar import Zone as Zone
-from ._control import (
-    Completion as Completion,
-)
-from ._control import (
-    Run as Run,
-)
 from ._schedule import (
     KIND_OF as KIND_OF,
 )
@@ -48,18 +44,14 @@ from ._schedule import (
     Schedule as Schedule,
 )
 from ._scheduler import (
-    CancelResult as CancelResult,
-)
-from ._scheduler import (
-    Policy as Policy,
-)
-from ._scheduler import (
-    RetryPolicy as RetryPolicy,
-)
-from ._scheduler import (
     SchedulerCore as SchedulerCore,
 )
 from ._state import Outcome as Outcome
 from ._state import Priority as Priority
 from ._state import TaskState as TaskState
 from ._state import transition as transition
+from ._task import CancelResult as CancelResult
+from ._task import Completion as Completion
+from ._task import Policy as Policy
+from ._task import RetryPolicy as RetryPolicy
+from ._task import Run as Run

@@ -48,22 +48,26 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ._schedule import Kind, Overlap, Schedule
 from ._state import TaskState, transition
-
-if TYPE_CHECKING:
-    from ._scheduler import RetryPolicy, TaskExtra, _Task
-
-#: Why a run ran (``Run.cause``).
-SCHEDULE: Final = "schedule"
-MANUAL: Final = "manual"
-BACKFILL: Final = "backfill"
-#: A backfill covers at most this many slots.
-BACKFILL_MAX: Final = 10_000
-#: Skipped slots recorded in one step at most (the newest are kept).
-RECORDS_PER_STEP: Final = 100
+from ._task import (
+    BACKFILL,
+    BACKFILL_MAX,
+    MANUAL,
+    RECORDS_PER_STEP,
+    SCHEDULE,
+    Completion,
+    Control,
+    Flight,
+    RetryPolicy,
+    Run,
+    SideRun,
+    SkipRecord,
+    TaskExtra,
+    _Task,
+)
 
 CALENDAR = Kind.CALENDAR
 PENDING, RUNNING, PAUSED, CANCELLED, DONE = (
@@ -73,98 +77,6 @@ PENDING, RUNNING, PAUSED, CANCELLED, DONE = (
     TaskState.CANCELLED,
     TaskState.DONE,
 )
-
-
-class Run(NamedTuple):
-    """A run handed out by :meth:`SchedulerCore.claim`."""
-
-    task_id: int
-    run: int
-    scheduled_ns: int
-    timeout_ns: int | None
-    payload: Any
-    name: str | None
-    attempt: int = 1
-    wall_ns: int | None = None
-    """The slot's wall-clock time (calendar tasks, backfill); else scheduled_ns + the offset."""
-    retry_on: Any = None
-    """Exception classes ``Retry.on`` names (opaque here: the worker checks them)."""
-    cause: str = SCHEDULE
-    """"schedule", "manual" (run now) or "backfill"."""
-
-
-class Completion(NamedTuple):
-    """What :meth:`SchedulerCore.complete` changed."""
-
-    task_id: int
-    run: int
-    outcome: str
-    state: TaskState
-    next_due_ns: int | None
-    missed: int
-    """Grid slots dropped by the misfire policy (0 unless some were)."""
-    ended: bool
-    """The task reached a terminal state in this step (it was not already)."""
-    next_wall_ns: int | None = None
-    """The next slot's wall-clock time (calendar tasks), else None."""
-    retrying: bool = False
-    """The next run is a retry of this one (same run number, next attempt)."""
-    periodic: bool = False
-    reason: str | None = None
-    """None, or "replaced": the run was ended to start a newer slot."""
-
-
-class SkipRecord(NamedTuple):
-    """A slot that did not run (see the module docstring)."""
-
-    task_id: int
-    scheduled_ns: int
-    """The slot on the core's (monotonic) clock."""
-    wall_ns: int
-    """The slot on the wall clock."""
-    reason: str
-    """"overlap", "misfire", "late" or "paused"."""
-    state: TaskState | None = None
-    """The state the task ended in at this skip (its last slot), else None."""
-
-
-class Flight(NamedTuple):
-    """A run of a controlled task that is in flight."""
-
-    slot_ns: int
-    wall_ns: int
-    cause: str
-    attempt: int
-    order: int
-    """Start order: "replace" ends the lowest."""
-
-
-class SideRun(NamedTuple):
-    """A run waiting outside the task's regular slots."""
-
-    task_id: int
-    run: int
-    """0: numbered when it starts; else a retry of that run."""
-    attempt: int
-    slot_ns: int
-    wall_ns: int
-    cause: str
-
-
-class Control:
-    """The state of a controlled task (``TaskExtra.control``)."""
-
-    __slots__ = ("inflight", "waiting", "backfill", "backfilling", "blocked", "exhausted", "scheduled", "replacing")
-
-    def __init__(self) -> None:
-        self.inflight: dict[int, Flight] = {}
-        self.waiting: deque[SideRun] = deque()  # side runs that found the task full
-        self.backfill: deque[tuple[int, int]] = deque()  # (slot_ns, wall_ns) still to run
-        self.backfilling = False  # a backfill slot is queued or in flight
-        self.blocked = False  # its due slot waits for a run to end ("wait")
-        self.exhausted = False  # no regular slot left: it ends when its runs do
-        self.scheduled = 0  # scheduled runs started (max_runs counts these)
-        self.replacing: set[int] = set()  # runs asked to end for a newer slot
 
 
 class ControlMixin:

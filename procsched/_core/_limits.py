@@ -35,8 +35,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from ._control import Run, SideRun
-    from ._scheduler import Policy, _Task
+    from ._task import Policy, Run, SideRun, _Task
 
 #: A run holding a unit: (task id, run number).
 Holder = tuple[int, int]

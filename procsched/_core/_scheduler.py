@@ -72,18 +72,18 @@ after its backoff, unless that would reach the task's next regular slot.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import random
 from collections.abc import Mapping
 from heapq import heapify, heappop, heappush
-from typing import Any, NamedTuple
+from typing import Any
 
-from ._control import Completion, Control, ControlMixin, Run
+from ._control import ControlMixin
 from ._limits import LimitsMixin, undelay
 from ._schedule import ONCE as ONCE_SCHEDULE
 from ._schedule import Kind, Schedule
 from ._state import OUTCOMES, Outcome, TaskState, transition
+from ._task import CancelResult, Completion, Control, Policy, RetryPolicy, Run, TaskExtra, _Task
 
 PENDING = TaskState.PENDING
 RUNNING = TaskState.RUNNING
@@ -98,37 +98,6 @@ COMPACT_MIN_DEAD = 64
 WALL_STEP_NS = 100_000_000
 
 
-class Policy(enum.Enum):
-    """Which due task runs first when several are due."""
-
-    PRIORITY = "priority"
-    """Highest priority, then earliest due time, then submission order."""
-    DUE = "due"
-    """Earliest due time, then highest priority, then submission order."""
-    FIFO = "fifo"
-    """Earliest due time, then submission order; priority is ignored."""
-
-
-class CancelResult(enum.Enum):
-    """The core's answer to a cancel; ``accepted`` is what ``cancel()`` returns."""
-
-    CANCELLED = "cancelled"
-    """It was PENDING: now CANCELLED, it will never run."""
-    STOPPED = "stopped"
-    """A running periodic task: now CANCELLED; the current run finishes."""
-    INTERRUPT = "interrupt"
-    """Now CANCELLED; the runtime must kill the current run and then report
-    it with ``complete(..., "cancelled", ...)``."""
-    REFUSED = "refused"
-    """A running one-shot task without ``interrupt=True``: left alone."""
-    UNKNOWN = "unknown"
-    """Finished, already cancelled, or never existed."""
-
-    @property
-    def accepted(self) -> bool:
-        return self in (CancelResult.CANCELLED, CancelResult.STOPPED, CancelResult.INTERRUPT)
-
-
 # Hot-path constants (benchmarks/core_scale.py: a million pending tasks). On
 # CPython 3.11 reading an enum member off its class (``Kind.ONCE``) costs
 # ~100 ns and a ``transition()`` call ~100 ns, a module global ~10 ns: the
@@ -141,111 +110,6 @@ R_CANCELLED, R_STOPPED, R_INTERRUPT = CancelResult.CANCELLED, CancelResult.STOPP
 R_REFUSED, R_UNKNOWN = CancelResult.REFUSED, CancelResult.UNKNOWN
 CLAIMED = transition(PENDING, "claim")  # PENDING --claim--> RUNNING
 CANCELLED_PENDING = transition(PENDING, "cancel")  # PENDING --cancel--> CANCELLED
-
-
-class RetryPolicy(NamedTuple):
-    """``procsched.Retry`` in core units (validated by the public class)."""
-
-    attempts: int
-    delay_ns: int
-    backoff: float
-    max_delay_ns: int
-    jitter: float
-    outcomes: frozenset[str]
-    """Outcomes retried whatever the error ("error", "crashed", "timeout")."""
-
-    def delay_after(self, attempt: int, rng: random.Random) -> int:
-        """Backoff after failed attempt ``attempt`` (1-based), in ns."""
-        try:
-            grown = self.delay_ns * self.backoff ** (attempt - 1) if self.delay_ns else 0.0
-        except OverflowError:  # past a float (issue 20 item 8): max_delay caps it
-            grown = self.max_delay_ns
-        delay = min(grown, self.max_delay_ns)
-        if self.jitter:
-            delay *= 1 + self.jitter * rng.uniform(-1.0, 1.0)
-        return max(0, int(delay))
-
-    def to_wire(self) -> tuple[int, int, float, int, float, tuple[str, ...]]:
-        """Plain values for another process (the outcomes sorted)."""
-        return (
-            self.attempts,
-            self.delay_ns,
-            self.backoff,
-            self.max_delay_ns,
-            self.jitter,
-            tuple(sorted(self.outcomes)),
-        )
-
-    @staticmethod
-    def from_wire(wire: tuple[int, int, float, int, float, tuple[str, ...]]) -> RetryPolicy:
-        attempts, delay_ns, backoff, max_delay_ns, jitter, outcomes = wire
-        return RetryPolicy(attempts, delay_ns, backoff, max_delay_ns, jitter, frozenset(outcomes))
-
-
-class TaskExtra:
-    """The state a calendar, retried, limited or paused task keeps beyond a
-    plain one's (made by the core: see ``SchedulerCore.add``)."""
-
-    __slots__ = (
-        "limit",
-        "retry",
-        "retry_on",
-        "slot",
-        "base",
-        "attempt",
-        "retrying",
-        "pause_asked",
-        "control",
-        "delayed",
-    )
-
-    def __init__(self, limit: int | None = None, retry: RetryPolicy | None = None, retry_on: Any = None) -> None:
-        self.limit = limit  # no slot after this (the schedule's until): wall (calendar) or monotonic
-        self.retry = retry
-        self.retry_on = retry_on
-        self.slot = 0  # calendar: the wall-clock instant of the current (or next) slot
-        self.base = 0  # the current run's regular due time (its retries move task.due)
-        self.attempt = 0  # attempts of the current run so far
-        self.retrying = False  # the pending entry is a retry of the current run
-        self.pause_asked = False  # pause once the current run ends
-        self.control: Control | None = None  # its runs counted one by one (see _control.py)
-        self.delayed: int | None = None  # the schedule's jitter added to task.due (its slot) for this run
-
-
-class _TaskHead:
-    """The fields that cancel and claim read, first in memory.
-
-    CPython lays slots out in sorted name order after those of the base
-    class, so these (sorted: active, extra, payload, seq, state) sit within
-    56 bytes of the object header, which every reference touches anyway: at
-    a million pending, a cancel then misses one or two cache lines of the
-    record, not three (with one class, ``state`` sat 112 bytes in).
-    """
-
-    __slots__ = ("active", "extra", "payload", "seq", "state")
-    state: TaskState
-    extra: TaskExtra | None
-    payload: Any
-    seq: int  # submission order; re-stamped when the task is re-queued out of turn
-    active: bool  # a run is in flight
-
-
-class _Task(_TaskHead):
-    # No id (the table's key is the id; the heap entry holds it too) and one
-    # ``schedule`` (shared: every one-shot's is ``ONCE``): 12 slots make 128
-    # bytes with the GC header, two cache lines, not three (15 slots: 160).
-    # Smaller records are what makes ``add`` cheaper at a million.
-    __slots__ = ("runs", "due", "kind", "priority", "schedule", "timeout", "name")
-    runs: int  # runs claimed so far; the current run's number
-    due: int  # the scheduled time of the current (or next) run
-    kind: Kind  # ``schedule.kind``, one attribute away on the per-task paths
-    priority: int
-    schedule: Schedule
-    timeout: int | None
-    name: str | None
-
-    def __repr__(self) -> str:
-        return f"<task {self.kind.value} {self.state.name} due={self.due} runs={self.runs}>"
 
 
 class SchedulerCore(ControlMixin, LimitsMixin):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from procsched._core import Misfire, Overlap, Schedule, SchedulerCore, TaskState
-from procsched._core._control import BACKFILL_MAX, SkipRecord
+from procsched._core._task import BACKFILL_MAX, SkipRecord
 
 MS = 1_000_000
 NS = 1_000_000_000

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from procsched import ManualClock
 from procsched._core import Kind, Misfire, Schedule, SchedulerCore, TaskState
 from procsched._core._calendar import CronTrigger
-from procsched._core._scheduler import RetryPolicy
+from procsched._core._task import RetryPolicy
 
 NS = 1_000_000_000
 

@@ -36,7 +36,7 @@ import collections
 from typing import Any, Protocol
 
 from ..._core import Run, TaskState
-from ..._core._control import MANUAL
+from ..._core._task import MANUAL
 from ..._errors import StoreError
 from ..._store import Batch, ControlRequest, Holder, SQLStore, StoreBatch
 from ..._store import _control as control
