@@ -177,7 +177,9 @@ class Dispatcher:
             for key, mask in select(timeout):
                 try:
                     self.on_event(key.data, mask)
-                except Exception as exc:  # noqa: BLE001 - one bad record never ends the dispatcher (issue 20 item 9)
+                except Exception as exc:  # one bad record never ends the dispatcher (issue 20 item 9)
+                    if key.data[0] == ON_COMMANDS:
+                        raise  # the user process's own channel is corrupt: nothing after it can be trusted
                     self.contained(exc)
         if self.journal is not None:
             if self.evt is not None:  # a clean end: the last turn's changes, then unregister

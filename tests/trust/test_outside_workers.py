@@ -137,6 +137,7 @@ def test_the_console_never_unpickles_a_stored_payload(store_url, secret, tmp_pat
 CLI_COMMANDS: dict[str, list[list[str]]] = {
     "jobs": [[], ["--json"]],
     "history": [[], ["planted"], ["planted", "--json"]],
+    "why": [["planted"]],
     "pause": [["planted"]],
     "resume": [["planted"]],
     "run-now": [["planted"]],
@@ -174,6 +175,6 @@ def test_no_store_command_unpickles_a_stored_payload(store_url, secret, tmp_path
                 except SystemExit as exc:
                     code = int(exc.code or 0)
             ran.append((argv[0], code, err.getvalue()[:200]))
-    assert {"jobs", "history", "remove"} <= {name for name, _, _ in ran}, ran
-    assert all(code == 0 for name, code, _ in ran if name in ("jobs", "history", "remove")), ran
+    assert {"jobs", "history", "why", "remove"} <= {name for name, _, _ in ran}, ran
+    assert all(code == 0 for name, code, _ in ran if name in ("jobs", "history", "why", "remove")), ran
     assert unpickled_by(marker) == []
