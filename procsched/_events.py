@@ -190,11 +190,10 @@ def run_skipped(info: RunInfo, name: str | None) -> dict[str, Any]:
     }
 
 
-def run_ended(
-    info: RunInfo, name: str | None, state: str, next_run: float | None, error: BaseException | None
-) -> dict[str, Any]:
+def run_ended(info: RunInfo, name: str | None, state: str, next_run: float | None) -> dict[str, Any]:
     started = info.started_at if info.started_at is not None else info.scheduled_for
     finished = info.finished_at if info.finished_at is not None else started
+    error = None if info.outcome == "ok" else info.error
     return {
         "task_id": info.task_id,
         "name": name,
@@ -208,8 +207,8 @@ def run_ended(
         "lateness": max(0.0, started - info.scheduled_for),
         "state": state,
         "next_run": next_run,
-        "error": None if error is None or info.outcome == "ok" else describe(error),
-        "traceback": None if error is None or info.outcome == "ok" else format_traceback(error),
+        "error": None if error is None else str(error),
+        "traceback": None if error is None else error.traceback or f"{error}\n",
         "output": info.output,
         "attempt": info.attempt,
         "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),
