@@ -905,13 +905,13 @@ class Engine(Handoff):
             self.behind.discard(run.task_id)
         if done.missed:
             self.log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
-        if outcome == "ok" and (not done.ended or done.periodic):
-            # A periodic run's value goes nowhere (a periodic task that reaches
-            # its limit ends with None); its error is kept for the listeners'
-            # run_failed / run_crashed / run_timeout events.
-            blob_kind, blob = BLOB_NONE, None
-        elif error is None and blob_kind == BLOB_EXC and blob is not None:
+        if error is None and blob_kind == BLOB_EXC and blob is not None:
             error = RunError.of(blob)  # a crash, a timeout: the engine's own exception
+        if not done.ended or (outcome == "ok" and done.periodic):
+            # Only the run that ends its task needs its blob (the handle's
+            # result; a periodic task that reaches its limit ends with None):
+            # the listeners and the store read the error as text (``error``).
+            blob_kind, blob = BLOB_NONE, None
         offset = self.core.wall_offset
         next_wall = done.next_wall_ns
         if next_wall is None and done.next_due_ns is not None:
