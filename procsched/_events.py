@@ -26,9 +26,10 @@
 scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
 ``lateness`` is started - scheduled. ``state`` is the task's state after the
 run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
-is ``"ExcType: message"`` when the run did not end "ok" and the error is
-known, else None; ``traceback`` is then its formatted traceback (the
-worker's, for the processes runner). ``output`` is the run's captured stdout
+is the run's ``RunInfo.error`` as ``"ExcType: message"`` when the run did not
+end "ok" (the last run of a task that ends at its limit too), else None;
+``traceback`` is then its formatted traceback (the worker's, for the
+processes runner; the error line alone for a crash or a timeout). ``output`` is the run's captured stdout
 and stderr (the last 64 KiB, a crash's faulthandler trace included) with
 ``Scheduler(capture_output=True)``, else None. ``attempt`` counts tries of
 the run (see ``Retry``) and ``scheduled_at`` is ``scheduled_for`` on the wall
