@@ -118,9 +118,11 @@ def _check_schedule(schedule: Any) -> None:
     if schedule is None:
         return
     ints = (int, type(None))
-    if not (type(schedule) is tuple and len(schedule) == 11):
+    if not (type(schedule) is tuple and len(schedule) == 13):
         raise TypeError("malformed add: schedule")
-    kind, period, misfire, stop_on_error, expr, zone, until, max_runs, concurrent, overlap, grace = schedule
+    kind, period, misfire, stop_on_error, expr, zone, until, max_runs, concurrent, overlap, grace, jitter, group = (
+        schedule
+    )
     if not (
         kind in KIND_OF
         and type(period) is int
@@ -133,6 +135,8 @@ def _check_schedule(schedule: Any) -> None:
         and type(concurrent) is int
         and overlap in OVERLAP_OF
         and type(grace) in ints
+        and type(jitter) is int
+        and (group is None or type(group) is str)
     ):
         raise TypeError("malformed add: schedule")
 

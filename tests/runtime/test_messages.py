@@ -132,8 +132,8 @@ GOOD = [
     m.Cancel.wire(0, 3, True),
     add(),
     add(schedule=Schedule.fixed_rate(10).to_wire(), key="k", retry_on=b"classes"),
-    add(schedule=("calendar", 0, "coalesce", False, "0 3 * * *", UTC, None, 2, 1, "wait", None), due_ns=None),
-    add(schedule=("fixed_rate", 5, "skip", False, None, None, None, None, 3, "replace", 10)),
+    add(schedule=("calendar", 0, "coalesce", False, "0 3 * * *", UTC, None, 2, 1, "wait", None, 0, None), due_ns=None),
+    add(schedule=("fixed_rate", 5, "skip", False, None, None, None, None, 3, "replace", 10, 5, "db")),
     add(retry=RetryPolicy(3, 1, 2.0, 9, 0.5, frozenset({"crashed"})).to_wire()),
 ]
 BAD = [
@@ -156,16 +156,20 @@ BAD = [
     ("an add with a 3-blob payload", add(payload=(b"a", b"b", b"c"))),
     (
         "an add with an unknown kind",
-        add(schedule=("hourly", 1, "skip", False, None, None, None, None, 1, "wait", None)),
+        add(schedule=("hourly", 1, "skip", False, None, None, None, None, 1, "wait", None, 0, None)),
     ),
     (
         "an add with an unknown overlap",
-        add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "x", None)),
+        add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "x", None, 0, None)),
     ),
     ("an add with an old schedule", add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None))),
     (
+        "an add with a float jitter",
+        add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "wait", None, 0.5, None)),
+    ),
+    (
         "an add with a zone object",
-        add(schedule=("calendar", 0, "skip", False, "* * * * *", object(), None, None, 1, "wait", None)),
+        add(schedule=("calendar", 0, "skip", False, "* * * * *", object(), None, None, 1, "wait", None, 0, None)),
     ),
     ("an add with a short retry", add(retry=(3, 1, 2.0))),
     ("an add with a str key", add(key=5)),
