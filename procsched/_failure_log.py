@@ -45,7 +45,7 @@ class FailureLog:
         self._bursts: dict[int, _Burst] = {}
 
     def run_ended(self, info: RunInfo, name: str | None, state: TaskState) -> None:
-        """A run ended, and its task is now in ``state``."""
+        """A run ended, and its task is now in ``state`` (``name``: the task's name, or key)."""
         task_id = info.task_id
         burst = self._bursts.get(task_id)
         if info.outcome == "error" and info.error is not None and state is not TaskState.FAILED:

@@ -353,7 +353,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
                 if completion.periodic and completion.state is TaskState.DONE:
                     value = None  # a periodic task that reached its limit: result() is None
                 handle._on_result(completion.state, value, None if completion.state is TaskState.DONE else error)
-        self._failures.run_ended(ended, handle.name, completion.state)
+        self._failures.run_ended(ended, handle.name or handle.key, completion.state)
         if self._listeners:
             fields = run_ended(ended, handle.name, completion.state.value, next_run)
             self._listeners.notify(RUN_END[outcome], fields)

@@ -233,7 +233,7 @@ class EventApplier:
                         handle._on_result(state, value)
                     else:
                         handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
-        self.failures.run_ended(info, None if handle is None else handle.name, state)
+        self.failures.run_ended(info, None if handle is None else handle.name or handle.key, state)
         if self.listeners:
             self._notify_run_end(info, handle, state, next_due, ev.missed)
 
