@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._errors import (
         WorkerCrashedError as WorkerCrashedError,
     )
+    from ._handle import RunError as RunError
     from ._handle import RunInfo as RunInfo
     from ._handle import TaskHandle as TaskHandle
     from ._inline import InlineScheduler as InlineScheduler
@@ -50,6 +51,7 @@ __all__ = [
     "ManualClock",
     "Priority",
     "Retry",
+    "RunError",
     "RunInfo",
     "Scheduler",
     "SchedulerClosedError",
@@ -72,6 +74,7 @@ _HOMES = {
     "ManualClock": "._clock",
     "Priority": "._core",
     "Retry": "._retry",
+    "RunError": "._handle",
     "RunInfo": "._handle",
     "Scheduler": "._runtime._facade",
     "SchedulerClosedError": "._errors",

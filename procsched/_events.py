@@ -26,9 +26,10 @@
 scheduler's clock, as in ``RunInfo``; ``duration`` is finished - started and
 ``lateness`` is started - scheduled. ``state`` is the task's state after the
 run (a ``TaskState`` value such as ``"pending"`` or ``"done"``) and ``error``
-is ``"ExcType: message"`` when the run did not end "ok" and the error is
-known, else None; ``traceback`` is then its formatted traceback (the
-worker's, for the processes runner). ``output`` is the run's captured stdout
+is the run's ``RunInfo.error`` as ``"ExcType: message"`` when the run did not
+end "ok" (the last run of a task that ends at its limit too), else None;
+``traceback`` is then its formatted traceback (the worker's, for the
+processes runner; the error line alone for a crash or a timeout). ``output`` is the run's captured stdout
 and stderr (the last 64 KiB, a crash's faulthandler trace included) with
 ``Scheduler(capture_output=True)``, else None. ``attempt`` counts tries of
 the run (see ``Retry``) and ``scheduled_at`` is ``scheduled_for`` on the wall
@@ -190,11 +191,10 @@ def run_skipped(info: RunInfo, name: str | None) -> dict[str, Any]:
     }
 
 
-def run_ended(
-    info: RunInfo, name: str | None, state: str, next_run: float | None, error: BaseException | None
-) -> dict[str, Any]:
+def run_ended(info: RunInfo, name: str | None, state: str, next_run: float | None) -> dict[str, Any]:
     started = info.started_at if info.started_at is not None else info.scheduled_for
     finished = info.finished_at if info.finished_at is not None else started
+    error = None if info.outcome == "ok" else info.error
     return {
         "task_id": info.task_id,
         "name": name,
@@ -208,8 +208,8 @@ def run_ended(
         "lateness": max(0.0, started - info.scheduled_for),
         "state": state,
         "next_run": next_run,
-        "error": None if error is None or info.outcome == "ok" else describe(error),
-        "traceback": None if error is None or info.outcome == "ok" else format_traceback(error),
+        "error": None if error is None else str(error),
+        "traceback": None if error is None else error.traceback or f"{error}\n",
         "output": info.output,
         "attempt": info.attempt,
         "scheduled_at": None if info.scheduled_at is None else info.scheduled_at.isoformat(),

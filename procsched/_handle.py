@@ -38,6 +38,45 @@ def handle_runs(value: object) -> int:
     return value
 
 
+#: The longest traceback text a ``RunError`` keeps (its tail: the raise is last).
+TRACEBACK_CHARS = 16_384
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why a run did not end "ok": its exception's class name and message,
+    and the traceback text where one exists (the worker's, for a run that
+    raised; None for a crash or a timeout, which the scheduler saw from
+    outside). ``str()`` is ``"ValueError: no data"``."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+    @classmethod
+    def of(cls, exc: BaseException, traceback: str | None = None) -> RunError:
+        """The RunError of ``exc`` (``traceback``: its text, kept to the last
+        ``TRACEBACK_CHARS``); never raises (an exception's ``__str__`` may)."""
+        try:
+            message = str(exc)
+        except BaseException:  # noqa: BLE001
+            message = "<str() of this exception raised>"
+        if traceback is not None and len(traceback) > TRACEBACK_CHARS:
+            traceback = "...\n" + traceback[-TRACEBACK_CHARS:]
+        return cls(type(exc).__name__, message, traceback or None)
+
+
+def stored_error(outcome: str | None, type_: str | None, message: str | None, traceback: str | None) -> RunError | None:
+    """The ``RunError`` of a stored run's outcome and error columns (None:
+    an "ok" or "cancelled" run, or one stored without its error)."""
+    if outcome not in ("error", "crashed", "timeout") or (type_ is None and message is None):
+        return None
+    return RunError(type_ or "Error", message or "", traceback)
+
+
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """One run (one attempt of a run) of a task. Times are seconds on the
@@ -71,6 +110,9 @@ class RunInfo:
     #: None for an ordinary run, "replaced" for a run ended by ``overlap="replace"``;
     #: a skipped slot's reason.
     reason: str | None = None
+    #: Why the run did not end "ok" (outcome "error", "crashed", "timeout"):
+    #: a ``RunError``; None for an "ok" or "cancelled" run, or where unknown.
+    error: RunError | None = None
 
 
 def skipped_slot(task_id: int, scheduled_ns: int, wall_ns: int, reason: str) -> RunInfo:

@@ -30,11 +30,13 @@ from ._events import (
     TASK_CANCELLED,
     Listener,
     Listeners,
+    format_traceback,
     run_ended,
     run_skipped,
     run_started,
 )
-from ._handle import HANDLE_RUNS, RunInfo, TaskHandle, run_in_progress, skipped_slot
+from ._failure_log import FailureLog
+from ._handle import HANDLE_RUNS, RunError, RunInfo, TaskHandle, run_in_progress, skipped_slot
 from ._handle import handle_runs as checked_handle_runs
 
 
@@ -76,6 +78,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         self._interrupted: set[int] = set()
         self._closed = False
         self._listeners = Listeners()
+        self._failures = FailureLog()
 
     @property
     def clock(self) -> Clock:
@@ -259,6 +262,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
                 self._notify_cancelled(handle, False)
             elif skip.state is not None:
                 del self._handles[skip.task_id]
+                self._failures.ended(skip.task_id)
                 handle._on_result(skip.state, None)
 
     def run_until(self, t: float) -> int:
@@ -323,6 +327,10 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         next_wall = completion.next_wall_ns
         if next_wall is None and completion.next_due_ns is not None:
             next_wall = completion.next_due_ns + self._core.wall_offset
+        if outcome in ("ok", "cancelled") or error is None:
+            run_error = None
+        else:
+            run_error = RunError.of(error, format_traceback(error))
         ended = RunInfo(
             info.task_id,
             info.run,
@@ -336,6 +344,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             None,
             run.cause,
             completion.reason,
+            run_error,
         )
         handle._on_run(ended, completion.state, next_run, next_wall)
         if completion.state.terminal:
@@ -344,8 +353,9 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
                 if completion.periodic and completion.state is TaskState.DONE:
                     value = None  # a periodic task that reached its limit: result() is None
                 handle._on_result(completion.state, value, None if completion.state is TaskState.DONE else error)
+        self._failures.run_ended(ended, handle.name or handle.key, completion.state)
         if self._listeners:
-            fields = run_ended(ended, handle.name, completion.state.value, next_run, error)
+            fields = run_ended(ended, handle.name, completion.state.value, next_run)
             self._listeners.notify(RUN_END[outcome], fields)
             if completion.missed:
                 self._listeners.notify(
@@ -363,5 +373,7 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             raise error  # KeyboardInterrupt, SystemExit: recorded, then passed on
 
     def _notify_cancelled(self, handle: TaskHandle, running: bool) -> None:
+        if not running:
+            self._failures.ended(handle.id)
         if self._listeners:
             self._listeners.notify(TASK_CANCELLED, {"task_id": handle.id, "name": handle.name, "running": running})

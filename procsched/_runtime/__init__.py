@@ -5,8 +5,9 @@
                                  _durable/_down.py
                           owns   task and request numbers (under the Scheduler's lock)
                           via    - (they call the others)
-      listener thread     runs   _listener.py
-                          owns   the handles' state, the requests waiting for an answer, the listeners' calls
+      listener thread     runs   _listener.py, ../_failure_log.py
+                          owns   the handles' state, the requests waiting for an answer, the listeners' calls,
+                                 the bursts of failed runs being logged
                           via    the event stream: backend.next_batch() (the event pipe; threads, Ray: a queue)
     dispatcher process (python -m procsched._runtime._dispatcher)
       its loop            runs   _dispatcher.py, _boot.py (its first steps), _engine.py, _handoff.py, ../_core/,

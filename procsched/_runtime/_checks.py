@@ -11,6 +11,7 @@ from datetime import timezone
 from typing import Any
 
 from .._core import KIND_OF, MISFIRE_OF, OVERLAP_OF
+from .._handle import RunError
 from ._messages import (
     ADD,
     BLOB_ERROR,
@@ -51,6 +52,7 @@ def check_report(message: Any) -> str:
             and isinstance(message[7], bytes)
             and type(message[8]) is bool
             and (message[9] is None or isinstance(message[9], str))
+            and (message[10] is None or _is_error_text(message[10]))
         ):
             raise TypeError("malformed done")
     elif tag == STARTED:
@@ -75,6 +77,16 @@ def check_report(message: Any) -> str:
     else:
         raise TypeError(f"unknown tag {tag[:20]!r}")
     return tag
+
+
+def _is_error_text(error: Any) -> bool:
+    """A ``Done.error``: a ``RunError`` of plain strings."""
+    return (
+        type(error) is RunError
+        and type(error.type) is str
+        and type(error.message) is str
+        and (error.traceback is None or type(error.traceback) is str)
+    )
 
 
 def _check_add(message: Message) -> None:

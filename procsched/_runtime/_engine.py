@@ -41,6 +41,7 @@ from .._core._state import OUTCOMES
 from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
+from .._handle import RunError
 from ._carrier import Carrier
 from ._handoff import Handoff, Slot
 from ._messages import (
@@ -433,7 +434,16 @@ class Engine(Handoff):
         slot.streak = 0
         output = self.carrier.output(worker)
         self._record(
-            run, done.outcome, done.started_ns, finished, worker.ident, done.blob_kind, done.blob, output, done.matched
+            run,
+            done.outcome,
+            done.started_ns,
+            finished,
+            worker.ident,
+            done.blob_kind,
+            done.blob,
+            output,
+            done.matched,
+            done.error,
         )
         if self.max_tasks_per_worker is not None and slot.runs >= self.max_tasks_per_worker:
             self._replace(slot, finished, f"recycled after {slot.runs} runs")  # (its queue is empty: see _fill)
@@ -880,6 +890,7 @@ class Engine(Handoff):
         blob: Any,
         output: str | None = None,
         matched: bool = False,
+        error: RunError | None = None,
     ) -> None:
         self.counts[outcome] += 1
         done = self.core.complete(run.task_id, run.run, outcome, finished, matched)  # type: ignore[arg-type]
@@ -894,10 +905,12 @@ class Engine(Handoff):
             self.behind.discard(run.task_id)
         if done.missed:
             self.log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
-        if outcome == "ok" and (not done.ended or done.periodic):
-            # A periodic run's value goes nowhere (a periodic task that reaches
-            # its limit ends with None); its error is kept for the listeners'
-            # run_failed / run_crashed / run_timeout events.
+        if error is None and blob_kind == BLOB_EXC and blob is not None:
+            error = RunError.of(blob)  # a crash, a timeout: the engine's own exception
+        if not done.ended or (outcome == "ok" and done.periodic):
+            # Only the run that ends its task needs its blob (the handle's
+            # result; a periodic task that reaches its limit ends with None):
+            # the listeners and the store read the error as text (``error``).
             blob_kind, blob = BLOB_NONE, None
         offset = self.core.wall_offset
         next_wall = done.next_wall_ns
@@ -925,6 +938,7 @@ class Engine(Handoff):
                 done.retrying,
                 run.cause,
                 done.reason,
+                error,
             )
         )
         if self.core.skips:

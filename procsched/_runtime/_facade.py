@@ -38,7 +38,7 @@ from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
-from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot
+from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot, stored_error
 from .._handle import handle_runs as checked_handle_runs
 from . import _messages as m
 from ._listener import EventApplier, listen
@@ -381,6 +381,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 r.output,
                 r.cause,
                 r.reason,
+                stored_error(r.outcome, r.error_type, r.error_message, r.error_traceback),
             )
             for r in records
         ]

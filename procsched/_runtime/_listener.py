@@ -40,7 +40,8 @@ from .._events import (
     run_started,
     signal_name,
 )
-from .._handle import RunInfo, TaskHandle, skipped_slot
+from .._failure_log import FailureLog
+from .._handle import RunError, RunInfo, TaskHandle, skipped_slot
 from . import _messages as m
 from ._wire import unpack
 
@@ -81,6 +82,7 @@ class EventApplier:
         self.listeners = listeners
         self.backend = backend
         self.adopt_key = adopt_key
+        self.failures = FailureLog()
 
     def apply_guarded(self, event: m.Message) -> None:
         """Apply one event in isolation: whatever goes wrong with it (a result
@@ -138,6 +140,7 @@ class EventApplier:
                 handle._on_cancelled()
                 if not was_running:  # else its last run's event comes later
                     del self.handles[task_id]
+                    self.failures.ended(task_id)
             name = None if handle is None else handle.name
             self._notify(TASK_CANCELLED, task_id=task_id, name=name, running=was_running)
         elif tag == m.ANSWER:
@@ -195,16 +198,16 @@ class EventApplier:
 
     def _run_ended(self, ev: m.RunEnded) -> None:
         state = _STATES[ev.state]
-        outcome, blob_kind, blob = ev.outcome, ev.blob_kind, ev.blob
+        outcome, error = ev.outcome, ev.error
         handle = self.handles.get(ev.task_id)
         value: Any = None
         exc: BaseException | None = None
         if ev.ended and handle is not None:
-            value, exc = unpack(blob_kind, blob, self.backend.pickled)
+            value, exc = unpack(ev.blob_kind, ev.blob, self.backend.pickled)
             if exc is not None and outcome == "ok":
                 # The value came back but cannot be unpickled here (a class
                 # only the worker can import): the task failed, not "ok".
-                outcome, state, blob_kind, blob = "error", TaskState.FAILED, m.BLOB_EXC, exc
+                outcome, state, error = "error", TaskState.FAILED, RunError.of(exc)
         info = RunInfo(
             ev.task_id,
             ev.run,
@@ -218,6 +221,7 @@ class EventApplier:
             ev.output,
             ev.cause,
             ev.reason,
+            error,
         )
         next_due = ev.next_due_ns
         if handle is not None:
@@ -229,8 +233,9 @@ class EventApplier:
                         handle._on_result(state, value)
                     else:
                         handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
+        self.failures.run_ended(info, None if handle is None else handle.name or handle.key, state)
         if self.listeners:
-            self._notify_run_end(info, handle, state, next_due, ev.missed, blob_kind, blob)
+            self._notify_run_end(info, handle, state, next_due, ev.missed)
 
     def _run_skipped(self, ev: m.RunSkipped) -> None:
         """A slot did not run: listed on the handle, told to the listeners; a
@@ -241,6 +246,7 @@ class EventApplier:
             handle._on_skipped(info)
             if ev.state is not None:
                 del self.handles[ev.task_id]
+                self.failures.ended(ev.task_id)
                 if ev.state == TaskState.CANCELLED.value:
                     handle._on_cancelled()
                 else:
@@ -258,25 +264,11 @@ class EventApplier:
             self.listeners.notify(kind, fields)
 
     def _notify_run_end(
-        self,
-        info: RunInfo,
-        handle: TaskHandle | None,
-        state: TaskState,
-        next_due: int | None,
-        missed: int,
-        blob_kind: int,
-        blob: Any,
+        self, info: RunInfo, handle: TaskHandle | None, state: TaskState, next_due: int | None, missed: int
     ) -> None:
-        kind = RUN_END[info.outcome]  # type: ignore[index]
-        error: BaseException | None = None
-        if info.outcome != "ok" and self.listeners.wants(kind):
-            if handle is not None and handle.done() and not handle.cancelled():
-                error = handle.exception(0)  # the task ended with this run: already unpacked
-            elif blob_kind in (m.BLOB_ERROR, m.BLOB_EXC):
-                error = unpack(blob_kind, blob, self.backend.pickled)[1]
         next_run = None if next_due is None else next_due / NS
         name = None if handle is None else handle.name
-        self._notify(kind, **run_ended(info, name, state.value, next_run, error))
+        self._notify(RUN_END[info.outcome], **run_ended(info, name, state.value, next_run))  # type: ignore[index]
         if missed:
             self._notify(RUN_MISSED, task_id=info.task_id, name=name, run=info.run, missed=missed, next_run=next_run)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from .._handle import RunError
     from .._validate import TaskSpec
 
 #: A message as it travels: a plain tuple, its tag first.
@@ -529,6 +530,8 @@ class Done(NamedTuple):
     """An "error" whose exception is one of the classes ``Retry.on`` names (decided in the worker)."""
     unfit: str | None
     """Why the worker must be replaced before another run (a MemoryError), or None."""
+    error: RunError | None
+    """An "error"'s exception as text (``_wire.pack_error``), or None."""
 
     @staticmethod
     def wire(
@@ -541,8 +544,9 @@ class Done(NamedTuple):
         blob: Any,
         matched: bool,
         unfit: str | None,
+        error: RunError | None,
     ) -> Message:
-        return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit)
+        return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit, error)
 
 
 # -- in-process reports: a thread or Ray carrier to its dispatcher thread -------------------------
@@ -605,6 +609,8 @@ class RayOutcome(NamedTuple):
     """The run raised one of the classes its ``Retry.on`` names."""
     output: str | None = None
     """Its captured stdout and stderr (the tail), with ``capture_output``."""
+    error: RunError | None = None
+    """An "error"'s exception as text."""
 
 
 class Mail(NamedTuple):
@@ -690,6 +696,8 @@ class RunEnded(NamedTuple):
     """"schedule", "manual" or "backfill"."""
     reason: str | None
     """None, or "replaced" (ended for a newer slot by ``overlap="replace"``)."""
+    error: RunError | None
+    """Why it did not end "ok", as text (None: "ok", "cancelled")."""
 
     @staticmethod
     def wire(
@@ -713,6 +721,7 @@ class RunEnded(NamedTuple):
         retrying: bool,
         cause: str,
         reason: str | None,
+        error: RunError | None,
     ) -> Message:
         return (
             RUN_ENDED,
@@ -736,6 +745,7 @@ class RunEnded(NamedTuple):
             retrying,
             cause,
             reason,
+            error,
         )
 
 

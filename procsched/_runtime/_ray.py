@@ -269,7 +269,8 @@ class RayCarrier(Carrier):
             )
         except Exception as exc:  # noqa: BLE001 - Ray refused the task: the run fails with its reason
             err = SchedulerError(f"Ray did not accept task {run.task_id} run {run.run}: {type(exc).__name__}: {exc}")
-            done = m.Done.wire(run.task_id, run.run, "error", now, now, m.BLOB_ERROR, pack_error(err), False, None)
+            blob, error = pack_error(err)
+            done = m.Done.wire(run.task_id, run.run, "error", now, now, m.BLOB_ERROR, blob, False, None, error)
             self.inbox.put(m.Finished.wire(worker, done))
             return
         worker.ref = ref
@@ -387,6 +388,7 @@ class RayBackend(DispatcherThread):
                 result.blob,
                 result.matched,
                 None,
+                result.error,
             )
             engine.finished(worker, done)
         elif isinstance(exc, self.crashes):
@@ -394,8 +396,9 @@ class RayBackend(DispatcherThread):
             text = str(exc).strip().split("\n")[0][:300]
             engine.worker_exited(worker, None, now, f"Ray {type(exc).__name__}: {text}")
         else:  # Ray could not run the wrapper (e.g. procsched not installed on the node)
+            blob, error = pack_error(exc)
             engine.finished(
-                worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, pack_error(exc), False, None)
+                worker, m.Done(m.DONE, task_id, run_no, "error", sent, now, m.BLOB_ERROR, blob, False, None, error)
             )
 
     def _lost(self, detail: str) -> None:

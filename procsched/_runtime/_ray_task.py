@@ -43,7 +43,7 @@ from typing import Any
 from .._context import running
 from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
-from .._handle import RunInfo, TaskHandle
+from .._handle import RunError, RunInfo, TaskHandle
 from .._validate import TaskSpec
 from ._messages import BLOB_ERROR, REFUSAL, Add, RayOutcome, Refusal, Reply, view
 from ._process_carrier import OUTPUT_TAIL
@@ -97,20 +97,22 @@ def run(
     )
     matched = False
     captured = _Capture() if capture else None
+    error: RunError | None
     try:
         fn, args, kwargs = _load((fn_blob, arg_blob))
         with running(info, _RayScheduler(mailbox)):
             value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
-        outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
+        outcome, kind = "error", BLOB_ERROR
+        blob, error = pack_error(exc)
         matched = retry_on is not None and _retry_matches(exc, retry_on)
     else:
-        kind, blob = pack_value(value)
+        kind, blob, error = pack_value(value)
         outcome = "ok" if kind != BLOB_ERROR else "error"
     finally:
         output = None if captured is None else captured.end()
         _end_children(before)
-    return RayOutcome(outcome, started, wall(), kind, blob, matched, output)
+    return RayOutcome(outcome, started, wall(), kind, blob, matched, output, error)
 
 
 class _Capture:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from .._context import running
 from .._core import Run
-from .._handle import run_in_progress
+from .._handle import RunError, run_in_progress
 from ._carrier import Carrier
 from ._dispatch_thread import DispatcherThread
 from ._messages import BLOB_ERROR, BLOB_VALUE, Done, Exited, Finished, Shutdown
@@ -84,9 +85,13 @@ class ThreadCarrier(Carrier):
                     value = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the task's failure is its result
                 matched = run.retry_on is not None and isinstance(exc, run.retry_on)
-                done = Done.wire(run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, ""), matched, None)
+                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                error = RunError.of(exc, tb)
+                done = Done.wire(
+                    run.task_id, run.run, "error", started, clock(), BLOB_ERROR, (exc, ""), matched, None, error
+                )
             else:
-                done = Done.wire(run.task_id, run.run, "ok", started, clock(), BLOB_VALUE, value, False, None)
+                done = Done.wire(run.task_id, run.run, "ok", started, clock(), BLOB_VALUE, value, False, None, None)
             put(Finished.wire(worker, done))
         put(Exited.wire(worker, 0, None))
 

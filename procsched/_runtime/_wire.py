@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from .._errors import SchedulerError
+from .._handle import RunError
 from ._messages import BLOB_ERROR, BLOB_EXC, BLOB_NONE, BLOB_VALUE
 
 if TYPE_CHECKING:
@@ -277,20 +278,24 @@ class CallLoader:
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 
 
-def pack_value(value: Any) -> tuple[int, bytes]:
-    """A run's return value as a blob; an unpicklable one becomes an error."""
+def pack_value(value: Any) -> tuple[int, bytes, RunError | None]:
+    """A run's return value as a blob; an unpicklable one becomes an error
+    (its ``RunError`` third, else None)."""
     if type(value) in _PLAIN:
-        return BLOB_VALUE, pickle.dumps(value, PROTOCOL)
+        return BLOB_VALUE, pickle.dumps(value, PROTOCOL), None
     try:
-        return BLOB_VALUE, cloudpickle.dumps(value, PROTOCOL)
+        return BLOB_VALUE, cloudpickle.dumps(value, PROTOCOL), None
     except Exception as exc:  # noqa: BLE001 - whatever pickling a user's object raises
         err = pickle.PicklingError(
             f"the task returned a {type(value).__name__} that cannot be pickled: {type(exc).__name__}: {exc}"
         )
-        return BLOB_ERROR, pack_error(err)
+        return (BLOB_ERROR, *pack_error(err))
 
 
-def pack_error(exc: BaseException) -> bytes:
+def pack_error(exc: BaseException) -> tuple[bytes, RunError]:
+    """A run's exception as a blob (``(exception, traceback text)``
+    pickled), and as plain text (a ``RunError``: what the dispatcher, the
+    store and the listeners read without unpickling user code)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     blob: bytes
     try:
@@ -298,7 +303,7 @@ def pack_error(exc: BaseException) -> bytes:
     except Exception:  # noqa: BLE001 - whatever pickling a user's exception raises
         stand_in = SchedulerError(f"the task raised {type(exc).__qualname__}: {exc} (which cannot be pickled)")
         blob = cloudpickle.dumps((stand_in, tb), PROTOCOL)
-    return blob
+    return blob, RunError.of(exc, tb)
 
 
 def unpack(kind: int, blob: Any, pickled: bool = True) -> tuple[Any, BaseException | None]:

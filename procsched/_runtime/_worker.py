@@ -57,7 +57,7 @@ from .._api import SchedulingAPI
 from .._context import begin_run, end_run
 from .._core._units import NS
 from .._errors import SchedulerError
-from .._handle import TaskHandle, run_in_progress
+from .._handle import RunError, TaskHandle, run_in_progress
 from .._validate import TaskSpec, flag
 from .._validate import task_id as task_id_
 from ._messages import (
@@ -143,6 +143,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
         proxy = _WorkerScheduler(channel, task_id, run_no)
         unfit = False
         matched = False
+        error: RunError | None
         started = 0
         try:
             fn, args, kwargs = load((fn_blob, arg_blob))
@@ -168,12 +169,13 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             # After a MemoryError this process is suspect (a task may have
             # lowered its rlimit, or wrecked the heap): ask to be replaced.
             unfit = isinstance(exc, MemoryError)
-            outcome, kind, blob = "error", BLOB_ERROR, pack_error(exc)
+            outcome, kind = "error", BLOB_ERROR
+            blob, error = pack_error(exc)
             started = started or clock()  # 0: loading the function or its arguments failed
             if retry_on is not None:
                 matched = _retry_matches(exc, retry_on)
         else:
-            kind, blob = pack_value(value)
+            kind, blob, error = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
         finally:
             value = args = kwargs = None  # type: ignore[assignment]
@@ -189,6 +191,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             blob,
             matched,
             "replaced after a MemoryError" if unfit else None,
+            error,
         )
         retiring = retiring or unfit
         try:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._errors import SchedulerError
 from .._events import RUN_END, RUN_SKIPPED, RUN_STARTED
-from .._handle import TaskHandle
+from .._handle import RunInfo, TaskHandle
 from . import _words
 from ._model import (
     RUNS_KEPT,
@@ -311,7 +311,7 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _slot_of(info: Any) -> Slot:
+def _slot_of(info: RunInfo) -> Slot:
     """A handle's RunInfo (seen before the console listened) as a Slot."""
     scheduled = info.scheduled_at
     base = info.scheduled_for
@@ -329,5 +329,7 @@ def _slot_of(info: Any) -> Slot:
         wall(info.started_at),
         wall(info.finished_at),
         _text(info.worker),
-        output=info.output,
+        None if info.error is None else str(info.error),
+        None if info.error is None else info.error.traceback,
+        info.output,
     )

@@ -80,6 +80,7 @@ def test_why_explains_runs_and_slots_missed_while_down(tmp_path) -> None:
     lines = done.stdout.splitlines()
     assert lines[1] == "last 1 slot:"
     assert "run 1  error" in lines[2] and "took " in lines[2]
+    assert "raised ValueError: no data" in lines[2]  # the worker's error, stored (issue 26)
 
 
 def test_why_of_an_unknown_key_or_store_is_an_error(store_url, tmp_path) -> None:

@@ -107,7 +107,7 @@ def add(
 
 def done(engine: Engine, worker: FakeWorker, run: Run, now: int, outcome: str = "ok") -> None:
     blob_kind = m.BLOB_VALUE if outcome == "ok" else m.BLOB_ERROR
-    engine.finished(worker, m.Done(m.DONE, run.task_id, run.run, outcome, now, now, blob_kind, b"", False, None))
+    engine.finished(worker, m.Done(m.DONE, run.task_id, run.run, outcome, now, now, blob_kind, b"", False, None, None))
 
 
 def events(engine: Engine, tag: str) -> list[Any]:

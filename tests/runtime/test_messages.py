@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from procsched._core import RetryPolicy, Schedule
+from procsched._handle import RunError
 from procsched._runtime import _messages as m
 from procsched._runtime._checks import check_report
 from procsched._runtime._wire import PROTOCOL, CommandReader, FrameReader, frame_head, send_command
@@ -112,7 +113,7 @@ def test_orders_reports_and_event_batches_cross_a_pipe(channel: tuple[type[Any],
 
 
 def done(**change: Any) -> tuple[Any, ...]:
-    fields = dict(zip(m.Done._fields[1:], (7, 1, "ok", 10, 20, m.BLOB_VALUE, b"x", False, None), strict=True))
+    fields = dict(zip(m.Done._fields[1:], (7, 1, "ok", 10, 20, m.BLOB_VALUE, b"x", False, None, None), strict=True))
     fields.update(change)
     return m.Done.wire(**fields)
 
@@ -125,6 +126,7 @@ def add(**change: Any) -> tuple[Any, ...]:
 GOOD = [
     done(),
     done(outcome="error", blob_kind=m.BLOB_ERROR, matched=True, unfit="replaced after a MemoryError"),
+    done(outcome="error", blob_kind=m.BLOB_ERROR, error=RunError("ValueError", "no data", "Traceback ...")),
     m.Started.wire(7, 1, 12),
     m.Skipped.wire(),
     m.Cancel.wire(0, 3, True),
@@ -144,6 +146,9 @@ BAD = [
     ("a blob kind the engine makes", done(blob_kind=m.BLOB_EXC)),
     ("a str blob", done(blob="x")),
     ("a str unfit", done(unfit=3)),
+    ("an error as a str", done(error="ValueError: no data")),
+    ("an error of another class", done(error=ValueError("no data"))),
+    ("an error with a non-str message", done(error=RunError("ValueError", b"no data"))),  # type: ignore[arg-type]
     ("a float in started", m.Started.wire(7, 1, 1.5)),
     ("a cancel without interrupt", m.Cancel.wire(0, 3, 1)),
     ("an add with a task id", add(task_id=9)),
@@ -158,6 +163,10 @@ BAD = [
         add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "x", None, 0, None)),
     ),
     ("an add with an old schedule", add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None))),
+    (
+        "an add with a float jitter",
+        add(schedule=("fixed_rate", 1, "skip", False, None, None, None, None, 1, "wait", None, 0.5, None)),
+    ),
     (
         "an add with a zone object",
         add(schedule=("calendar", 0, "skip", False, "* * * * *", object(), None, None, 1, "wait", None, 0, None)),

@@ -425,9 +425,7 @@ class Journal(Durable):
         tid, state = ev.task_id, ev.state
         if self.claims:
             self.claims.pop((tid, ev.run, ev.attempt), None)
-        error_type = error_message = None
-        if ev.blob_kind == m.BLOB_EXC and ev.blob is not None:
-            error_type, error_message = type(ev.blob).__name__, str(ev.blob)
+        error = ev.error
         pending = state in (PENDING, PAUSED)
         next_due = ev.next_wall_ns if state == PENDING else None
         owner = self.owner.get(key, tid)
@@ -445,8 +443,9 @@ class Journal(Durable):
             ev.finished_ns + self.offset,
             next_due,
             retry=ev.retrying,
-            error_type=error_type,
-            error_message=error_message,
+            error_type=None if error is None else error.type,
+            error_message=None if error is None else error.message,
+            error_traceback=None if error is None else error.traceback,
             reason=ev.reason,
         )
         if state == PAUSED:
