@@ -149,3 +149,20 @@ def test_the_live_view_shows_skips_as_they_come_and_counts_them() -> None:
     cells = [c.strip() for c in row.split("│") if c.strip()]
     names = [c.strip() for c in header.split("┃") if c.strip()]
     assert cells[names.index("skipped")] == "4"
+
+
+def test_the_decorators_refuse_bad_control_options_naming_them() -> None:
+    from procsched import cron, every, once
+
+    for declare in (lambda **kw: every(1, **kw), lambda **kw: cron("* * * * *", **kw)):
+        for kwargs, error in (
+            ({"overlap": "bogus"}, ValueError),
+            ({"max_concurrent": 0}, ValueError),
+            ({"max_concurrent": 1.5}, TypeError),
+            ({"jitter": -1}, ValueError),
+            ({"misfire_grace": float("nan")}, ValueError),
+        ):
+            with pytest.raises(error, match=next(iter(kwargs))):
+                declare(**kwargs)
+    with pytest.raises(ValueError, match="misfire_grace"):
+        once(misfire_grace=-1)
