@@ -295,14 +295,17 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         return self._owner.backfill(self.id, start, end, dry_run=dry_run)
 
     def slots(self, limit: int = 100) -> list[RunInfo]:
-        """The task's last ``limit`` slots, newest last: its runs and its
-        skipped slots (``outcome="skipped"``, with a ``reason``)."""
+        """The task's last ``limit`` slots, newest (slot) last: its runs and
+        its skipped slots (``outcome="skipped"``, with a ``reason``)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"limit must be an int >= 0, not {limit!r}")
         if limit == 0:
             return []
-        kept = self.runs if self._slots is None else list(self._slots)
-        return list(kept[-limit:])
+        if self._slots is None:
+            return list(self.runs[-limit:])
+        # In slot order, as history(key, skipped=True): a slot skipped while
+        # a run was running is told at once, before that run's end.
+        return sorted(self._slots, key=_slot_time)[-limit:]
 
     def __repr__(self) -> str:
         name = f" name={self.name!r}" if self.name else ""
@@ -372,3 +375,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.next_run = None
         concurrent.futures.Future.cancel(self)
         self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+
+
+def _slot_time(info: RunInfo) -> float:
+    return info.scheduled_for

@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 
 from . import _validate as v
 from ._api import SchedulingAPI, Seconds
-from ._core import Misfire, Priority
+from ._core import Misfire, Overlap, Priority
 from ._core._units import NS
 from ._handle import TaskHandle
 from ._retry import Retry, checked_retry
@@ -119,6 +119,13 @@ class Job:
             parts.append(retry.describe())
         if self.options.get("max_runs") is not None:
             parts.append(f"max {self.options['max_runs']} runs")
+        if "max_concurrent" in self.options:
+            parts.append(f"{self.options['max_concurrent']} at once")
+        if "overlap" in self.options:
+            parts.append(f"overlap {self.options['overlap']}")
+        for option in ("misfire_grace", "jitter"):
+            if option in self.options:
+                parts.append(f"{option.replace('_', ' ')} {_seconds(v.duration_ns(option, self.options[option]) / NS)}")
         until = self.options.get("until")
         if until is not None:
             parts.append(
@@ -161,6 +168,10 @@ def every(
     retry: Retry | None = None,
     until: datetime | Seconds | None = None,
     max_runs: int | None = None,
+    max_concurrent: int = 1,
+    overlap: str = "wait",
+    misfire_grace: Seconds | None = None,
+    jitter: Seconds = 0.0,
 ) -> Callable[[F], F]:
     """Declare the decorated function as a periodic job.
 
@@ -196,6 +207,7 @@ def every(
         options["misfire"] = misfire
     kind = "delay" if fixed_delay else "rate"
     options.update(_limits(retry, until, max_runs))
+    options.update(_control(max_concurrent, overlap, misfire_grace, jitter))
     return _declare(kind, period, options, priority, timeout, name, args, kwargs, scheduler)
 
 
@@ -214,6 +226,10 @@ def cron(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     scheduler: SchedulingAPI | None = None,
+    max_concurrent: int = 1,
+    overlap: str = "wait",
+    misfire_grace: Seconds | None = None,
+    jitter: Seconds = 0.0,
 ) -> Callable[[F], F]:
     """Declare the decorated function as a calendar job (``schedule_cron``):
     at every time the cron expression ``expr`` names, on the wall clock of
@@ -236,6 +252,7 @@ def cron(
         "stop_on_error": v.flag("stop_on_error", stop_on_error),
     }
     options.update(_limits(retry, until, max_runs))
+    options.update(_control(max_concurrent, overlap, misfire_grace, jitter))
     return _declare("cron", None, options, priority, timeout, name, args, kwargs, scheduler)
 
 
@@ -252,6 +269,20 @@ def _limits(retry: object, until: object, max_runs: object) -> dict[str, Any]:
     return options
 
 
+def _control(max_concurrent: object, overlap: object, misfire_grace: object, jitter: object) -> dict[str, Any]:
+    """Check the schedule-control options (README "Schedule control"); the ones not at their default."""
+    options: dict[str, Any] = {}
+    if v.max_concurrent(max_concurrent) != 1:
+        options["max_concurrent"] = max_concurrent
+    if v.choice("overlap", overlap, Overlap) is not Overlap.WAIT:
+        options["overlap"] = overlap
+    if misfire_grace is not None:
+        options["misfire_grace"] = _checked(v.duration_ns, "misfire_grace", misfire_grace)
+    if v.duration_ns("jitter", jitter):
+        options["jitter"] = jitter
+    return options
+
+
 def once(
     delay: Seconds = 0,
     *,
@@ -263,6 +294,7 @@ def once(
     kwargs: Mapping[str, Any] | None = None,
     scheduler: SchedulingAPI | None = None,
     retry: Retry | None = None,
+    misfire_grace: Seconds | None = None,
 ) -> Callable[[F], F]:
     """Declare the decorated function as a one-shot job: ``delay`` seconds
     after the start (``schedule``), or at ``at``, an aware datetime
@@ -287,6 +319,8 @@ def once(
     else:
         options = {"delay": _checked(v.duration_ns, "delay", delay)}
     options.update(_limits(retry, None, None))
+    if misfire_grace is not None:
+        options["misfire_grace"] = _checked(v.duration_ns, "misfire_grace", misfire_grace)
     return _declare("once", None, options, priority, timeout, name, args, kwargs, scheduler)
 
 

@@ -2,6 +2,7 @@
 ``procsched[metrics]`` extra: prometheus-client).
 
     listener thread ── run end events ──▶ Metrics.on_event ──▶ runs counter, duration and lateness histograms
+                    run_skipped events ─────────────────▶ skipped slots counter
     HTTP scrape ── collect() ── stats() (fresh; else the last snapshot) ──▶ gauges
                              └── counters and histograms from the events
 
@@ -13,6 +14,8 @@ Metrics (names are stable; ``job`` is the job's name)::
     procsched_run_duration_seconds{job}         histogram run durations
     procsched_run_lateness_seconds{job}         histogram start - scheduled start
     procsched_missed_runs_total{job}            counter   fixed-rate slots dropped by the misfire policy
+    procsched_skipped_slots_total{job, reason}  counter   slots not run (run_skipped events), by reason
+                                                          (overlap, misfire, late, paused, down)
     procsched_workers_alive                     gauge     workers with a live process (or thread)
     procsched_worker_restarts_total             counter   workers replaced (crash, timeout, recycling)
     procsched_worker_crashes_total              counter   workers that died on their own
@@ -35,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._events import RUN_END, RUN_MISSED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED
+from ._events import RUN_END, RUN_MISSED, RUN_SKIPPED, RUN_STARTED, TASK_CANCELLED, WORKER_EXITED
 
 #: Seconds; from sub-millisecond no-op runs to hour-long jobs.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -76,6 +79,9 @@ class Metrics:
         )
         self.missed = Counter(
             "procsched_missed_runs", "Fixed-rate slots dropped by the misfire policy.", ["job"], registry=self.registry
+        )
+        self.skipped = Counter(
+            "procsched_skipped_slots", "Slots not run, by job and reason.", ["job", "reason"], registry=self.registry
         )
         self.crashes = Counter("procsched_worker_crashes", "Workers that died on their own.", registry=self.registry)
         self._lock = threading.Lock()
@@ -129,6 +135,8 @@ class Metrics:
             self.lateness.labels(job).observe(event["lateness"])
         elif kind == RUN_MISSED:
             self.missed.labels(_job(event)).inc(event["missed"])
+        elif kind == RUN_SKIPPED:
+            self.skipped.labels(_job(event), event["reason"]).inc()
         elif kind == WORKER_EXITED and event["crashed"]:
             self.crashes.inc()
 

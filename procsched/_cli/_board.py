@@ -1,8 +1,9 @@
 """The numbers behind every view: per-job rows fed by scheduler events, and
 the text helpers the views share (durations, schedules, plain tables).
 
-    listener thread ── event ──▶ Board.on_event ──▶ JobRow (counts, lateness)
-                                               └──▶ recent runs' output (Board.outputs)
+    listener thread ── event ──▶ Board.on_event ──▶ JobRow (counts, lateness, skipped slots)
+                                               ├──▶ recent runs' output (Board.outputs)
+                                               └──▶ skipped slots, as they happen (Board.recent)
     main thread ── Board.job_table() / worker_table() ──▶ live view, plain table
 
 The board owns these numbers; both threads touch them only under its lock.
@@ -15,10 +16,11 @@ import math
 import textwrap
 import threading
 import time
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from .._core import Priority
-from .._events import RUN_END, RUN_MISSED, WORKER_EXITED
+from .._events import RUN_END, RUN_MISSED, RUN_SKIPPED, WORKER_EXITED
 from .._handle import TaskHandle
 from .._jobs import Job
 from . import _times
@@ -50,6 +52,7 @@ class JobRow:
         self.counts = dict.fromkeys(RUN_END, 0)  # runs, by the outcome of their last attempt
         self.retries = 0  # attempts beyond a run's first
         self.missed = 0
+        self.skipped = collections.Counter[str]()  # skipped slots, by reason (run_skipped events)
         self.last_duration: float | None = None
         self.durations = 0.0  # of every attempt
         self.lateness: collections.deque[float] = collections.deque(maxlen=LATENESS_WINDOW)
@@ -115,6 +118,15 @@ class RunOutput(NamedTuple):
     bad: bool  # the run did not end "ok"
 
 
+class SkipLine(NamedTuple):
+    """The newest "recent" line about skipped slots (see ``Board._recent_skip``)."""
+
+    job: str
+    reason: str
+    times: int
+    line: str
+
+
 class Board:
     """Per-job numbers, fed by the scheduler's events (listener thread) and
     read by the display (main thread) under one lock.
@@ -140,6 +152,7 @@ class Board:
         self.last_failure: RunOutput | None = None  # kept in view however chatty the others are
         self.started = time.monotonic()
         self.store_status = ""  # one line about this instance on its store (see _session.StoreWatch)
+        self._last_skip: SkipLine | None = None  # the newest skip line in "recent"
 
     def add_job(self, job: Job) -> JobRow:
         """A row for ``job`` (before it is started: see ``attach``)."""
@@ -176,6 +189,9 @@ class Board:
             row = self._row(event)
             if kind == RUN_MISSED:
                 row.missed += event["missed"]
+            elif kind == RUN_SKIPPED:
+                row.skipped[event["reason"]] += 1
+                self._recent_skip(row.name, event)
             elif kind in RUN_END.values():
                 row.ended(event["task_id"], event["run"], event.get("attempt", 1), event["outcome"])
                 row.last_duration = event["duration"]
@@ -193,6 +209,20 @@ class Board:
                     self.outputs.append(entry)
                     if entry.bad:
                         self.last_failure = entry
+
+    def _recent_skip(self, name: str, event: dict[str, Any]) -> None:
+        """A skipped slot in the "recent" lines; skips of one job for one
+        reason in a row stay one line (counted), so they never push the rest out."""
+        slot, reason = slot_text(event), event["reason"]
+        last = self._last_skip
+        same = last is not None and (last.job, last.reason) == (name, reason)
+        if last is not None and same and self.recent and self.recent[-1] == last.line:
+            count = last.times + 1
+            self.recent[-1] = f"{name}: {count} slots skipped ({reason}), the last {slot}"
+        else:
+            count = 1
+            self.recent.append(f"{name}: slot {slot} skipped ({reason})")
+        self._last_skip = SkipLine(name, reason, count, self.recent[-1])
 
     def recent_outputs(self) -> list[RunOutput]:
         """The latest runs' output, oldest first, the latest failure included."""
@@ -239,6 +269,11 @@ class Board:
             cancelled = any(r.counts["cancelled"] for r in self.rows)
         return (*OUTCOME_COLUMNS, "cancelled") if cancelled else OUTCOME_COLUMNS
 
+    def any_skipped(self) -> bool:
+        """Whether to show the "skipped" column: once a slot was skipped."""
+        with self.lock:
+            return any(r.skipped for r in self.rows)
+
     def job_cells(self, now: float) -> list[dict[str, str]]:
         """Per job, every column's text (the views choose the columns: see ``layouts``)."""
         off = _times.offset()
@@ -254,6 +289,7 @@ class Board:
                     **{o: str(r.counts[o]) for o in outcomes},
                     merged: "/".join(str(r.counts[o]) for o in outcomes),
                     "retries": str(r.retries),
+                    "skipped": str(r.skipped.total()),
                     "last duration": duration(r.last_duration),
                     "lateness p99": duration(r.p99()),
                 }
@@ -262,16 +298,18 @@ class Board:
 
     def layouts(self) -> list[list[str]]:
         """Job-table columns, most informative first: a view shows the first that fits
-        (the outcome counts merge into one column, then the timing columns go)."""
+        (the outcome counts merge into one column, then the timing columns go;
+        "skipped", once a slot was skipped, stays)."""
         outcomes = self.outcomes()
         merged = merged_header(outcomes)
         base = ["job", "schedule", "next run"]
+        skipped = ["skipped"] if self.any_skipped() else []
         return [
-            [*base, "runs", *outcomes, "retries", "last duration", "lateness p99"],
-            [*base, "runs", merged, "retries", "last duration", "lateness p99"],
-            [*base, "runs", merged, "last duration"],
-            [*base, "runs", merged],
-            [*base, merged],
+            [*base, "runs", *outcomes, "retries", *skipped, "last duration", "lateness p99"],
+            [*base, "runs", merged, "retries", *skipped, "last duration", "lateness p99"],
+            [*base, "runs", merged, *skipped, "last duration"],
+            [*base, "runs", merged, *skipped],
+            [*base, merged, *skipped],
         ]
 
     def job_table(self, now: float, width: int | None = None) -> tuple[list[str], list[list[str]]]:
@@ -323,6 +361,16 @@ def run_output(event: dict[str, Any], tracebacks: bool) -> list[str]:
     if tracebacks and event.get("traceback"):
         lines += event["traceback"].rstrip("\n").splitlines()
     return lines
+
+
+def slot_text(event: dict[str, Any]) -> str:
+    """A skipped slot's time (its ``scheduled_at``, ISO UTC) in local wall time: ``12:00:01.200``."""
+    at = event.get("scheduled_at")
+    if at is None:
+        return "-"
+    when = datetime.fromisoformat(at).astimezone()
+    text = _times.clock_text(when)
+    return text if when.date() == datetime.now().astimezone().date() else when.strftime("%b %d ") + text
 
 
 def outcome_text(event: dict[str, Any]) -> str:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from .._events import RUN_END, RUN_MISSED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED
+from .._events import RUN_END, RUN_MISSED, RUN_SKIPPED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED
 from . import _times
-from ._board import Board, duration, outcome_text, run_output, shorten
+from ._board import Board, duration, outcome_text, run_output, shorten, slot_text
 
 #: Event fields that are monotonic seconds -> the wall-clock field they become.
 WALL_FIELDS = {
@@ -34,8 +34,9 @@ WALL_FIELDS = {
 
 
 class Lines:
-    """Where lines go. Plain: a line per finished run and per worker change.
-    JSON: every event as one JSON object per line. Live: nothing per event."""
+    """Where lines go. Plain: a line per finished run, per skipped slot and per
+    worker change. JSON: every event as one JSON object per line. Live:
+    nothing per event (the board shows them)."""
 
     def __init__(self, mode: str, stdout: TextIO, board: Board, *, tracebacks: bool = False) -> None:
         self.mode = mode  # "live", "plain" or "json"
@@ -104,6 +105,8 @@ class Lines:
             return text
         if kind == RUN_MISSED:
             return f"{stamp}  {name:<20} run {e['run']:<4} skipped {e['missed']} missed slot(s)"
+        if kind == RUN_SKIPPED:
+            return f"{stamp}  {name:<20} skipped   {e['reason']:<9} (slot {slot_text(e)})"
         if kind == TASK_CANCELLED:
             return f"{stamp}  {name:<20} cancelled"
         return None  # run_started: too chatty for a line each

@@ -146,6 +146,8 @@ def _table(columns: list[str], cells: list[dict[str, str]], merged: str, *, wrap
             )
             if failed:
                 styled[i] = f"[bold red]{row[column]}[/]"
+            elif column == "skipped" and row[column] != "0":
+                styled[i] = f"[yellow]{row[column]}[/]"
         table.add_row(*styled)
     return table
 

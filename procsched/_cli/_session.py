@@ -428,20 +428,24 @@ class Session:
             **row.counts,
             "retries": row.retries,
             "missed": row.missed,
+            "skipped": row.skipped.total(),
+            "skipped_by_reason": dict(row.skipped),
             "lateness_p99": row.p99(),
         }
 
     def _run_verdict(self, elapsed: float) -> str:
         with self.board.lock:
             totals = collections.Counter[str]()
-            retries = 0
+            retries = skipped = 0
             for row in self.board.rows:
                 totals.update(row.counts)
                 retries += row.retries
+                skipped += row.skipped.total()
         runs = sum(totals.values())
         parts = ", ".join(f"{totals[o]} {o}" for o in self.board.outcomes())
         crashed = self.board.worker_exits["crashed"]
         again = f", {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+        again += f"; {skipped} skipped slot{'' if skipped == 1 else 's'}" if skipped else ""
         return f"procsched: stopped after {elapsed:.1f} s: {runs} runs ({parts}){again}; {crashed} worker crash(es)"
 
     def _route_logging(self) -> Callable[[], None]:

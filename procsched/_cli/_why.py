@@ -4,7 +4,7 @@
                                     (one read transaction)                     each with what happened and why
                                 ──▶ the task's schedule from its next run ──▶ the next 5 slots
 
-    $ procsched why nightly --store jobs.db -n 4
+    $ procsched why nightly --store jobs.db -n 4          (--json: one JSON object, see _why_json.py)
     nightly: at 03:00 Europe/Berlin, every day - pending (runs 41; times are local, CET)
     last 4 slots:
       2026-12-01 03:00:00  run 40  ok         ran 0.2 s late, took 3.1 s
@@ -67,6 +67,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("key", metavar="KEY", help="the task's key")
     store_option(p)
     p.add_argument("-n", type=positive_int("-n"), default=10, metavar="N", help="the last N slots (default 10)")
+    p.add_argument("--json", action="store_true", help="one JSON object (the console API's fields, and why)")
 
 
 def why_command(args: argparse.Namespace) -> int:
@@ -82,6 +83,11 @@ def why_command(args: argparse.Namespace) -> int:
         return EXIT_STORE
     if detail is None:
         return no_task(args.key)
+    if args.json:
+        from ._why_json import as_json
+
+        sys.stdout.write(as_json(detail, n, NEXT, lambda s: _slot(s)[2]) + "\n")
+        return 0
     sys.stdout.write("\n".join(explain(detail, n)) + "\n")
     return 0
 

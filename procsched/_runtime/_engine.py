@@ -704,6 +704,8 @@ class Engine(Handoff):
             wake = _earliest(wake, kill_at)
         for parked in self.parked:
             wake = _earliest(wake, self.held.get(parked.task_id))
+        if self.core.skips:  # slots skipped at their due time: out now, not with the next other event
+            self._skipped_out()
         return wake
 
     def _silent_cancel(self, run: Run, now: int) -> None:

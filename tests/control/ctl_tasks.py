@@ -45,3 +45,10 @@ def most_at_once(path: str) -> int:
         running += step
         most = max(most, running)
     return most
+
+
+def first_run_waits(fifo: str) -> None:
+    """Run 1 blocks reading the FIFO ``fifo`` until the test opens it; the others return at once."""
+    if procsched.current_run().run == 1:
+        with open(fifo) as release:
+            release.read()

@@ -164,3 +164,12 @@ def start_children(path):
     orphan_maker.wait()
     _write(path, f"{child.pid} {orphan}\n")
     return child.pid, orphan
+
+
+def cause_and_wait(path, fifo):
+    """Log why this run ran; run 1 then blocks on ``fifo`` until the test releases it."""
+    info = procsched.current_run()
+    _write(path, f"{info.run} {info.cause}\n")
+    if info.run == 1:
+        with open(fifo) as release:
+            release.read()
