@@ -41,10 +41,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _on_ray(nodeid: str) -> bool:
-    """A test of tests/runtime/test_ray.py, or one with a ``ray`` parameter
-    (the runner fixtures take the Ray cluster for it)."""
+    """A test of a ``test_ray*.py`` file (the shared cluster's, or the CLI's
+    that share one run of a cluster of their own), or one with a ``ray``
+    parameter (the runner fixtures take the Ray cluster for it)."""
     path, _, name = nodeid.partition("::")
-    return os.path.basename(path) == "test_ray.py" or "ray" in re.split(r"[\[\]\-]", name)
+    return os.path.basename(path).startswith("test_ray") or "ray" in re.split(r"[\[\]\-]", name)
 
 
 class _Schedule(LoadScopeScheduling):

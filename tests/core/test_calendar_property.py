@@ -143,7 +143,7 @@ def oracle(sets: dict, zone: ZoneInfo, start: datetime, end: datetime) -> list[d
     return out
 
 
-@settings(max_examples=2000, deadline=None, derandomize=True)
+@settings(max_examples=600, deadline=None, derandomize=True)  # ~10 s of the suite; 4 in 5 near a DST change
 @given(cases())
 def test_fire_times_match_a_minute_by_minute_walk(case: tuple[str, dict, str, datetime]) -> None:
     expr, sets, name, start = case
