@@ -167,9 +167,9 @@ def test_requests_are_carried_out_once_among_two_instances(store_url, tmp_path):
             p.ready()
         wait_for(lambda: len(lines(out)) >= 3, 20, "k to run", peers)
         assert cli_here("pause", "k", "--store", store_url).returncode == 0
-        wait_for(lambda: all(p.ask("stats")["keys"].get("k") == "paused" for p in peers), 10, "both paused", peers)
+        wait_for(lambda: all(p.ask("stats")["keys"].get("k") == "paused" for p in peers), 30, "both paused", peers)
         with open_store(store_url) as store:
-            wait_for(lambda: store.get("k").holder is None, 10, "no run in flight", peers)
+            wait_for(lambda: store.get("k").holder is None, 30, "no run in flight", peers)
             seen = len(lines(out))
             asked = [store.ask("k", "run_now", asked_by="test") for _ in range(3)]
             answers = wait_for(

@@ -13,11 +13,12 @@ from rt_helpers import Waiter, release
 import procsched
 
 pytestmark = pytest.mark.timeout(60)
-TOLERANCE = 0.08  # seconds: generous, real time on a shared 2-core machine
-#: Ray adds its own latency to each run (a Ray task's scheduling, sometimes a
-#: Ray worker to start first; the start is read on the node's wall clock):
-#: wider, still under the 200 ms steps the timelines tell apart.
-TOLERANCE_RAY = 0.15
+#: Seconds: generous - real time on a loaded 2-core machine (the suite runs
+#: beside itself: 80 ms was seen missed), and Ray adds its own latency to each
+#: run (a Ray task's scheduling, sometimes a Ray worker to start first). Still
+#: under the 200 ms steps the timelines tell apart; precision is the
+#: benchmarks' (benchmarks/scenarios/fixed_rate.py), not these tests'.
+TOLERANCE = TOLERANCE_RAY = 0.15
 
 
 def _warm_up(s):
