@@ -25,12 +25,13 @@ run, and a run that ends is reported exactly once.
 Runs given ahead of need - prefetch queues behind a busy worker's run,
 early hand-off to an idle worker, a durable store holding keyed runs until
 their start is recorded - and taking them back are in ``_handoff.py``,
-whose ``Handoff`` this class extends; the pool's slots are there too.
+whose ``Handoff`` this class extends; the pool's slots are there too. Which
+run starts next, and the tasks held back meanwhile (crash loops, a store
+outage), are in ``_holds.py`` (``Holds``, between the two).
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -43,7 +44,8 @@ from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
 from .._handle import RunError
 from ._carrier import Carrier
-from ._handoff import Handoff, Slot
+from ._handoff import Slot
+from ._holds import BACKOFF_AFTER, BACKOFF_FIRST_NS, BACKOFF_MAX_NS, Holds, label
 from ._messages import (
     BLOB_EXC,
     BLOB_NONE,
@@ -59,10 +61,6 @@ from ._messages import (
 )
 from ._store_hooks import NO_STORE, Durable
 
-#: After this many crashes in a row on one slot, its respawns back off.
-BACKOFF_AFTER = 2
-BACKOFF_FIRST_NS = 50_000_000
-BACKOFF_MAX_NS = 2 * NS
 #: Time a killed worker gets between SIGTERM and SIGKILL.
 KILL_GRACE_NS = 500_000_000
 #: While runs are in flight, workers' liveness is checked with psutil this often.
@@ -85,7 +83,7 @@ INFO, WARNING = 20, 30
 PAUSED, PENDING = TaskState.PAUSED.value, TaskState.PENDING.value
 
 
-class Engine(Handoff):
+class Engine(Holds):
     """See the module docstring. Driven by one thread; never blocks."""
 
     def __init__(
@@ -361,24 +359,6 @@ class Engine(Handoff):
             self._take_back(slot, head=True)
         return [entry[2] for entry in self.staged]
 
-    def hold_back(self, task_ids: set[int], until: int) -> None:
-        """The runs of ``task_ids`` wait until ``until`` (their claims cannot
-        be recorded: a store outage): the ones given to workers and never
-        started are taken back and parked, so the workers run the other
-        tasks meanwhile (issue 20 item 12)."""
-        for task_id in task_ids:
-            self.held[task_id] = max(self.held.get(task_id, until), until)
-        for slot in self.slots:
-            if slot.run is not None and any(r.task_id in task_ids for r in (slot.run, *slot.queue)):
-                self._take_back(slot, head=True)
-        back = [entry for entry in self.staged if entry[2].task_id in task_ids]
-        if back:
-            self.staged = [entry for entry in self.staged if entry[2].task_id not in task_ids]
-            heapq.heapify(self.staged)
-            for _, _, run in back:
-                self.announced.discard((run.task_id, run.run, run.attempt))
-                self.parked.append(run)
-
     def cancel(self, task_id: int, interrupt: bool, now: int) -> bool:
         taken = self._take_back_given(task_id, now)
         if taken is not None:  # its run was given ahead and never started: as if it were pending
@@ -538,7 +518,7 @@ class Engine(Handoff):
                 exitcode=exitcode,
                 signal=signame,
             )
-            self.log(WARNING, f"task {_label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
+            self.log(WARNING, f"task {label(run)} run {run.run} crashed its worker ({how}); replacing the worker")
             output = self.carrier.output(worker)
             self._record(run, "crashed", dispatched, now, worker.ident, BLOB_EXC, err, output)
         else:
@@ -717,76 +697,6 @@ class Engine(Handoff):
         self.prio.pop(run.task_id, None)
         self.durable.unstarted(run, now, self.events)
 
-    def _claim(self, now: int) -> Run | None:
-        """The next run to start: a parked run whose hold is over, else the
-        core's next due run - parked instead if its task is held - or a
-        staged one (given ahead, taken back) that ranks before it."""
-        run = self._claim_core(now)
-        staged = self.staged
-        if staged and (run is None or staged[0][0] <= self._rank(run)):
-            best = heapq.heappop(staged)[2]
-            if run is not None:
-                self._stage(run)
-            return best
-        return run
-
-    def _claim_core(self, now: int) -> Run | None:
-        for i, parked in enumerate(self.parked):
-            if self.held.get(parked.task_id, now) <= now:
-                del self.parked[i]
-                self.held.pop(parked.task_id, None)
-                return parked
-        yielding = None
-        while (run := self.core.claim(now)) is not None:
-            if self.core.replaced:
-                self._replace_runs(now)
-            release = self.held.get(run.task_id)
-            if release is not None and release > now:
-                self.parked.append(run)  # claimed, so it cannot run twice; started later
-                continue
-            self.held.pop(run.task_id, None)
-            if yielding is None and run.task_id in self.behind:
-                # Fairness bound: a run made up after an overrun (misfire
-                # "catch_up") yields once to the next due run of another task,
-                # so a task that can never catch up (a 1 ns period) takes at
-                # most every other start, never the whole pool.
-                yielding = run
-                continue
-            if yielding is not None:
-                self.parked.append(yielding)  # first in line for the next free worker
-            return run
-        return yielding
-
-    def _track_crash_loop(self, run: Run, outcome: str, now: int, ended: bool) -> None:
-        """From a periodic task's second crashed run in a row, hold its next
-        run back: 50 ms, doubling up to 2 s, from the crash. A task that
-        segfaults every 10 ms then costs a worker now and then instead of at
-        every period, the dispatcher stays cheap, and the other tasks keep
-        the pool and their schedule. The slots' own respawn backoff (see
-        worker_exited) cannot do this: it takes capacity from every task.
-        The first run that does not crash ends the hold."""
-        tid = run.task_id
-        if ended or outcome != "crashed":
-            if self._forget_crash_loop(tid) >= BACKOFF_AFTER and not ended:
-                self.log(INFO, f"task {_label(run)} ran without crashing: no longer held back")
-            return
-        n = self.task_crashes[tid] = self.task_crashes.get(tid, 0) + 1
-        if n >= BACKOFF_AFTER:
-            delay = min(BACKOFF_FIRST_NS << (n - BACKOFF_AFTER), BACKOFF_MAX_NS)
-            self.held[tid] = now + delay
-            if n == BACKOFF_AFTER:
-                self.log(
-                    WARNING,
-                    f"task {_label(run)}: {n} crashed runs in a row; holding its runs back "
-                    f"({delay / 1e6:.0f} ms, doubling to {BACKOFF_MAX_NS / 1e6:.0f} ms)",
-                )
-
-    def _forget_crash_loop(self, task_id: int) -> int:
-        """End a task's hold; return how many runs in a row it had crashed."""
-        self.held.pop(task_id, None)
-        self.behind.discard(task_id)
-        return self.task_crashes.pop(task_id, 0)
-
     def _idle_closing(self) -> bool:
         return self.closing and not len(self.core)
 
@@ -843,7 +753,7 @@ class Engine(Handoff):
             secs = (run.timeout_ns + self.load_grace_ns) / NS  # type: ignore[operator]
             self.log(
                 WARNING,
-                f"task {_label(run)} run {run.run} did not start within {secs:g}s (its worker "
+                f"task {label(run)} run {run.run} did not start within {secs:g}s (its worker "
                 f"starting, or importing the task); its worker {worker.ident} is replaced",
             )
             err: BaseException | None = TaskTimeoutError(
@@ -854,13 +764,13 @@ class Engine(Handoff):
             secs = run.timeout_ns / NS  # type: ignore[operator]
             self.log(
                 WARNING,
-                f"task {_label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced",
+                f"task {label(run)} run {run.run} timed out after {secs:g}s; its worker {worker.ident} is replaced",
             )
             err = TaskTimeoutError(
                 f"task {run.task_id} run {run.run} timed out after {secs:g}s (worker {worker.ident} killed)"
             )
         else:
-            self.log(INFO, f"task {_label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
+            self.log(INFO, f"task {label(run)} run {run.run} interrupted by cancel; worker {worker.ident} killed")
             err = None
         output = self.carrier.output(worker)
         self._record(run, outcome, dispatched, now, worker.ident, BLOB_NONE if err is None else BLOB_EXC, err, output)
@@ -906,7 +816,7 @@ class Engine(Handoff):
         elif self.behind:
             self.behind.discard(run.task_id)
         if done.missed:
-            self.log(INFO, f"task {_label(run)} missed {done.missed} fixed-rate slot(s); skipped")
+            self.log(INFO, f"task {label(run)} missed {done.missed} fixed-rate slot(s); skipped")
         if error is None and blob_kind == BLOB_EXC and blob is not None:
             error = RunError.of(blob)  # a crash, a timeout: the engine's own exception
         if not done.ended or (outcome == "ok" and done.periodic):
@@ -979,7 +889,3 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return a if a < b else b
-
-
-def _label(run: Run) -> str:
-    return f"{run.task_id} ({run.name})" if run.name else str(run.task_id)

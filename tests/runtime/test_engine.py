@@ -18,7 +18,8 @@ from procsched._core import ONCE, Policy, Run, Schedule
 from procsched._errors import TaskTimeoutError, WorkerCrashedError
 from procsched._runtime import _messages as m
 from procsched._runtime._carrier import Carrier
-from procsched._runtime._engine import BACKOFF_FIRST_NS, Engine
+from procsched._runtime._engine import Engine
+from procsched._runtime._holds import BACKOFF_FIRST_NS
 
 MS = 1_000_000
 
