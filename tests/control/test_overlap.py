@@ -3,6 +3,7 @@ from the tasks' own O_APPEND logs."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -78,8 +79,9 @@ def test_replace_kills_the_oldest_run_only(sched: procsched.Scheduler, tmp_path:
     assert first.run == 1 and first.outcome == "cancelled" and first.reason == "replaced"
     assert events.of("run_cancelled", handle.id)[0]["reason"] == "replaced"
     assert other.result(timeout=TIMEOUT) is None  # the other task's run was never touched
-    with open(log) as f:
-        assert sum(line.startswith("end") for line in f) == 0  # every run of it was killed
+    if os.path.exists(log):  # (none: a loaded machine killed run 1 before its first line)
+        with open(log) as f:
+            assert sum(line.startswith("end") for line in f) == 0  # every run of it was killed
 
 
 def test_run_now_is_a_manual_run_and_the_schedule_stays(sched: procsched.Scheduler, tmp_path: Any) -> None:

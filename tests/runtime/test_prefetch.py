@@ -192,6 +192,9 @@ def test_shutdown_with_cancel_futures_cancels_runs_given_ahead(make_scheduler, f
     handles = [s.submit(pt.mark, out, f"r{i}") for i in range(3)]
     until_stats(s, _queued_is(DEPTH))
     s.shutdown(wait=False, cancel_futures=True)
+    # the dispatcher takes them back while the blocker runs (released first,
+    # its worker could take the next one's ticket: a started run is not cancelled)
+    waiter.until(lambda: all(h.state is TaskState.CANCELLED for h in handles))
     release(fifo)
     s.shutdown(wait=True)
     assert all(h.state is TaskState.CANCELLED for h in handles)

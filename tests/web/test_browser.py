@@ -105,8 +105,7 @@ def test_run_now_in_the_browser(program, page):
     page.wait_for_selector("#job-state:text('paused')")
     seen = lines(program.log)
     page.click("button[name=run-now]")
-    page.wait_for_selector("#requests .flash")
-    assert page.locator("#requests .flash.ok").first.inner_text(timeout=100) == "started a run now"
+    page.wait_for_selector("#requests .flash.ok:text-is('started a run now')")
     wait_until(lambda: lines(program.log) == seen + 1, what="the manual run")
 
 
