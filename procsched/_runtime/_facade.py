@@ -307,6 +307,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             row.paused,
                             row.write,
                             task_id,
+                            plan.adopted[row.key],
                         )
                     )
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
@@ -320,11 +321,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         holder = self._keys.get(key)
         if (
             self._closed
-            or key in self._adopted
             or key in self._unloadable
             or (holder is not None and not holder.done())
+            or (holder is None and key in self._adopted)  # its adoption is on its way (start-up, in chunks)
         ):
-            return
+            return  # (an adopted key whose task ended here - its definition changed elsewhere - is adopted again)
         from ._durable import _recovery
 
         try:

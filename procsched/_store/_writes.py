@@ -582,6 +582,7 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
 # beside them, and their ends find their holder.
 _IN_FLIGHT = "(SELECT {col} FROM procsched_runs r WHERE r.key = ? AND r.outcome IS NULL{end})"
 _LATEST = " ORDER BY r.run DESC, r.attempt DESC LIMIT 1"
+_HISTORY_RUNS = "(SELECT COALESCE(max(r.run), 0) FROM procsched_runs r WHERE r.key = ?)"
 
 
 def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
@@ -620,11 +621,19 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
             for col in ("next_due_ns", "next_attempt", "paused", "run_count")
         )
     )
+    # A row made anew goes on from the key's history: its run count is never
+    # below the highest run recorded (a writer whose count is stale - it kept
+    # the task on standby while another scheduler claimed runs, then replaced
+    # it - must not number a run again: a claim would overwrite that run's
+    # row; the issue-20 campaign found it), and a count raised so is a new run next.
+    greatest = "GREATEST" if store._pg else "MAX"
     store._x(
         cur,
         f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
             max_concurrent, grp, last_slot_ns, in_flight, holder, token)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
+            VALUES (?, {greatest}(?, {_HISTORY_RUNS}), ?,
+                CASE WHEN ? < {_HISTORY_RUNS} THEN 1 ELSE ? END, ?, ?, ?, ?,
+                (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
                 AND r.attempt = 1 AND r.cause = 'schedule'), {_IN_FLIGHT.format(col="count(*)", end="")},
                 {_IN_FLIGHT.format(col="r.holder", end=_LATEST)}, {_IN_FLIGHT.format(col="r.token", end=_LATEST)})
             ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
@@ -632,7 +641,10 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
         (
             d.key,
             st.run_count,
+            d.key,
             st.next_due_ns,
+            st.run_count,
+            d.key,
             st.next_attempt,
             int(st.paused),
             c.now,
