@@ -14,16 +14,25 @@ were fixed, one deterministic reproduction per root cause.
    of the store: a changed definition stored before that re-read was taken
    for the one it ran, so it ran the old one for good. An adopted task
    knows the definition it was adopted with.
+3. A dispatcher starting while its SQLite store was locked for a moment
+   (another process in a write transaction) died of "database is locked"
+   at its first transaction: every task of the program failed. It waits
+   the lock out (``_writer.patiently``).
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from procsched._errors import StoreError
+from procsched._runtime._durable._writer import patiently
 from procsched._store import TaskDefinition, TaskState, open_store
 from tests.campaign import storesql
 from tests.promises.helpers import starts, wait_until
@@ -145,3 +154,36 @@ def test_a_changed_definition_stored_before_an_adopters_first_re_read_is_followe
     after = [x for x in starts(out) if x.t > settle]
     old = [x for x in after if x.tag == "v1"]
     assert not old, f"{len(old)} of {len(after)} runs after v2 was stored ran v1, on {sorted({x.inst for x in old})}"
+
+
+def test_a_dispatcher_waits_out_a_store_locked_at_its_start(tmp_path) -> None:
+    """What the dispatcher does to open its store and register (the program
+    opened the store a moment before): the file is locked by another
+    process's write transaction at the first try; the lock ends; it opens."""
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?busy_timeout=0.001"
+    open_store(url).close()  # (the program opened it)
+    lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")
+    refused = threading.Event()
+    got: list[Any] = []
+
+    def first_open() -> Any:
+        try:
+            return open_store(url)
+        except StoreError:
+            refused.set()
+            raise
+
+    opener = threading.Thread(target=lambda: got.append(patiently(first_open)), daemon=True)
+    opener.start()
+    assert refused.wait(30), "the open was not refused while the file was locked"
+    lock.execute("ROLLBACK")
+    lock.close()
+    opener.join(30)
+    assert got, "the store did not open once the lock ended"
+    store = got[0]
+    try:
+        assert patiently(lambda: store.register(lease_ns=P)).token > 0
+    finally:
+        store.close()

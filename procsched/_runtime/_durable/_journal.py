@@ -64,7 +64,7 @@ from typing import Any
 from ..._core import Kind, Run, Schedule, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import SQLStore, TaskDefinition, open_store
+from ..._store import SQLStore, TaskDefinition
 from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
@@ -73,7 +73,7 @@ from ._limited import Limited
 from ._peers import DELETED, Peers
 from ._requests import Requests
 from ._stored import stored_hash
-from ._writer import Writer
+from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
 # batch being built, in the transaction in flight, committed.
@@ -113,11 +113,11 @@ class Journal(Durable):
         lease_ns: int = LEASE_NS,
         secret: list[bytes] | None = None,
     ) -> None:
-        self.store = open_store(target, secret=secret)  # (secret: the facade's, through the configuration frame)
+        self.store = open_patiently(target, secret)  # (secret: the facade's, through the configuration frame)
         bound_idle_transactions(self.store, lease_ns)
         self.lease_ns = lease_ns
         self.owner_pid = owner_pid
-        self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
+        self.holder = patiently(lambda: self.store.register(lease_ns=lease_ns, pid=owner_pid))
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
         #: key -> the id of its latest task here: a task replaced while its
