@@ -17,7 +17,10 @@ were fixed, one deterministic reproduction per root cause.
 3. A dispatcher starting while its SQLite store was locked for a moment
    (another process in a write transaction) died of "database is locked"
    at its first transaction: every task of the program failed. It waits
-   the lock out (``_writer.patiently``).
+   the lock out (``_writer.patiently``); so does the program's recovery at
+   ``Scheduler(store=...)`` (a restart during such a lock raised
+   StoreError there), and opening a store of the current schema takes no
+   writer's lock at all.
 """
 
 from __future__ import annotations
@@ -157,33 +160,48 @@ def test_a_changed_definition_stored_before_an_adopters_first_re_read_is_followe
 
 
 def test_a_dispatcher_waits_out_a_store_locked_at_its_start(tmp_path) -> None:
-    """What the dispatcher does to open its store and register (the program
-    opened the store a moment before): the file is locked by another
-    process's write transaction at the first try; the lock ends; it opens."""
+    """What the dispatcher does to register on its store (the program opened
+    it a moment before): the file is locked by another process's write
+    transaction at the first try; the lock ends; it registers."""
     path = tmp_path / "store.db"
     url = f"sqlite:///{path}?busy_timeout=0.001"
-    open_store(url).close()  # (the program opened it)
+    store = open_store(url)
     lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     lock.execute("BEGIN EXCLUSIVE")
     refused = threading.Event()
     got: list[Any] = []
 
-    def first_open() -> Any:
+    def register() -> Any:
         try:
-            return open_store(url)
+            return store.register(lease_ns=P)
         except StoreError:
             refused.set()
             raise
 
-    opener = threading.Thread(target=lambda: got.append(patiently(first_open)), daemon=True)
-    opener.start()
-    assert refused.wait(30), "the open was not refused while the file was locked"
-    lock.execute("ROLLBACK")
-    lock.close()
-    opener.join(30)
-    assert got, "the store did not open once the lock ended"
-    store = got[0]
     try:
-        assert patiently(lambda: store.register(lease_ns=P)).token > 0
+        registrar = threading.Thread(target=lambda: got.append(patiently(register)), daemon=True)
+        registrar.start()
+        assert refused.wait(30), "the registration was not refused while the file was locked"
+        lock.execute("ROLLBACK")
+        registrar.join(30)
+        assert got and got[0].token > 0, "no registration once the lock ended"
     finally:
+        lock.close()
         store.close()
+
+
+def test_a_store_of_the_current_schema_opens_while_another_process_holds_its_write_lock(tmp_path) -> None:
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?busy_timeout=0.001"
+    open_store(url).close()
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        store = open_store(url)  # a read: nothing to wait for
+        try:
+            assert store.jobs() == []
+        finally:
+            store.close()
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
