@@ -157,7 +157,11 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                 if store._row_fault(exc):
                     raise _RowFault(exc) from exc
                 raise
-        left = [(2 * SLOT_GAP_NS, op.key, op.run, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
+        left = [
+            (2 * SLOT_GAP_NS, op.key, op.run, op.run, SLOT_GAP_NS, SLOT_GAP_NS)
+            for op in ops
+            if op[0] == "finished" and _left_slot(op)
+        ]
         if left:
             cur.executemany(store._q(_LEAVE_SLOT), left)
     c.result.lost = list(dict.fromkeys(c.result.lost))
@@ -167,10 +171,12 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
 # A run cancelled before it started whose end keeps its own slot as its task's
 # next (a clean shutdown with runs given ahead: issue 20 item 2) leaves that
 # slot to the next claim: the slot guard steps back below it (by two gaps: the
-# slot, read back through a monotonic clock, may come back a little earlier).
+# slot, read back through a monotonic clock, may come back a little earlier:
+# microseconds off the slot claimed when the dispatcher's wall offset was read
+# again between the claim and the cancel - the slot is still the one left).
 _LEAVE_SLOT = """UPDATE procsched_tasks SET last_slot_ns = last_slot_ns - ?
     WHERE key = ? AND sched_run = ? AND run_count = ? AND in_flight = 0 AND last_outcome = 'cancelled'
-    AND next_due_ns = last_slot_ns"""
+    AND next_due_ns >= last_slot_ns - ? AND next_due_ns <= last_slot_ns + ?"""
 
 
 def _left_slot(op: Finished) -> bool:
