@@ -21,6 +21,10 @@ were fixed, one deterministic reproduction per root cause.
    ``Scheduler(store=...)`` (a restart during such a lock raised
    StoreError there), and opening a store of the current schema takes no
    writer's lock at all.
+4. A scheduler adopting a paused task at start-up wrote its pause back
+   to the store (the adoption's state write, the pause's event): a resume
+   made by another scheduler between its read and that write was undone -
+   the task stayed paused for good. Adopting never writes a pause.
 """
 
 from __future__ import annotations
@@ -205,3 +209,20 @@ def test_a_store_of_the_current_schema_opens_while_another_process_holds_its_wri
     finally:
         lock.execute("ROLLBACK")
         lock.close()
+
+
+@pytest.mark.slow
+def test_a_resume_made_while_another_instance_adopts_the_paused_task_stands(instances, store_url, tmp_path) -> None:
+    out = str(tmp_path / "runs.log")
+    a = instances("A", {"store": store_url, "lease": 3.0, "tasks": [_rate(out, "v1")]}).ready()
+    wait_until(lambda: starts(out), 30, "A to run k")
+    assert a.ask("pause k")["ok"]
+    b = instances("B", {"store": store_url, "lease": 3.0}).ready()  # has read k paused (its adoption)
+    b.stop()  # before its dispatcher writes what it adopted
+    assert a.ask("resume k")["ok"]
+    wait_until(lambda: not storesql.tasks(store_url)["k"].paused, 30, "the resume to be stored")
+    b.cont()
+    resumed = time.time()
+    wait_until(lambda: len([x for x in starts(out) if x.t > resumed + SETTLE]) >= 5, 30, "k to run on after the resume")
+    for inst in (a, b):
+        assert inst.quit()["closed"]

@@ -218,9 +218,9 @@ class Journal(Durable):
                     run_count=runs,
                     next_due_ns=row.due_wall_ns,
                     next_attempt=row.attempt,
-                    paused=row.paused,
                     unloadable=None,
-                )
+                )  # (never its pause: the store's, read a moment ago - a resume since must stand)
+        self.pass_over(engine.events)  # what adopting did (a paused task's pause) is the store's already
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""
