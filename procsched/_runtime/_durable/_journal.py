@@ -211,7 +211,9 @@ class Journal(Durable):
             runs_of[key] = runs
             self._remember(engine, task_id)
             if row.paused:
+                self.sync(engine.events)
                 engine.pause(task_id)
+                self.pass_over(engine.events)  # (its pause is the store's: never written back - a resume since stands)
             if row.write:
                 self.batch.update(
                     key,
@@ -220,7 +222,6 @@ class Journal(Durable):
                     next_attempt=row.attempt,
                     unloadable=None,
                 )  # (never its pause: the store's, read a moment ago - a resume since must stand)
-        self.pass_over(engine.events)  # what adopting did (a paused task's pause) is the store's already
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""
