@@ -532,7 +532,8 @@ class Journal(Durable):
                 # lease is known to be ours (issue 20 item 1); what other
                 # schedulers changed meanwhile is read at once.
                 engine.take_back_given()
-                self.peers.sync_soon()
+                if self.renew_at:  # (not the first turn: nothing was read yet)
+                    self.peers.sync_soon()
             try:
                 if not self.store.renew_lease(self.holder):
                     self._fenced_out(engine, now)

@@ -130,8 +130,10 @@ class Peers:
         """A turn of the dispatcher: re-read the store if it is time (not
         once the store is closing); when the next re-read is due."""
         if self.sync_at is None:
-            self.sync_at = now  # the first turn reads at once what changed since the registration
-        if now >= self.sync_at and not dead:
+            # (not at once: the facade's adoption of the stored tasks comes
+            # first - a take-over before it would find no local task to move)
+            self.sync_at = now + self.interval
+        elif now >= self.sync_at and not dead:
             self.sync(engine, now, offset)
         return self.sync_at
 
