@@ -184,11 +184,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 raise ValueError(f"store= is supported with runner='processes' only, not runner={runner!r}")
             from .._secret import resolve
             from .._store import open_store
+            from ._durable._writer import patiently
 
             keys = resolve(secret)  # ValueError, TypeError: a bad secret, at the call
             self._store = open_store(store, secret=keys)  # StoreError now, at the call
             if self._limits:  # shared by every instance on the store (counted in its claims)
-                self._store.set_limits(self._limits)
+                limits = self._limits
+                patiently(lambda: self._store.set_limits(limits))  # (a store locked for a moment: waited out)
             config["secret"] = keys  # (the configuration frame: never a command line or an environment)
             self._store_lock = threading.Lock()  # one thread at a time on the facade's connection
             target = os.fspath(store)  # the dispatcher opens it again (a URL as given: its options count)
@@ -244,9 +246,13 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         if self._store is not None:
             # Recovery runs while the dispatcher starts (its imports, its
             # workers): it waits for the stored tasks in its command pipe.
+            from ._durable._writer import patiently
+
             try:
                 with _gc_paused():
-                    self._adopt(self._recover())
+                    # (a store busy for a moment - locked, a connection dropped
+                    # - is waited out: recovery is exact however often it is begun)
+                    self._adopt(patiently(self._recover))
             except BaseException:
                 self._abort(quiet=True)
                 self._store.close()
@@ -307,6 +313,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             row.paused,
                             row.write,
                             task_id,
+                            plan.adopted[row.key],
                         )
                     )
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
@@ -320,11 +327,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         holder = self._keys.get(key)
         if (
             self._closed
-            or key in self._adopted
             or key in self._unloadable
             or (holder is not None and not holder.done())
+            or (holder is None and key in self._adopted)  # its adoption is on its way (start-up, in chunks)
         ):
-            return
+            return  # (an adopted key whose task ended here - its definition changed elsewhere - is adopted again)
         from ._durable import _recovery
 
         try:

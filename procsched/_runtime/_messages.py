@@ -231,6 +231,8 @@ class AdoptRow(NamedTuple):
     write: bool
     """The store's state is not this yet: write it."""
     task_id: int
+    def_hash: str
+    """The hash of the definition adopted (``_stored.stored_hash``)."""
 
     @staticmethod
     def wire(
@@ -243,8 +245,9 @@ class AdoptRow(NamedTuple):
         paused: bool,
         write: bool,
         task_id: int,
+        def_hash: str,
     ) -> Message:
-        return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id)
+        return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id, def_hash)
 
 
 class Adopt(NamedTuple):

@@ -405,6 +405,18 @@ class SQLStore:
     def _init_schema(self) -> None:
         from .. import __name__ as pkg
 
+        # A store of this schema already is opened with a read: no writer's
+        # lock to wait for (a SQLite file another process keeps locked for
+        # a while opens at once; the writes that follow wait their turn).
+        with self._tx("opening the store", write=False) as cur:
+            row = (
+                self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()
+                if (self._has_schema(cur))
+                else None
+            )
+        if row is not None and row[0] == self.SCHEMA_VERSION:
+            self._keyring.told(self.describe)
+            return
         with self._tx("opening the store") as cur:
             if not self._has_schema(cur):
                 for stmt in self._schema():

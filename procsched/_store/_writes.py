@@ -157,7 +157,11 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                 if store._row_fault(exc):
                     raise _RowFault(exc) from exc
                 raise
-        left = [(2 * SLOT_GAP_NS, op.key, op.run, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
+        left = [
+            (2 * SLOT_GAP_NS, op.key, op.run, op.run, SLOT_GAP_NS, SLOT_GAP_NS)
+            for op in ops
+            if op[0] == "finished" and _left_slot(op)
+        ]
         if left:
             cur.executemany(store._q(_LEAVE_SLOT), left)
     c.result.lost = list(dict.fromkeys(c.result.lost))
@@ -167,10 +171,12 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
 # A run cancelled before it started whose end keeps its own slot as its task's
 # next (a clean shutdown with runs given ahead: issue 20 item 2) leaves that
 # slot to the next claim: the slot guard steps back below it (by two gaps: the
-# slot, read back through a monotonic clock, may come back a little earlier).
+# slot, read back through a monotonic clock, may come back a little earlier:
+# microseconds off the slot claimed when the dispatcher's wall offset was read
+# again between the claim and the cancel - the slot is still the one left).
 _LEAVE_SLOT = """UPDATE procsched_tasks SET last_slot_ns = last_slot_ns - ?
     WHERE key = ? AND sched_run = ? AND run_count = ? AND in_flight = 0 AND last_outcome = 'cancelled'
-    AND next_due_ns = last_slot_ns"""
+    AND next_due_ns >= last_slot_ns - ? AND next_due_ns <= last_slot_ns + ?"""
 
 
 def _left_slot(op: Finished) -> bool:
@@ -582,6 +588,7 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
 # beside them, and their ends find their holder.
 _IN_FLIGHT = "(SELECT {col} FROM procsched_runs r WHERE r.key = ? AND r.outcome IS NULL{end})"
 _LATEST = " ORDER BY r.run DESC, r.attempt DESC LIMIT 1"
+_HISTORY_RUNS = "(SELECT COALESCE(max(r.run), 0) FROM procsched_runs r WHERE r.key = ?)"
 
 
 def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
@@ -620,11 +627,19 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
             for col in ("next_due_ns", "next_attempt", "paused", "run_count")
         )
     )
+    # A row made anew goes on from the key's history: its run count is never
+    # below the highest run recorded (a writer whose count is stale - it kept
+    # the task on standby while another scheduler claimed runs, then replaced
+    # it - must not number a run again: a claim would overwrite that run's
+    # row; the issue-20 campaign found it), and a count raised so is a new run next.
+    greatest = "GREATEST" if store._pg else "MAX"
     store._x(
         cur,
         f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
             max_concurrent, grp, last_slot_ns, in_flight, holder, token)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
+            VALUES (?, {greatest}(?, {_HISTORY_RUNS}), ?,
+                CASE WHEN ? < {_HISTORY_RUNS} THEN 1 ELSE ? END, ?, ?, ?, ?,
+                (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
                 AND r.attempt = 1 AND r.cause = 'schedule'), {_IN_FLIGHT.format(col="count(*)", end="")},
                 {_IN_FLIGHT.format(col="r.holder", end=_LATEST)}, {_IN_FLIGHT.format(col="r.token", end=_LATEST)})
             ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
@@ -632,7 +647,10 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
         (
             d.key,
             st.run_count,
+            d.key,
             st.next_due_ns,
+            st.run_count,
+            d.key,
             st.next_attempt,
             int(st.paused),
             c.now,

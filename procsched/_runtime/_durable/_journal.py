@@ -64,16 +64,16 @@ from typing import Any
 from ..._core import Kind, Run, Schedule, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import SQLStore, TaskDefinition, open_store
+from ..._store import SQLStore, TaskDefinition
 from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
 from .._store_hooks import Durable
 from ._limited import Limited
-from ._peers import Peers
+from ._peers import DELETED, Peers
 from ._requests import Requests
 from ._stored import stored_hash
-from ._writer import Writer
+from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
 # batch being built, in the transaction in flight, committed.
@@ -113,11 +113,11 @@ class Journal(Durable):
         lease_ns: int = LEASE_NS,
         secret: list[bytes] | None = None,
     ) -> None:
-        self.store = open_store(target, secret=secret)  # (secret: the facade's, through the configuration frame)
+        self.store = open_patiently(target, secret)  # (secret: the facade's, through the configuration frame)
         bound_idle_transactions(self.store, lease_ns)
         self.lease_ns = lease_ns
         self.owner_pid = owner_pid
-        self.holder = self.store.register(lease_ns=lease_ns, pid=owner_pid)
+        self.holder = patiently(lambda: self.store.register(lease_ns=lease_ns, pid=owner_pid))
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
         #: key -> the id of its latest task here: a task replaced while its
@@ -199,6 +199,8 @@ class Journal(Durable):
             if engine.add(add, task_id, shape.payload) is not None:
                 continue  # refused (Engine.add said why)
             key = row.key
+            self.hashes[task_id] = row.def_hash  # (a change another scheduler stores is followed: Peers.redefined)
+            self.peers.adopted(key, row.def_hash)
             runs = max(runs_of.get(key, 0), row.runs)
             if row.attempt > 1:
                 engine.continue_runs(task_id, runs, row.attempt, row.due_wall_ns - offset, row.slot_wall_ns - offset)
@@ -209,16 +211,17 @@ class Journal(Durable):
             runs_of[key] = runs
             self._remember(engine, task_id)
             if row.paused:
+                self.sync(engine.events)
                 engine.pause(task_id)
+                self.pass_over(engine.events)  # (its pause is the store's: never written back - a resume since stands)
             if row.write:
                 self.batch.update(
                     key,
                     run_count=runs,
                     next_due_ns=row.due_wall_ns,
                     next_attempt=row.attempt,
-                    paused=row.paused,
                     unloadable=None,
-                )
+                )  # (never its pause: the store's, read a moment ago - a resume since must stand)
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""
@@ -226,15 +229,18 @@ class Journal(Durable):
         key = define.key
         if engine.state(task_id) is None:
             return  # refused (Engine.add said why)
-        runs = self.runs.get(key)
+        known = self.runs.get(key)
+        runs = known or 0
         stored = None
-        if runs is None:  # the key's first task here: it may be stored already, or have a history
-            try:
+        try:
+            if known is None:  # the key's first task here: it may be stored already
                 stored = self.store.get(key)
-                runs = self.store.last_run(key)
-            except StoreError as exc:
-                engine.log(40, f"the store: reading {key!r} failed ({exc}); its runs start at 1")
-                runs = 0
+            # A replacement goes on from the store's runs too: what this
+            # scheduler counted is stale if another one claimed the task's
+            # runs meanwhile (it was on standby here).
+            runs = max(runs, self.store.last_run(key))
+        except StoreError as exc:
+            engine.log(40, f"the store: reading {key!r} failed ({exc}); its runs go on from {runs + 1}")
         if runs:
             engine.continue_runs(task_id, runs)
         self.keys[task_id] = key
@@ -392,6 +398,7 @@ class Journal(Durable):
                 if key is not None:
                     if not self.closing and self.owner.get(key, task_id) == task_id and not self.expecting(key):
                         self.batch.delete(key)
+                        self.owner[key] = DELETED  # its run in flight, if any, ends without deleting it again
                     self.cancelled.append(task_id)
             elif tag == m.RUN_SKIPPED:
                 skipped = m.view(m.RunSkipped, ev)
@@ -521,8 +528,11 @@ class Journal(Durable):
             if now > self.renew_at + self.lease_ns // 3:
                 # A turn late by a third of the lease (this process was stopped,
                 # or starved): nothing handed over before may start until the
-                # lease is known to be ours (issue 20 item 1).
+                # lease is known to be ours (issue 20 item 1); what other
+                # schedulers changed meanwhile is read at once.
                 engine.take_back_given()
+                if self.renew_at:  # (not the first turn: nothing was read yet)
+                    self.peers.sync_soon()
             try:
                 if not self.store.renew_lease(self.holder):
                     self._fenced_out(engine, now)
@@ -534,7 +544,7 @@ class Journal(Durable):
             for tid in list(self.keys):
                 if engine.state(tid) is None and tid not in self.expected:
                     key = self.keys.pop(tid)
-                    if self.owner.get(key) == tid:
+                    if self.owner.get(key) in (tid, DELETED):
                         self.owner.pop(key)
         wake = min(self.renew_at, peers_at, self.limited.at or self.renew_at)
         if self.retry_at is not None and not self.writer.busy:
@@ -548,6 +558,7 @@ class Journal(Durable):
         if self.dead:
             return
         engine.take_back_given()
+        self.peers.sync_soon()  # what other schedulers changed meanwhile is followed before more runs start
         try:
             if self.store.renew_lease(self.holder):
                 self.renew_at = now + self.lease_ns // 3

@@ -42,12 +42,18 @@ from ._stored import down_slots, resume_point, schedule_of, stored_hash
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
 REDEFINED = -1
+#: ``Journalled.owner``'s mark of a key whose row is deleted (cancelled here,
+#: or by another scheduler): the end of a run of its task in flight deletes
+#: nothing - the key may be declared again meanwhile, here or elsewhere.
+DELETED = -2
 
 #: The longest interval between two re-reads of the store.
 SYNC_MAX_NS = NS
 #: Re-read rows written this long before the last read too: a transaction
 #: may commit a little after the store-clock time it stamped.
 OVERLAP_NS = 2 * NS
+#: Keys seen stored before their local task was adopted, kept at most (``Peers.unknown``).
+UNKNOWN_KEPT = 10_000
 #: Tasks said at INFO one by one as they go on standby.
 TOLD_STANDBY = 10
 
@@ -113,11 +119,19 @@ class Peers:
         #: Keys whose definition another scheduler changed -> the local task
         #: that ran the old one: once it has ended, the facade adopts the key anew.
         self.following: dict[str, int] = {}
+        #: Keys a re-read found stored but not (yet) a local task -> the hash
+        #: of the definition read: a task adopted from an older read (its
+        #: adoption was on its way) is checked against it (``adopted``).
+        self.unknown: dict[str, str] = {}
+        #: Keys whose adopted definition is older than one a re-read saw: read again at the next re-read.
+        self.recheck: set[str] = set()
 
     def turn(self, engine: Engine, now: int, offset: int, dead: bool) -> int:
         """A turn of the dispatcher: re-read the store if it is time (not
         once the store is closing); when the next re-read is due."""
         if self.sync_at is None:
+            # (not at once: the facade's adoption of the stored tasks comes
+            # first - a take-over before it would find no local task to move)
             self.sync_at = now + self.interval
         elif now >= self.sync_at and not dead:
             self.sync(engine, now, offset)
@@ -221,13 +235,24 @@ class Peers:
                 if tid is not None:
                     seen.add(tid)
                     self.apply(engine, tid, task, now, offset, store_now=store_now)
-                elif (
+                    continue
+                if task.untrusted is None and task.unloadable is None:
+                    if len(self.unknown) >= UNKNOWN_KEPT:
+                        self.unknown.clear()  # (bounded: a key adopted later from a read older still is read again)
+                    self.unknown[task.key] = stored_hash(task.definition)
+                if (
                     (task.unloadable is None or task.untrusted is not None)  # an untrusted one: the facade lists it
                     and task.key not in self.asked
                     and not journal.expecting(task.key)
                 ):
                     self.asked.add(task.key)
                     engine.emit(AdoptKey.wire(task.key))
+            for key in sorted(self.recheck):  # adopted from a read older than one made since
+                self.recheck.discard(key)
+                tid = by_key.get(key)
+                again = store.get(key) if tid is not None else None
+                if again is not None and tid is not None and not self._redefined(engine, tid, again, now):
+                    self.apply(engine, tid, again, now, offset, store_now=store_now)
             if count != len(self.known):
                 keys = store.keys()
                 for key in self.known - keys:
@@ -259,6 +284,15 @@ class Peers:
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
             engine.log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
         journal.pass_over(engine.events)  # what this pass did to local tasks is the store's already
+
+    def adopted(self, key: str, def_hash: str) -> None:
+        """The facade adopted ``key`` with the definition of hash ``def_hash``
+        (read before): if a re-read saw another one stored meanwhile, the
+        next re-read reads it again (and follows the change)."""
+        seen = self.unknown.pop(key, None)
+        if seen is not None and seen != def_hash:
+            self.recheck.add(key)
+            self.sync_soon()
 
     def _redefined(self, engine: Engine, tid: int, task: StoredTask, now: int) -> bool:
         """Did another scheduler store a changed definition of the local
@@ -374,6 +408,8 @@ class Peers:
     def drop(self, engine: Engine, tid: int, key: str, now: int) -> None:
         """Another scheduler cancelled ``key`` (or it ended there): end it here."""
         self.standby.pop(tid, None)
+        if self.journal.owner.get(key) == tid:
+            self.journal.owner[key] = DELETED  # (its run in flight ends recorded, deleting nothing)
         if engine.state(tid) is not TaskState.RUNNING:
             self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
         engine.cancel(tid, False, now)

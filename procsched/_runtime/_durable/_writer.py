@@ -36,14 +36,42 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from ..._store import open_store
+from ..._errors import StoreError
+from ..._store import SQLStore, open_store
 
 #: The writer checkpoints the WAL after this many rows written (SQLite; a
 #: row is 2-3 pages of WAL: the WAL stays around 10 MB).
 CHECKPOINT_ROWS = 1000
+T = TypeVar("T")
+#: How long a starting dispatcher tries to open its store, and to register
+#: on it, before it gives up: the program opened it a moment ago, so a
+#: failure now is a store busy for a while (a SQLite file another process
+#: keeps locked, a connection dropped) - the dispatcher waits it out (back-off
+#: from 50 ms, doubling to 1 s) rather than dying of it.
+PATIENCE_S = 30.0
+
+
+def patiently(what: Callable[[], T]) -> T:
+    """``what()``, tried again on a StoreError until PATIENCE_S have passed (then its error)."""
+    deadline = time.monotonic() + PATIENCE_S
+    pause = 0.05
+    while True:
+        try:
+            return what()
+        except StoreError:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # (start-up: nothing else to do meanwhile)
+            pause = min(2 * pause, 1.0)
+
+
+def open_patiently(target: str, secret: list[bytes] | None) -> SQLStore:
+    """``open_store(target)``, patiently (see PATIENCE_S)."""
+    return patiently(lambda: open_store(target, secret=secret))
 
 
 class Writer:
@@ -53,7 +81,7 @@ class Writer:
     def __init__(self, target: str, secret: list[bytes] | None = None) -> None:
         # StoreError: the dispatcher's Journal opened it a moment ago. With a
         # secret, it signs the definitions it writes.
-        self.store = open_store(target, secret=secret)
+        self.store = open_patiently(target, secret)
         self.busy = False  # a batch is in flight (only the dispatcher thread reads or writes this)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._result: Any = None

@@ -1,0 +1,228 @@
+"""What the fault campaign (tests/campaign) found after issue 20's items
+were fixed, one deterministic reproduction per root cause.
+
+1. A keyed task deleted and declared again by a scheduler whose run count
+   was stale (it kept the task on standby while another scheduler claimed
+   its runs, then replaced it: its cancel deleted the key, its new
+   definition inserted the row again) numbered its runs from its stale
+   count: a claim overwrote the row of a run another scheduler had run,
+   the same (key, run) ran twice, and a retry of it was refused forever
+   (the task stalled). A row made anew goes on from the key's history,
+   and a replacement numbers its runs from the store's, not from what its
+   scheduler counted.
+2. A task adopted at start-up learnt its definition from its first re-read
+   of the store: a changed definition stored before that re-read was taken
+   for the one it ran, so it ran the old one for good. An adopted task
+   knows the definition it was adopted with.
+3. A dispatcher starting while its SQLite store was locked for a moment
+   (another process in a write transaction) died of "database is locked"
+   at its first transaction: every task of the program failed. It waits
+   the lock out (``_writer.patiently``); so does the program's recovery at
+   ``Scheduler(store=...)`` (a restart during such a lock raised
+   StoreError there), and opening a store of the current schema takes no
+   writer's lock at all.
+4. A scheduler adopting a paused task at start-up wrote its pause back
+   to the store (the adoption's state write, the pause's event): a resume
+   made by another scheduler between its read and that write was undone -
+   the task stayed paused for good. Adopting never writes a pause.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from procsched._errors import StoreError
+from procsched._runtime._durable._writer import patiently
+from procsched._store import TaskDefinition, TaskState, open_store
+from tests.campaign import storesql
+from tests.promises.helpers import starts, wait_until
+
+pytestmark = [pytest.mark.timeout(120)]
+TASKS = "tests.promises.tasks"
+#: Another instance follows a change within the re-read interval (<= 1 s); slack on top (the campaign's checker's).
+SETTLE = 2.0
+P = 1_000_000_000
+T0 = 1_700_000_000 * P
+
+
+def _definition(tag: str) -> TaskDefinition:
+    return TaskDefinition("k", "tests.promises.tasks:mark", tag.encode(), {"kind": "fixed_rate", "period_ns": P}, {})
+
+
+def test_a_task_row_made_anew_never_numbers_a_run_of_its_history_again(store_url) -> None:
+    store = open_store(store_url)
+    try:
+        b = store.batch()
+        b.upsert(_definition("v1"), TaskState(next_due_ns=T0))
+        assert b.commit().ok
+        a, c = store.register(), store.register()
+        for run in (1, 2, 3):  # A runs 1-3; C keeps k on standby, its count still 0
+            claim = store.batch(a)
+            claim.started("k", run, 1, T0 + (run - 1) * P)
+            assert claim.commit().ok
+            end = store.batch(a)
+            end.finished("k", run, 1, "ok", T0 + run * P, T0 + run * P)
+            assert end.commit().ok
+        claim = store.batch(a)
+        claim.started("k", 4, 1, T0 + 3 * P)  # run 4 in flight on A
+        assert claim.commit().ok
+        replace = store.batch(c)  # C replaces k: its cancel deletes the key, its new definition comes with its count
+        replace.delete("k")
+        replace.upsert(_definition("v2"), TaskState(run_count=0, next_due_ns=T0 + 4 * P))
+        assert replace.commit().ok
+        task = store.get("k")
+        assert task is not None
+        assert (task.state.run_count, task.state.next_attempt, task.in_flight, task.holder) == (4, 1, 1, a.id)
+        stale = store.batch(c)
+        stale.started("k", 1, 1, T0 + 5 * P)  # C's stale next run: refused, run 1's row stays A's
+        assert stale.commit().lost == [("k", 1, 1)]
+        end = store.batch(a)
+        end.finished("k", 4, 1, "ok", T0 + 4 * P, T0 + 4 * P)
+        assert end.commit().ok  # A's run in flight ends, recorded
+        right = store.batch(c)
+        right.started("k", 5, 1, T0 + 5 * P)
+        assert right.commit().ok
+        runs = {(r.run, r.attempt): (r.holder, r.outcome) for r in store.history("k", 10)}
+        assert runs == {
+            (1, 1): (a.id, "ok"),
+            (2, 1): (a.id, "ok"),
+            (3, 1): (a.id, "ok"),
+            (4, 1): (a.id, "ok"),
+            (5, 1): (c.id, None),
+        }
+    finally:
+        store.close()
+
+
+def _rate(out: str, tag: str, **extra: object) -> dict[str, object]:
+    return {"key": "k", "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, tag], **extra}
+
+
+def _twice(out: str) -> list[tuple[int, int]]:
+    counted = Counter((x.run, x.attempt) for x in starts(out))
+    return sorted(k for k, n in counted.items() if n > 1)
+
+
+@pytest.mark.slow
+def test_a_replacement_made_on_standby_numbers_its_runs_after_the_others(instances, store_url, tmp_path) -> None:
+    """A runs k; B adopts it; one of them keeps it on standby while the
+    other runs on; then the one on standby replaces k (its count is stale).
+    No (run, attempt) may run twice, and the store's history keeps every run."""
+    out = str(tmp_path / "runs.log")
+    a = instances("A", {"store": store_url, "lease": 2.0, "tasks": [_rate(out, "v1")]}).ready()
+    wait_until(lambda: len(starts(out)) >= 3, 30, "A to run k")
+    b = instances("B", {"store": store_url, "lease": 2.0}).ready()  # adopts k
+
+    def on_standby() -> list[object]:
+        return [i for i in (a, b) if "k" in (i.ask("stats")["stats"] or {}).get("standby", ())]
+
+    standby = wait_until(on_standby, 30, "A or B to keep k on standby")[0]
+    ran = len(starts(out))
+    wait_until(lambda: len(starts(out)) >= ran + 5, 30, "the other to run k on (the standby's count goes stale)")
+    got = standby.ask("add " + json.dumps(_rate(out, "v2", replace=True)))
+    assert got.get("added") == "k", got
+    wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 5, 30, "the replacement to run")
+    for inst in (a, b):
+        assert inst.quit()["closed"]
+    assert not _twice(out), f"(run, attempt) started twice: {_twice(out)}"
+    ran_by = {(x.run, x.attempt) for x in starts(out)}
+    stored = {(r.run, r.attempt) for r in storesql.runs(store_url) if r.key == "k" and r.outcome == "ok"}
+    assert ran_by == stored, (sorted(ran_by ^ stored), "ran but not recorded ok, or the other way round")
+
+
+@pytest.mark.slow
+def test_a_changed_definition_stored_before_an_adopters_first_re_read_is_followed(
+    instances, store_url, tmp_path
+) -> None:
+    """B adopts k (v1) at start-up and is stopped before it re-reads the
+    store; A replaces k with v2 meanwhile; B continues; A shuts down. From
+    the re-read interval on, only v2 runs (B must not take v2's row for the
+    definition of the task it runs)."""
+    out = str(tmp_path / "runs.log")
+    a = instances("A", {"store": store_url, "lease": 3.0, "tasks": [_rate(out, "v1")]}).ready()
+    wait_until(lambda: starts(out), 30, "A to run k")
+    b = instances("B", {"store": store_url, "lease": 3.0}).ready()  # adopts k (v1)
+    b.stop()  # before its first re-read (a second after it registered, at most)
+    got = a.ask("add " + json.dumps(_rate(out, "v2", replace=True)))
+    assert got.get("added") == "k", got
+    wait_until(lambda: [x for x in starts(out) if x.tag == "v2"], 30, "A to run v2 (stored)")
+    b.cont()
+    settle = time.time() + SETTLE  # (B follows within the re-read interval of going on)
+    assert a.quit()["closed"]  # B goes on alone
+    wait_until(lambda: len([x for x in starts(out) if x.inst == "B" and x.t > settle]) >= 5, 30, "B to run k")
+    assert b.quit()["closed"]
+    after = [x for x in starts(out) if x.t > settle]
+    old = [x for x in after if x.tag == "v1"]
+    assert not old, f"{len(old)} of {len(after)} runs after v2 was stored ran v1, on {sorted({x.inst for x in old})}"
+
+
+def test_a_dispatcher_waits_out_a_store_locked_at_its_start(tmp_path) -> None:
+    """What the dispatcher does to register on its store (the program opened
+    it a moment before): the file is locked by another process's write
+    transaction at the first try; the lock ends; it registers."""
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?busy_timeout=0.001"
+    store = open_store(url)
+    lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")
+    refused = threading.Event()
+    got: list[Any] = []
+
+    def register() -> Any:
+        try:
+            return store.register(lease_ns=P)
+        except StoreError:
+            refused.set()
+            raise
+
+    try:
+        registrar = threading.Thread(target=lambda: got.append(patiently(register)), daemon=True)
+        registrar.start()
+        assert refused.wait(30), "the registration was not refused while the file was locked"
+        lock.execute("ROLLBACK")
+        registrar.join(30)
+        assert got and got[0].token > 0, "no registration once the lock ended"
+    finally:
+        lock.close()
+        store.close()
+
+
+def test_a_store_of_the_current_schema_opens_while_another_process_holds_its_write_lock(tmp_path) -> None:
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?busy_timeout=0.001"
+    open_store(url).close()
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        store = open_store(url)  # a read: nothing to wait for
+        try:
+            assert store.jobs() == []
+        finally:
+            store.close()
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
+@pytest.mark.slow
+def test_a_resume_made_while_another_instance_adopts_the_paused_task_stands(instances, store_url, tmp_path) -> None:
+    out = str(tmp_path / "runs.log")
+    a = instances("A", {"store": store_url, "lease": 3.0, "tasks": [_rate(out, "v1")]}).ready()
+    wait_until(lambda: starts(out), 30, "A to run k")
+    assert a.ask("pause k")["ok"]
+    b = instances("B", {"store": store_url, "lease": 3.0}).ready()  # has read k paused (its adoption)
+    b.stop()  # before its dispatcher writes what it adopted
+    assert a.ask("resume k")["ok"]
+    wait_until(lambda: not storesql.tasks(store_url)["k"].paused, 30, "the resume to be stored")
+    b.cont()
+    resumed = time.time()
+    wait_until(lambda: len([x for x in starts(out) if x.t > resumed + SETTLE]) >= 5, 30, "k to run on after the resume")
+    for inst in (a, b):
+        assert inst.quit()["closed"]
