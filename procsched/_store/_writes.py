@@ -669,10 +669,15 @@ def op_update(store: StoreAccess, cur: Any, c: Commit, op: Update) -> None:
         # Run numbers are set only by a writer that saw every claim (as
         # in _op_upsert): several schedulers, one that adopted the task
         # before another claimed a run must not set the count back.
+        # Nor may it move the next attempt of the same run back (a take-over
+        # asked for a retry after the writer read the task: the retry stands).
+        attempt = fields.get("next_attempt")
+        guard = "run_count <= ?" if attempt is None else "(run_count < ? OR (run_count = ? AND next_attempt <= ?))"
+        bounds = (fields["run_count"],) if attempt is None else (fields["run_count"], fields["run_count"], attempt)
         store._x(
             cur,
-            f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 AND run_count <= ?",
-            (*values, c.now, op.key, fields["run_count"]),
+            f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 AND {guard}",
+            (*values, c.now, op.key, *bounds),
         )
         return
     store._x(cur, f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ?", (*values, c.now, op.key))
