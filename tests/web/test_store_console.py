@@ -4,8 +4,8 @@ now / backfill are asked of the instance that runs the job, their state and
 answer shown. No scheduler runs here: the history is written as an instance
 writes it, and the test plays the instance's side of a request with the
 store's own calls (take_requests, a batch's answer) - what the runtime does
-at its re-read once issue 22 wires it (the end-to-end tests: test_browser.py
-and test_api.py, xfail until then)."""
+at its re-read (end to end, with real instances: test_browser.py,
+test_api.py and tests/control_store/)."""
 
 from __future__ import annotations
 
