@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 
 import psutil
@@ -230,3 +231,55 @@ def test_the_secret_is_on_no_command_line_and_in_no_environment_of_the_processes
         seen = " ".join(p.cmdline()) + " ".join(f"{k}={v}" for k, v in p.environ().items())
         assert "secret-" not in seen, (p.pid, p.name())
     s.shutdown()
+
+
+def test_a_reference_changed_in_a_row_is_never_imported(store_url, schedulers, tmp_path, monkeypatch, capsys):
+    """A definition names code by reference too: its function, and the
+    exception classes its retry policy names (in its options). Changed by
+    whoever can write the store, with a secret neither is imported - the
+    import of a module runs its code, in the program's own process - nor is
+    the row run; without one (the control: the marker works) the program
+    imports both. The store commands import neither, trusted or not."""
+    out, marker = str(tmp_path / "runs"), str(tmp_path / "imported")
+    tag = f"{os.getpid()}_{time.monotonic_ns()}"
+    fn_mod, exc_mod = f"planted_fn_{tag}", f"planted_exc_{tag}"
+    for name, body in ((fn_mod, "def run(*args):\n    return args\n"), (exc_mod, "class Boom(Exception):\n    pass\n")):
+        (tmp_path / f"{name}.py").write_text(
+            f"import os\nwith open({marker!r}, 'a') as f:\n    f.write('%d {name}\\n' % os.getpid())\n{body}"
+        )
+        monkeypatch.delitem(sys.modules, name, raising=False)  # (and gone again at teardown)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    s = schedulers(1, store=store_url, secret=SECRET)
+    for key in ("fn", "exc", "good"):
+        retry = procsched.Retry(attempts=2, on=ValueError) if key == "exc" else None
+        s.schedule_at_fixed_rate(tasks.tick, HOUR, initial_delay=HOUR, args=(out, key), key=key, retry=retry)
+    s.shutdown()
+    sql(store_url, "UPDATE procsched_definitions SET fn_ref = ? WHERE key = 'fn'", (f"{fn_mod}:run",))
+    sql(
+        store_url,
+        "UPDATE procsched_definitions SET options = replace(options, 'builtins:ValueError', ?) WHERE key = 'exc'",
+        (f"{exc_mod}:Boom",),
+    )
+    ((options,),) = sql(store_url, "SELECT options FROM procsched_definitions WHERE key = 'exc'")
+    assert f"{exc_mod}:Boom" in options and "ValueError" not in options
+    due_now(store_url)
+
+    s = schedulers(1, store=store_url, secret=SECRET)
+    assert s.stats()["unloadable"] == {"fn": BAD_SIGNATURE, "exc": BAD_SIGNATURE}
+    assert [h.key for h in s.jobs()] == ["good"]
+    wait_until(lambda: lines(out), 30, "the good task's run")
+    s.shutdown()
+    assert [x.split()[1] for x in lines(out)] == ["good"]
+    assert lines(marker) == [], "a reference from a row that failed its check was imported"
+    rows = listed(store_url, capsys)
+    assert (rows["fn"]["unloadable"], rows["exc"]["unloadable"]) == (BAD_SIGNATURE, BAD_SIGNATURE)
+    for key in ("fn", "exc"):
+        assert cli(["why", key, "--store", store_url]) == 0
+    assert lines(marker) == [], "a store command imported a stored reference"
+
+    # the control: without a secret the same rows are trusted as code, and imported by the program
+    sql(store_url, "UPDATE procsched_tasks SET next_due_ns = ?, unloadable = NULL", (time.time_ns() + HOUR * P,))
+    s = schedulers(1, store=store_url)
+    assert sorted(h.key for h in s.jobs()) == ["exc", "fn", "good"]
+    s.shutdown()
+    assert sorted(lines(marker)) == sorted([f"{os.getpid()} {fn_mod}", f"{os.getpid()} {exc_mod}"])
