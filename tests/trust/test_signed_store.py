@@ -283,3 +283,38 @@ def test_a_reference_changed_in_a_row_is_never_imported(store_url, schedulers, t
     assert sorted(h.key for h in s.jobs()) == ["exc", "fn", "good"]
     s.shutdown()
     assert sorted(lines(marker)) == sorted([f"{os.getpid()} {fn_mod}", f"{os.getpid()} {exc_mod}"])
+
+
+@pytest.mark.timeout(120)
+def test_a_row_changed_under_a_running_instance_is_not_taken_up(store_url, schedulers, tmp_path):
+    """A keyed task's row changed while an instance runs it (arguments that
+    run code when unpickled, and another definition hash: what a changed
+    definition looks like): that instance's re-reads see the row - they
+    follow its pause and resume - but never take up its payload: it goes on
+    with what its program declared. The next instance refuses the row."""
+    out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")
+    url = store_url + ("&" if "?" in store_url else "?") + "lease=1.5"  # a re-read every 0.5 s
+    s = schedulers(1, store=url, secret=SECRET)
+    h = s.schedule_at_fixed_rate(tasks.tick, 0.05, args=(out, "k"), key="k")
+    wait_until(lambda: len(lines(out)) >= 3, 30, "runs of k")
+    sql(
+        store_url,
+        "UPDATE procsched_definitions SET args = ?, def_hash = 'changed' WHERE key = 'k'",
+        (planted(marker, out),),
+    )
+    with open_store(url) as other:  # (written after the change: a re-read that sees the pause read the changed row)
+        assert other.pause("k")
+        wait_until(lambda: h.state is procsched.TaskState.PAUSED, 30, "the instance to re-read k")
+        assert other.resume("k")
+    wait_until(lambda: h.state is not procsched.TaskState.PAUSED, 30, "the instance to see k resumed")
+    n = len(lines(out))
+    wait_until(lambda: len(lines(out)) > n + 3, 30, "k to run again")
+    assert s.stats()["unloadable"] == {}
+    late = schedulers(1, store=url, secret=SECRET)
+    assert late.stats()["unloadable"] == {"k": BAD_SIGNATURE} and late.jobs() == []
+    n = len(lines(out))
+    wait_until(lambda: len(lines(out)) > n + 3, 30, "k to run on in the first instance")
+    late.shutdown()
+    s.shutdown()
+    assert unpickled_by(marker) == [], "a changed row's payload was unpickled"
+    assert {x.split()[1] for x in lines(out)} == {"k"}
