@@ -6,10 +6,13 @@
     instances()    ── schedulers + their runs in flight + how many tasks each keeps + their status
     counts()       ── the per-task totals (attempts by outcome, skipped slots by reason)
 
-Plain data only: nothing here reads a task's pickled arguments, so a view
-can be shown to whoever may see a job's name, schedule and state (the
-console still shows arguments, output and tracebacks to authenticated
-sessions only). Every view is one read transaction: one snapshot.
+Plain data only: nothing here unpickles a task's arguments, so a view can
+be shown to whoever may see a job's name, schedule and state (the console
+still shows arguments, output and tracebacks to authenticated sessions
+only). A store with a secret (``procsched web --secret-file``) reads the
+arguments' bytes too, to check each row's signature: a row that fails is
+listed unloadable with the reason (issue 24) even before an instance has
+refused it. Every view is one read transaction: one snapshot.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ._schema import RUN_COLS, RUN_COUNTERS, SCHED_COLS, SKIP_COUNTERS
 
 if TYPE_CHECKING:
     from ._access import StoreAccess
+    from ._trust import Keyring
 
 _COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
 _JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
@@ -43,7 +47,13 @@ _JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_ha
     t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns
     FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key
     LEFT JOIN procsched_schedulers h ON h.id = t.holder LEFT JOIN procsched_schedulers l ON l.id = t.last_holder"""
+#: The same with what a signature check reads (a store with a secret).
+_JOB_SELECT_SIGNED = _JOB_SELECT.replace(" l.lease_until_ns\n", " l.lease_until_ns, d.signature, d.args\n", 1)
 _RUNS = len(RUN_COUNTERS)
+
+
+def _select(store: StoreAccess) -> str:
+    return _JOB_SELECT_SIGNED if store._keyring else _JOB_SELECT
 
 
 def holder_ref(
@@ -67,7 +77,10 @@ def _json(text: str, parsed: dict[str, Any]) -> Any:
     return value
 
 
-def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
+def _job(row: Any, now: int, parsed: dict[str, Any], keyring: Keyring | None = None) -> JobView:
+    """A listing's row (``_select``: with a secret, ``keyring`` checks its signature)."""
+    if keyring:
+        *row, signature, args = row
     (
         key,
         name,
@@ -94,6 +107,8 @@ def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
         l_pid,
         l_lease,
     ) = row
+    if keyring:  # a failed check first: what the store has may be older, or nothing yet
+        unloadable = keyring.check(signature, key, fn_ref, args, schedule, options) or unloadable
     try:
         sched = _json(schedule, parsed)
     except ValueError:  # a row nobody can read is listed, not a reason to fail the listing
@@ -120,9 +135,9 @@ def _job(row: Any, now: int, parsed: dict[str, Any]) -> JobView:
 def jobs_view(store: StoreAccess) -> list[JobView]:
     with store._tx("listing jobs", write=False) as cur:
         now = store._now(cur)
-        rows = store._x(cur, f"{_JOB_SELECT} ORDER BY t.key").fetchall()
+        rows = store._x(cur, f"{_select(store)} ORDER BY t.key").fetchall()
     parsed: dict[str, Any] = {}
-    return [_job(r, now, parsed) for r in rows]
+    return [_job(r, now, parsed, store._keyring) for r in rows]
 
 
 def job_view(store: StoreAccess, key: str, n: int) -> JobDetail | None:
@@ -130,14 +145,14 @@ def job_view(store: StoreAccess, key: str, n: int) -> JobDetail | None:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
     with store._tx("reading a job", write=False) as cur:
         now = store._now(cur)
-        row = store._x(cur, f"{_JOB_SELECT} WHERE t.key = ?", (key,)).fetchone()
+        row = store._x(cur, f"{_select(store)} WHERE t.key = ?", (key,)).fetchone()
         if row is None:
             return None
         totals = store._x(cur, f"SELECT {_COUNTER_COLS} FROM procsched_tasks t WHERE t.key = ?", (key,)).fetchone()
         last_runs = runs(store, cur, key, n)
         last_skipped = skipped(store, cur, key, n)
     return JobDetail(
-        _job(row, now, {}),
+        _job(row, now, {}, store._keyring),
         last_runs,
         last_skipped,
         merge(last_runs, last_skipped, n),

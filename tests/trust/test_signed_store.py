@@ -318,3 +318,33 @@ def test_a_row_changed_under_a_running_instance_is_not_taken_up(store_url, sched
     s.shutdown()
     assert unpickled_by(marker) == [], "a changed row's payload was unpickled"
     assert {x.split()[1] for x in lines(out)} == {"k"}
+
+
+def test_a_store_with_the_secret_lists_a_row_that_fails_before_any_instance_refused_it(store_url, tmp_path):
+    """The read model (``procsched web --secret-file``, the console) checks
+    each row itself: a row changed while no instance runs is listed
+    unloadable with the reason at once; the reason an instance recorded
+    stays for a row signed right. Without the secret, what the store says."""
+    out, marker = str(tmp_path / "runs"), str(tmp_path / "unpickled")
+    with open_store(store_url, secret=SECRET) as store:
+        b = store.batch()
+        for key in ("good", "tampered", "missing"):
+            ref = "tests.trust.tasks:tick" if key != "missing" else "tests.trust.no_such_module:tick"
+            b.upsert(TaskDefinition(key, ref, planted(marker, out), {"kind": "once"}), TaskState(0, time.time_ns()))
+        b.unloadable("missing", "ModuleNotFoundError: No module named 'tests.trust.no_such_module'")
+        assert b.commit().ok
+    sql(store_url, "UPDATE procsched_definitions SET args = ? WHERE key = 'tampered'", (b"\x80\x05N.",))
+    with open_store(store_url, secret=[b"new", SECRET]) as store:
+        assert {j.key: j.unloadable for j in store.jobs_view()} == {
+            "good": None,
+            "tampered": BAD_SIGNATURE,
+            "missing": "ModuleNotFoundError: No module named 'tests.trust.no_such_module'",
+        }
+        detail = store.job_view("tampered")
+        assert detail is not None and detail.job.unloadable == BAD_SIGNATURE
+    with open_store(store_url) as store:  # no secret: nothing to check with
+        assert store.job_view("tampered").job.unloadable is None  # type: ignore[union-attr]
+        assert {j.key for j in store.jobs_view() if j.unloadable} == {"missing"}
+    with open_store(store_url, secret=b"another secret") as store:
+        assert {j.key: j.unloadable for j in store.jobs_view()}["good"] == BAD_SIGNATURE
+    assert unpickled_by(marker) == []
