@@ -5,7 +5,8 @@
 
 A SQLite store is filled with N keyed jobs (a mix of fixed-rate and cron
 schedules in a few zones, as a fleet has them) and one job with R finished
-runs; the console is served over it (``StoreSource``, the real app and
+runs (each with its worker pid and --output characters of output, every 7th
+failed with a traceback: what an instance records); the console is served over it (``StoreSource``, the real app and
 security layer, uvicorn on a loopback port) and timed through HTTP with the
 bearer token, as curl or a browser would ask:
 
@@ -40,8 +41,10 @@ ZONES = ("Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC")
 CRONS = ("0 3 * * *", "*/5 * * * *", "30 2 * * 1-5", "0 */2 * * *")
 
 
-def fill(path: str, jobs: int, runs: int) -> str:
-    """A store with ``jobs`` keyed jobs and ``runs`` finished runs of the first; its key."""
+def fill(path: str, jobs: int, runs: int, output: int = 0) -> str:
+    """A store with ``jobs`` keyed jobs and ``runs`` finished runs of the
+    first, each with its worker pid and ``output`` characters of output, and
+    every 7th failed with its traceback; its key."""
     import cloudpickle
 
     from procsched._store import TaskDefinition, TaskState, open_store
@@ -68,12 +71,17 @@ def fill(path: str, jobs: int, runs: int) -> str:
     batch.commit()
     me = store.register(lease_ns=3600 * NS)
     key = "job-00000"
+    printed = ("processed 42 rows of batch <7>\n" * (output // 31 + 1))[:output] or None
+    tb = "Traceback (most recent call last):\n" + '  File "jobs.py", line 12, in work\n    step()\n' * 20
     for run in range(1, runs + 1):
         slot = now - (runs - run + 1) * NS
         b = store.batch(me)
-        b.started(key, run, 1, slot, slot + 2_000_000)
-        b.finished(key, run, 1, "ok" if run % 7 else "error", slot + 50_000_000 + run * 100_000, slot + NS,
-                   error_type=None if run % 7 else "ValueError", error_message=None if run % 7 else "bad luck")  # fmt: skip
+        failed = run % 7 == 0
+        b.started(key, run, 1, slot, slot + 2_000_000, worker_pid=4000 + run % 4)
+        b.finished(key, run, 1, "error" if failed else "ok", slot + 50_000_000 + run * 100_000, slot + NS,
+                   error_type="ValueError" if failed else None, error_message="bad luck" if failed else None,
+                   error_traceback=tb + "ValueError: bad luck\n" if failed else None, worker_pid=4000 + run % 4,
+                   output=printed)  # fmt: skip
         b.commit()
     store.unregister(me)
     store.close()
@@ -121,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=10_000, help="stored jobs (default 10000)")
     p.add_argument("--runs", type=int, default=100, help="finished runs of the job whose page is timed (default 100)")
+    p.add_argument("--output", type=int, default=2048,
+                   help="characters of output each of those runs printed (default 2048)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=20, help="timed requests per path (default 20)")
     p.add_argument("--cli-jobs", type=int, default=100_000,
                    help="stored jobs for timing procsched jobs (default 100000; 0: not timed)")  # fmt: skip
@@ -135,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "console.db")
         started = time.perf_counter()
-        key = fill(path, args.jobs, args.runs)
-        print(f"store: {args.jobs} jobs, {args.runs} runs of {key} (filled in {time.perf_counter() - started:.1f} s)")
+        key = fill(path, args.jobs, args.runs, args.output)
+        filled = time.perf_counter() - started
+        print(f"store: {args.jobs} jobs, {args.runs} runs of {key}, output {args.output} chars a run ({filled:.1f} s)")
         console = Console(StoreSource(open_store(path), path), port=0, token=TOKEN)
         console.start()
         try:

@@ -47,7 +47,8 @@ record returned is a named record of ``_model``):
     re-read    (every lease/3, at most 1 s) store.peers_view(since) as before: pauses, resumes and
                removals made from outside arrive there (state rows); then
                store.take_requests(me, keys_run_here) -> run now / backfill requests, once each
-    lease      store.renew_lease(me, status=InstanceStatus(workers, standby, ...)) every lease/3
+    lease      store.renew_lease(me, status=InstanceStatus(workers, standby, ...)) every lease/3, or
+               b.publish(InstanceStatus(...)) in a batch that renews it (claims or ends)
     shutdown   store.unregister(me); store.close()
 
 From outside (the CLI, the console, any program):

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-from ._model import CAUSES, OUTCOMES, RUN_REASONS, SKIP_REASONS, BatchResult, Holder, TaskDefinition, TaskState
+from ._model import (
+    CAUSES,
+    OUTCOMES,
+    RUN_REASONS,
+    SKIP_REASONS,
+    BatchResult,
+    Holder,
+    InstanceStatus,
+    TaskDefinition,
+    TaskState,
+)
 
 #: The longest error message, traceback and output tail a run row keeps (characters).
 MESSAGE_CHARS = 2000
@@ -108,13 +118,14 @@ class Batch:
     transaction (see ``_sql``). Ops apply in the order given. Building a
     batch does no I/O; a batch commits once."""
 
-    __slots__ = ("done", "fenced", "holder", "ops", "store")
+    __slots__ = ("done", "fenced", "holder", "ops", "status", "store")
 
     def __init__(self, store: _Committer, holder: Holder | None) -> None:
         self.store = store
         self.holder = holder
         self.ops: list[Any] = []
         self.fenced = False  # holds claims or ends: the commit renews (and checks) the holder's lease first
+        self.status: InstanceStatus | None = None  # published with the commit (``publish``)
         self.done = False
 
     def __len__(self) -> int:
@@ -252,6 +263,17 @@ class Batch:
         self._need_holder("answer", fenced=False)
         self.ops.append(Answer("answer", None, int(request_id), result, error))
 
+    def publish(self, status: InstanceStatus) -> None:
+        """Publish ``status`` (the holder's workers, its standby keys) with
+        this batch, as ``Store.renew_lease(holder, status=...)`` does: in
+        the statement that renews the lease of a batch with claims or ends,
+        else in one of its own in the same transaction. A batch with nothing
+        else to write writes nothing (publish with ``renew_lease`` then)."""
+        if not isinstance(status, InstanceStatus):
+            raise TypeError(f"status must be an InstanceStatus, got {type(status).__name__}")
+        self._need_holder("publish", fenced=False)
+        self.status = status
+
     def carry(self, earlier: Batch, *, runs: bool = True) -> None:
         """Put ``earlier``'s ops in front of this batch's (a commit that
         failed is tried again with the next one); ``runs=False`` leaves its
@@ -260,6 +282,8 @@ class Batch:
         ops = earlier.ops if runs else [op for op in earlier.ops if op[0] not in ("started", "finished")]
         self.ops[:0] = ops
         self.fenced = self.fenced or (runs and earlier.fenced)
+        if self.status is None:
+            self.status = earlier.status
 
     def drop_claim(self, key: str, run: int, attempt: int) -> bool:
         """Take the claim of (key, run, attempt) out of this batch (a run

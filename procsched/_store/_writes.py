@@ -127,18 +127,25 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
     c = Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
     with store._tx(f"writing a batch of {len(ops)} change(s)") as cur:
         c.now = store._now(cur)
+        status = None if batch.status is None else batch.status.to_json()
         if holder is not None and batch.fenced:
             cur = store._x(
                 cur,
                 "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
-                "changes = changes + 1 WHERE id = ? AND token = ?",
-                (c.now, c.now, holder.id, holder.token),
+                "changes = changes + 1, status = COALESCE(?, status) WHERE id = ? AND token = ?",
+                (c.now, c.now, status, holder.id, holder.token),
             )
             if cur.rowcount != 1:
                 c.result.fenced_out = True
                 return c.result  # nothing written: the transaction commits no change
         elif holder is not None or any(op[0] in ("delete", "skipped") for op in ops):
             store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
+            if holder is not None and status is not None:
+                store._x(
+                    cur,
+                    "UPDATE procsched_schedulers SET status = ? WHERE id = ? AND token = ?",
+                    (status, holder.id, holder.token),
+                )
         _lock_keys(store, cur, ops, isolate)
         for kind, group in _groups(ops):
             if isolate:

@@ -163,8 +163,11 @@ def test_store_jobs_and_history(stored):
 
 def test_store_pause_reaches_the_instance(stored):
     wait_until(lambda: lines(stored.log) >= 2, what="tick's runs")
+    asked = time.monotonic()
     assert stored.client.post("/api/jobs/tick/pause").json()["ok"] is True
     wait_until(lambda: stored.handle.state.value == "paused", timeout=5, what="the instance following the pause")
+    # Carried out at the instance's next re-read: lease/3 = 0.5 s here (DESIGN: <= 1 s), and a loaded machine's slack.
+    assert time.monotonic() - asked < 1.5
     seen = lines(stored.log)
     time.sleep(0.7)  # an absence: three periods of tick with no run
     assert lines(stored.log) == seen
@@ -182,12 +185,14 @@ def test_store_run_now_is_carried_out_by_the_instance(stored):
     assert stored.client.post("/api/jobs/tick/pause").json()["ok"] is True
     wait_until(lambda: stored.handle.state.value == "paused", timeout=5, what="the instance following the pause")
     seen = lines(stored.log)
+    started = time.monotonic()
     asked = stored.client.post("/api/jobs/tick/run-now").json()["request"]
     done = wait_until(
         lambda: (r := stored.client.get(f"/api/requests/{asked['id']}").json())["state"] == "done" and r,
         timeout=4,
         what="the instance's answer",
     )
+    assert time.monotonic() - started < 1.5  # taken at the instance's next re-read (0.5 s here), carried out, answered
     wait_until(lambda: lines(stored.log) == seen + 1, timeout=4, what="the manual run")
     assert stored.client.get("/api/jobs/tick").json()["runs"][-1]["cause"] == "manual" and done["run"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from datetime import UTC
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
@@ -187,6 +187,102 @@ def test_run_now_and_a_backfill_over_a_store_show_the_instances_answers_live(pag
     finally:
         served.close()
         instance.close()
+
+
+def test_a_real_instance_over_a_store_output_traceback_and_workers_in_the_browser(page, tmp_path):
+    """``procsched web --store`` shows what the running instance recorded: a
+    run's output, its traceback, its worker's pid, and the instance's workers."""
+    import web_jobs
+
+    db = str(tmp_path / "s.db")
+    s = procsched.Scheduler(workers=2, store=db, capture_output=True, lease=0.6)  # status every 0.2 s
+    chatty = s.schedule_at_fixed_rate(web_jobs.chatty, 0.2, key="chatty")
+    s.schedule_at_fixed_rate(web_jobs.fails, 0.3, key="fails")
+    served = serve(store_source(db))
+    try:
+        wait_until(lambda: any(r.output for r in chatty.runs), what="chatty's output")
+        pids = {str(w["pid"]) for w in s.stats()["workers"]}
+        log_in(page, served)
+        page.goto(f"{served.url}/jobs/fails")
+        page.wait_for_selector("#job-runs p.bad:text('ValueError: bad luck')")
+        details = page.locator("#job-runs details:has(summary:text('traceback'))").first
+        details.locator("summary").click()
+        assert 'raise ValueError("bad luck")' in details.locator("pre").inner_text()
+        page.goto(f"{served.url}/jobs/chatty")
+        details = page.locator("#job-runs details:has(summary:text('output'))").first
+        details.locator("summary").click()
+        assert details.locator("pre").inner_text().strip() == "hello from chatty\nto stderr"
+        shown = set(page.locator("#job-runs td[data-label=worker]").all_inner_texts())
+        assert shown and shown <= pids, (shown, pids)
+        page.goto(f"{served.url}/workers")
+        page.wait_for_selector("table.workers")
+        rows = page.locator("table.workers tbody tr").all_inner_texts()
+        assert len(rows) == 2 and all("MiB" in row for row in rows), rows
+        assert {row.split("\t")[1] for row in rows} == pids, (rows, pids)
+    finally:
+        served.close()
+        s.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.timeout(90)
+def test_pause_run_now_and_backfill_over_a_store_reach_the_running_instance(page, tmp_path):
+    """``procsched web --store`` beside a running instance, as an operator
+    uses it: see the job, watch its runs come in, pause it and see the
+    instance stop running it, run it now, list a backfill's slots, then run
+    them - each carried out by the instance, which answers on the page."""
+    import web_jobs
+
+    db, log = str(tmp_path / "s.db"), str(tmp_path / "tick.log")
+    s = procsched.Scheduler(workers=2, store=db, lease=1.5)  # it re-reads the store every 0.5 s
+    tick = s.schedule_at_fixed_rate(web_jobs.mark, 0.2, args=(log,), key="tick")
+    served = serve(store_source(db))
+    try:
+        log_in(page, served)
+        page.wait_for_selector("table.jobs td:has-text('every 200 ms')")
+        page.click("table.jobs a:text('tick')")
+        page.wait_for_selector("#job-runs table.runs")
+        page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+        wait_until(lambda: tick.runs, what="a run the instance recorded")  # (the user hears of it once stored)
+        newest = tick.runs[-1].run
+        finished = time.monotonic()
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('#job-runs table.runs tr.run td:first-child')]"
+            f".some(td => td.textContent.trim() === '{newest + 2}')",
+            timeout=10_000,
+        )
+        # Run newest + 2 ends about 0.4 s after run `newest`: it shows within 2 s of its end.
+        assert time.monotonic() - finished < 0.4 + 2.0 + 0.5
+
+        with page.expect_response(lambda r: r.url.endswith("/pause") and r.request.method == "POST") as answer:
+            page.click("button[name=pause]")
+        assert '<p class="flash ok" role="status">paused</p>' in answer.value.text()
+        wait_until(lambda: tick.state.value == "paused", timeout=5, what="the instance following the pause")
+        seen = lines(log)
+        time.sleep(0.7)  # an absence: three periods of tick, no run
+        assert lines(log) == seen
+
+        page.click("button[name=run-now]")
+        page.wait_for_selector("#requests .request[data-state=done]:text('started a run now: run')")
+        wait_until(lambda: lines(log) == seen + 1, timeout=5, what="the manual run")
+        page.wait_for_selector("#job-runs td:text-is('manual')")
+
+        first = tick.runs[0].scheduled_at
+        page.click("summary:text('Backfill')")
+        page.fill("input[name=start]", first.isoformat())
+        page.fill("input[name=end]", (first + timedelta(seconds=1)).isoformat())
+        page.click("button[name=dry-run]")
+        listed = page.locator("#requests .request[data-state=done]:text('slot(s) would run')")
+        listed.wait_for()
+        slots = listed.locator("ol.slots li").count()
+        assert slots == 5
+        listed.locator("button[name=backfill]").click()  # the confirmation (its dialog accepted)
+        page.wait_for_selector(f"#requests .request[data-state=done]:text('backfill started: {slots} slot(s)')")
+        wait_until(lambda: lines(log) == seen + 1 + slots, timeout=10, what="the backfilled runs")
+        page.wait_for_selector("#job-runs td:text-is('backfill')")
+        assert page.evaluate("window.loadedOnce") is True
+    finally:
+        served.close()
+        s.shutdown(wait=True, cancel_futures=True)
 
 
 # -- screenshots, from a demo store ------------------------------------------------------------

@@ -35,3 +35,21 @@ def report(path: str) -> None:
 
     time.sleep(random.uniform(0.01, 0.07))
     mark(path)
+
+
+def crash() -> None:
+    """Dies as a segfault would: the worker is gone, the run ``crashed``, a new worker takes its place."""
+    os._exit(70)
+
+
+def wait(path: str) -> None:
+    """Blocks until the test closes its socket listening at ``path`` (a
+    connection refused, reset or ended: it returns)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as conn:
+        try:
+            conn.connect(path)
+            conn.recv(1)
+        except OSError:
+            pass

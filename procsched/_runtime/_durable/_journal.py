@@ -64,7 +64,7 @@ from typing import Any
 from ..._core import Kind, Run, Schedule, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import SQLStore, TaskDefinition
+from ..._store import InstanceStatus, SQLStore, TaskDefinition, WorkerStatus
 from ..._store import TaskState as StoredState
 from .. import _messages as m
 from .._engine import Engine
@@ -131,8 +131,8 @@ class Journal(Durable):
         self.shapes: list[m.AdoptShape] = []  # what adopted tasks share (see adopt)
         self.runs: dict[str, int] = {}  # key -> the last run number claimed (a replacement goes on from it)
         self.held: list[tuple[int, int, int]] = []  # claims whose start goes into the next batch
-        # (task id, run, attempt) -> [stage, run, key] of every keyed run claimed
-        # here whose end is not recorded yet and whose start is (or will be)
+        # (task id, run, attempt) -> [stage, run, key, worker pid] of every keyed run
+        # claimed here whose end is not recorded yet and whose start is (or will be)
         self.claims: dict[tuple[int, int, int], list[Any]] = {}
         # worker -> its held runs [(run, claim or None)], in the order given: sent from the front
         # as their claims are recorded (see the module docstring)
@@ -151,6 +151,7 @@ class Journal(Durable):
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
         self.renew_at = 0
+        self.status_at = 0  # when to publish this instance's status next (its workers, its standby)
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
         self.retry_at: int | None = None  # not before: the next try of a failed commit
         self.peers = Peers(self, lease_ns)
@@ -289,7 +290,8 @@ class Journal(Durable):
             claim = (run.task_id, run.run, run.attempt)
             known = self.claims.get(claim)
             if known is None:
-                self.claims[claim] = [QUEUED, run, self.keys[run.task_id]]
+                pid = worker.ident if isinstance(worker.ident, int) else None
+                self.claims[claim] = [QUEUED, run, self.keys[run.task_id], pid]
                 self.held.append(claim)
             elif known[0] == RECORDED:  # given ahead before, taken back: recorded already
                 claim = None
@@ -341,7 +343,7 @@ class Journal(Durable):
         known = self.claims.pop(claim, None)
         if known is None:
             return
-        stage, _, key = known
+        stage, key = known[0], known[2]
         if stage == BATCHED:
             self._unbatch(claim, key)
         if stage in (QUEUED, BATCHED):
@@ -456,6 +458,8 @@ class Journal(Durable):
             error_message=None if error is None else error.message,
             error_traceback=None if error is None else error.traceback,
             reason=ev.reason,
+            worker_pid=ev.worker if isinstance(ev.worker, int) else None,
+            output=ev.output or None,  # (nothing printed: nothing kept)
         )
         if state == PAUSED:
             self.batch.update(key, paused=True)
@@ -488,7 +492,7 @@ class Journal(Durable):
             known[0] = BATCHED
             run, key = known[1], known[2]
             wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + offset
-            batch.started(key, run.run, run.attempt, wall, now + offset, cause=run.cause)
+            batch.started(key, run.run, run.attempt, wall, now + offset, cause=run.cause, worker_pid=known[3])
             if self.requests.waiting:
                 self.requests.claimed(batch, run)
             self.runs[key] = run.run
@@ -504,6 +508,8 @@ class Journal(Durable):
             pass
         elif len(self.batch) and (self.retry_at is None or now >= self.retry_at):
             batch, self.batch = self.batch, self.writer.store.batch(self.holder)
+            if batch.fenced and now >= self.status_at:  # with the lease this commit renews
+                batch.publish(self.status(engine, now))
             waiting, self.waiting = self.waiting, []
             for claim in waiting:
                 known = self.claims.get(claim)
@@ -536,7 +542,7 @@ class Journal(Durable):
                 if self.renew_at:  # (not the first turn: nothing was read yet)
                     self.peers.sync_soon()
             try:
-                if not self.store.renew_lease(self.holder):
+                if not self.store.renew_lease(self.holder, status=self.status(engine, now)):
                     self._fenced_out(engine, now)
             except StoreError as exc:
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
@@ -594,6 +600,20 @@ class Journal(Durable):
             return
         self.batch.holder = self.holder
         self.peers.sync_soon()
+
+    def status(self, engine: Engine, now: int) -> InstanceStatus:
+        """What this instance publishes with its lease (every third of it,
+        with the renewal - a commit's or its own): its workers as the
+        engine counts them (``Engine.stats``) and the keys it keeps on
+        standby. The console over the store shows them."""
+        self.status_at = now + self.lease_ns // 3
+        workers = tuple(
+            WorkerStatus(w["pid"], w["rss"], w["runs"], w["restarts"])
+            for w in engine.stats(now)["workers"]
+            if isinstance(w["pid"], int)
+        )
+        standby = sorted(self.keys[t] for t in self.peers.standby if t in self.keys)
+        return InstanceStatus(workers, tuple(standby), len(standby), "processes")
 
     def stats(self, engine: Engine) -> dict[str, Any]:
         """Who this scheduler is on the store, what it holds, who else is there."""
@@ -656,7 +676,8 @@ class Journal(Durable):
             self.told = _split_started(self.told, ids)[0]
         if told:
             self.emit(told)
-        for _, run, key in gone:  # another scheduler has it: the next slot
+        for known in gone:  # another scheduler has it: the next slot
+            run, key = known[1], known[2]
             self.peers.lost(engine, self._unhold(run), run, key, now, self.offset)
         self._release(carrier)
 
