@@ -22,8 +22,9 @@ are rows of ``procsched_runs`` keyed by (key, run, attempt), its skipped
 slots rows of ``procsched_skipped``; each live scheduler instance is a row
 of ``procsched_schedulers`` with a lease and a fencing token (from a counter
 in ``procsched_version``, so tokens never repeat). ``_schema.py`` has the
-DDL, ``_writes.py`` writes batches (the rules below are its ops'),
-``_control.py`` is control from outside, ``_views.py`` the read model.
+DDL, ``_rows.py`` reads a task's row by name, ``_writes.py`` writes
+batches (the rules below are its ops'), ``_control.py`` is control from
+outside, ``_views.py`` the read model.
 
 - *Schema versions.* This release writes schema 2 and reads 1 and 2: a
   schema-1 store is migrated at its first open, in the transaction that
@@ -136,7 +137,6 @@ late by its skew, never run it twice or drop it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import socket
@@ -144,7 +144,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, ClassVar, Self
 
 from .._errors import StoreError
-from . import _control, _schema, _views, _writes
+from . import _control, _rows, _schema, _views, _writes
 from ._batch import Batch, Update
 from ._model import (
     BatchResult,
@@ -160,10 +160,8 @@ from ._model import (
     SkippedSlot,
     StoreCounts,
     StoredTask,
-    TaskDefinition,
-    TaskState,
-    stored_definition,
 )
+from ._rows import TASK_SELECT, TASK_SELECT_LIGHT, stored_task
 from ._schema import _RUN_COLS, RUN_COLS, SCHED_COLS, SCHEMA_VERSION
 from ._trust import Keyring, Secret
 from ._writes import _REPLACE_RUN, SLOT_GAP_NS
@@ -184,20 +182,6 @@ __all__ = [
 #: Runs (and skipped slots) kept per task (the oldest finished ones beyond this are trimmed).
 KEEP_RUNS = 100
 DEFAULT_LEASE_NS = 30_000_000_000
-TASK_SELECT = """SELECT d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
-    t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.holder, t.token, t.updated_ns, t.in_flight,
-    t.max_concurrent, t.grp, t.last_holder, d.signature
-    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
-# (the same without the arguments: see peers_view)
-_TASK_SELECT_LIGHT = TASK_SELECT.replace("d.args,", "NULL,", 1)
-
-
-def _holder(row: Any) -> Holder:
-    return Holder(*row)
-
-
-def _run(row: Any) -> RunRecord:
-    return RunRecord(*row)
 
 
 class SQLStore:
@@ -394,7 +378,7 @@ class SQLStore:
         rows = self._x(
             cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns >= ?", (now,)
         ).fetchall()
-        live = [h for h in map(_holder, rows) if h not in dead_here([h])]
+        live = [h for h in map(_rows.holder, rows) if h not in dead_here([h])]
         if live:
             who = ", ".join(f"{h.host}/{h.pid}" for h in live)
             raise StoreError(
@@ -454,105 +438,6 @@ class SQLStore:
 
     # -- reading rows ----------------------------------------------------------
 
-    def _task(self, row: Any, parsed: dict[str, Any] | None = None, check: bool = True) -> StoredTask:
-        """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
-        within one read: a load() of 100,000 tasks parses each distinct
-        schedule and options text once (JSON decoding was 60% of load()),
-        so equal dicts are shared. With a secret, the signature is checked
-        here: a row that fails is returned untrusted (see ``_trust``)."""
-        (
-            key,
-            fn_ref,
-            args,
-            sched_text,
-            opts_text,
-            def_hash,
-            run_count,
-            next_due,
-            next_attempt,
-            paused,
-            last_outcome,
-            unloadable,
-            holder,
-            token,
-            updated,
-            in_flight,
-            max_concurrent,
-            group,
-            last_holder,
-            signature,
-        ) = row
-        if args is None:  # (read without its arguments: see peers_view)
-            args = b""
-        if check and self._keyring:
-            untrusted = self._keyring.check(signature, key, fn_ref, args, sched_text, opts_text)
-            if untrusted is not None:
-                return self._untrusted(row, untrusted)
-        if parsed is None:
-            schedule, options = json.loads(sched_text), json.loads(opts_text)
-        else:
-            schedule = parsed.get(sched_text)
-            if schedule is None:
-                schedule = parsed[sched_text] = json.loads(sched_text)
-            options = parsed.get(opts_text)
-            if options is None:
-                options = parsed[opts_text] = json.loads(opts_text)
-        return StoredTask(
-            stored_definition(key, fn_ref, args, schedule, options, def_hash, max_concurrent, group),
-            TaskState(run_count, next_due, next_attempt, paused == 1),
-            last_outcome,
-            unloadable,
-            holder,
-            token,
-            updated,
-            in_flight,
-            last_holder,
-        )
-
-    @staticmethod
-    def _untrusted(row: Any, why: str) -> StoredTask:
-        """A task whose signature failed: listed, its arguments withheld, never loadable."""
-        (
-            key,
-            fn_ref,
-            _args,
-            sched_text,
-            opts_text,
-            def_hash,
-            run_count,
-            next_due,
-            next_attempt,
-            paused,
-            last_outcome,
-            _unloadable,
-            holder,
-            token,
-            updated,
-            in_flight,
-            max_concurrent,
-            group,
-            last_holder,
-            _signature,
-        ) = row
-        try:
-            d = TaskDefinition(
-                key, fn_ref, b"", json.loads(sched_text), json.loads(opts_text), def_hash, max_concurrent, group
-            )
-        except (ValueError, TypeError):  # whatever was written there: it is never loaded
-            d = TaskDefinition(key, fn_ref, b"", {"kind": "once"}, {}, def_hash)
-        return StoredTask(
-            d,
-            TaskState(run_count, next_due, next_attempt, paused == 1),
-            last_outcome,
-            why,
-            holder,
-            token,
-            updated,
-            in_flight,
-            last_holder,
-            why,
-        )
-
     def resign(self) -> int:
         """Rotation (``secret=[new, old, ...]``): sign again with the first
         secret every definition that only a later one verifies, so that the
@@ -591,16 +476,18 @@ class SQLStore:
         """
         with self._tx("loading", write=False) as cur:
             parsed: dict[str, Any] = {}
-            tasks = [self._task(r, parsed) for r in self._x(cur, TASK_SELECT).fetchall()]
+            tasks = [stored_task(r, self._keyring, parsed) for r in self._x(cur, TASK_SELECT).fetchall()]
             in_flight = [
-                _run(r)
+                _rows.run(r)
                 for r in self._x(
                     cur, f"SELECT {RUN_COLS} FROM procsched_runs WHERE outcome IS NULL ORDER BY key, run, attempt"
                 ).fetchall()
             ]
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            holders = [
+                _rows.holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()
+            ]
             retries = [
-                _run(r)
+                _rows.run(r)
                 for r in self._x(
                     cur,
                     f"SELECT {RUN_COLS} FROM procsched_runs WHERE retry_due_ns IS NOT NULL ORDER BY key, run, attempt",
@@ -611,7 +498,7 @@ class SQLStore:
     def get(self, key: str) -> StoredTask | None:
         with self._tx("reading a task", write=False) as cur:
             row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (key,)).fetchone()
-        return None if row is None else self._task(row)
+        return None if row is None else stored_task(row, self._keyring)
 
     def jobs(self) -> list[StoredTask]:
         """Stored tasks, by key, definitions included (``jobs_view`` lists
@@ -619,7 +506,7 @@ class SQLStore:
         with self._tx("listing jobs", write=False) as cur:
             rows = self._x(cur, f"{TASK_SELECT} ORDER BY t.key").fetchall()
         parsed: dict[str, Any] = {}
-        return [self._task(r, parsed) for r in rows]
+        return [stored_task(r, self._keyring, parsed) for r in rows]
 
     def changed_since(self, since_ns: int) -> list[StoredTask]:
         """Tasks written at or after ``since_ns`` (store clock): the bounded
@@ -628,7 +515,7 @@ class SQLStore:
         little after the time it stamped."""
         with self._tx("reading changes", write=False) as cur:
             rows = self._x(cur, f"{TASK_SELECT} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
-        return [self._task(r) for r in rows]
+        return [stored_task(r, self._keyring) for r in rows]
 
     def peers_view(self, since_ns: int, *, arguments: bool = True) -> tuple[list[StoredTask], int, list[Holder], int]:
         """One snapshot for a scheduler sharing the store (issue 11): the
@@ -639,13 +526,15 @@ class SQLStore:
         empty; not checked against a secret: nothing of them is loadable),
         so a re-read every second does not read (and check) the arguments of
         every task that ran meanwhile - ``get(key)`` reads a whole one."""
-        select = TASK_SELECT if arguments else _TASK_SELECT_LIGHT
+        select = TASK_SELECT if arguments else TASK_SELECT_LIGHT
         with self._tx("reading changes", write=False) as cur:
             now = self._now(cur)
             rows = self._x(cur, f"{select} WHERE t.updated_ns >= ?", (since_ns,)).fetchall()
             count = int(self._x(cur, "SELECT count(*) FROM procsched_tasks").fetchone()[0])
-            holders = [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
-        return [self._task(r, check=arguments) for r in rows], count, holders, now
+            holders = [
+                _rows.holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()
+            ]
+        return [stored_task(r, self._keyring, check=arguments) for r in rows], count, holders, now
 
     def keys(self) -> set[str]:
         """Every stored task's key."""
@@ -655,7 +544,7 @@ class SQLStore:
     def schedulers(self) -> list[Holder]:
         """Every registered scheduler (for ``procsched jobs``)."""
         with self._tx("listing schedulers", write=False) as cur:
-            return [_holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
+            return [_rows.holder(r) for r in self._x(cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers").fetchall()]
 
     def history(
         self, key: str | None = None, n: int = KEEP_RUNS, *, skipped: bool = False
@@ -825,7 +714,7 @@ class SQLStore:
             rows = self._x(
                 cur, f"SELECT {SCHED_COLS} FROM procsched_schedulers WHERE lease_until_ns < ?", (now,)
             ).fetchall()
-        return [_holder(r) for r in rows]
+        return [_rows.holder(r) for r in rows]
 
     def take_over(
         self,
@@ -878,7 +767,7 @@ class SQLStore:
                     row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (record.key,)).fetchone()
                     if row is None:
                         continue
-                    fields = reschedule(self._task(row), record)
+                    fields = reschedule(stored_task(row, self._keyring), record)
                     if fields is None:
                         _writes.delete(self, cur, record.key, False)
                     elif fields:

@@ -1,0 +1,145 @@
+"""Rows of the task tables, by name: the one place that knows the columns of
+a task's SELECT and their order.
+
+    SQLStore reads ──▶ TASK_SELECT rows ──▶ TaskRow (named) ──▶ stored_task() ──▶ StoredTask
+                                                            └─ signature fails ──▶ untrusted (never loadable)
+
+``TASK_COLUMNS`` names each field of :class:`TaskRow` with its column;
+``TASK_SELECT`` is built from it, so the SELECT and the record cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from ._model import Holder, RunRecord, StoredTask, TaskDefinition, TaskState, stored_definition
+from ._trust import Keyring
+
+__all__ = ["TASK_SELECT", "TASK_SELECT_LIGHT", "TaskRow", "holder", "run", "stored_task"]
+
+
+class TaskRow(NamedTuple):
+    """One task as ``TASK_SELECT`` reads it: its definition row joined to its state row."""
+
+    key: str
+    fn_ref: str
+    args: bytes | None  #: None when read without the arguments (TASK_SELECT_LIGHT)
+    schedule: str  #: JSON text
+    options: str  #: JSON text
+    def_hash: str
+    run_count: int
+    next_due: int | None
+    next_attempt: int
+    paused: int
+    last_outcome: str | None
+    unloadable: str | None
+    holder: str | None
+    token: int | None
+    updated: int
+    in_flight: int
+    max_concurrent: int
+    group: str | None
+    last_holder: str | None
+    signature: bytes | None
+
+
+#: Each field of TaskRow and the column it is read from (d: definitions, t: tasks).
+TASK_COLUMNS: dict[str, str] = {
+    "key": "d.key",
+    "fn_ref": "d.fn_ref",
+    "args": "d.args",
+    "schedule": "d.schedule",
+    "options": "d.options",
+    "def_hash": "d.def_hash",
+    "run_count": "t.run_count",
+    "next_due": "t.next_due_ns",
+    "next_attempt": "t.next_attempt",
+    "paused": "t.paused",
+    "last_outcome": "t.last_outcome",
+    "unloadable": "t.unloadable",
+    "holder": "t.holder",
+    "token": "t.token",
+    "updated": "t.updated_ns",
+    "in_flight": "t.in_flight",
+    "max_concurrent": "t.max_concurrent",
+    "group": "t.grp",
+    "last_holder": "t.last_holder",
+    "signature": "d.signature",
+}
+assert tuple(TASK_COLUMNS) == TaskRow._fields
+
+_FROM = " FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"
+TASK_SELECT = "SELECT " + ", ".join(TASK_COLUMNS.values()) + _FROM
+#: The same without the arguments (a peer's re-read: see SQLStore.peers_view).
+TASK_SELECT_LIGHT = "SELECT " + ", ".join("NULL" if f == "args" else c for f, c in TASK_COLUMNS.items()) + _FROM
+
+
+def holder(row: Any) -> Holder:
+    return Holder(*row)
+
+
+def run(row: Any) -> RunRecord:
+    return RunRecord(*row)
+
+
+def stored_task(raw: Any, keyring: Keyring, parsed: dict[str, Any] | None = None, check: bool = True) -> StoredTask:
+    """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
+    within one read: a load() of 100,000 tasks parses each distinct
+    schedule and options text once (JSON decoding was 60% of load()),
+    so equal dicts are shared. With a secret, the signature is checked
+    here: a row that fails is returned untrusted (see ``_trust``)."""
+    row = TaskRow._make(raw)
+    args = b"" if row.args is None else row.args
+    if check and keyring:
+        why = keyring.check(row.signature, row.key, row.fn_ref, args, row.schedule, row.options)
+        if why is not None:
+            return _untrusted(row, why)
+    if parsed is None:
+        schedule, options = json.loads(row.schedule), json.loads(row.options)
+    else:
+        schedule = parsed.get(row.schedule)
+        if schedule is None:
+            schedule = parsed[row.schedule] = json.loads(row.schedule)
+        options = parsed.get(row.options)
+        if options is None:
+            options = parsed[row.options] = json.loads(row.options)
+    definition = stored_definition(
+        row.key, row.fn_ref, args, schedule, options, row.def_hash, row.max_concurrent, row.group
+    )
+    return _with_state(row, definition, row.unloadable)
+
+
+def _untrusted(row: TaskRow, why: str) -> StoredTask:
+    """A task whose signature failed: listed, its arguments withheld, never loadable."""
+    try:
+        d = TaskDefinition(
+            row.key,
+            row.fn_ref,
+            b"",
+            json.loads(row.schedule),
+            json.loads(row.options),
+            row.def_hash,
+            row.max_concurrent,
+            row.group,
+        )
+    except (ValueError, TypeError):  # whatever was written there: it is never loaded
+        d = TaskDefinition(row.key, row.fn_ref, b"", {"kind": "once"}, {}, row.def_hash)
+    return _with_state(row, d, why, untrusted=why)
+
+
+def _with_state(
+    row: TaskRow, definition: TaskDefinition, unloadable: str | None, untrusted: str | None = None
+) -> StoredTask:
+    return StoredTask(
+        definition,
+        TaskState(row.run_count, row.next_due, row.next_attempt, row.paused == 1),
+        row.last_outcome,
+        unloadable,
+        row.holder,
+        row.token,
+        row.updated,
+        row.in_flight,
+        row.last_holder,
+        untrusted,
+    )
