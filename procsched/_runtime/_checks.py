@@ -53,6 +53,7 @@ def check_report(message: Any) -> str:
             and type(message[8]) is bool
             and (message[9] is None or isinstance(message[9], str))
             and (message[10] is None or _is_error_text(message[10]))
+            and (message[11] is None or type(message[11]) is str)
         ):
             raise TypeError("malformed done")
     elif tag == STARTED:

@@ -412,7 +412,7 @@ class Engine(Holds):
         slot.loading = False
         slot.runs += 1
         slot.streak = 0
-        output = self.carrier.output(worker)
+        output = self.carrier.output(worker) if done.output is None else done.output
         self._record(
             run,
             done.outcome,

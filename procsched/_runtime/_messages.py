@@ -516,6 +516,10 @@ class Stalled(NamedTuple):
         return (STALLED,)
 
 
+#: Captured output kept per run (the tail).
+OUTPUT_TAIL: Final = 64 * 1024
+
+
 class Done(NamedTuple):
     """A run ended in the worker (or a thread, or a Ray task)."""
 
@@ -535,6 +539,11 @@ class Done(NamedTuple):
     """Why the worker must be replaced before another run (a MemoryError), or None."""
     error: RunError | None
     """An "error"'s exception as text (``_wire.pack_error``), or None."""
+    output: str | None = None
+    """The run's captured output (its last ``OUTPUT_TAIL`` bytes), read by the
+    worker itself before it reports: a run given ahead empties the file as it
+    starts, possibly before the dispatcher reads this report. None without
+    capture (and from the thread and Ray carriers: the carrier has it)."""
 
     @staticmethod
     def wire(
@@ -548,8 +557,9 @@ class Done(NamedTuple):
         matched: bool,
         unfit: str | None,
         error: RunError | None,
+        output: str | None = None,
     ) -> Message:
-        return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit, error)
+        return (DONE, task_id, run, outcome, started_ns, finished_ns, blob_kind, blob, matched, unfit, error, output)
 
 
 # -- in-process reports: a thread or Ray carrier to its dispatcher thread -------------------------

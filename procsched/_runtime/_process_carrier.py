@@ -37,8 +37,6 @@ from ._worker_main import FORKSERVER_PRELOAD
 #: first result; the first kill or stats() pays it instead.
 psutil: Any = None
 
-#: Captured output kept per run (the tail).
-OUTPUT_TAIL = 64 * 1024
 #: At most this many buffers per writev(2) (IOV_MAX is 1024 on Linux).
 IOV_MAX = 512
 #: A run whose function and arguments are smaller than this goes out as one
@@ -259,8 +257,8 @@ class ProcessCarrier(Carrier):
         try:
             with open(worker.capture, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, size - OUTPUT_TAIL))
-                data = f.read(OUTPUT_TAIL)
+                f.seek(max(0, size - m.OUTPUT_TAIL))
+                data = f.read(m.OUTPUT_TAIL)
         except OSError:
             return ""
         return data.decode("utf-8", "replace")

@@ -63,6 +63,7 @@ from .._validate import task_id as task_id_
 from ._messages import (
     BLOB_ERROR,
     CHECKED,
+    OUTPUT_TAIL,
     REFUSAL,
     REPLY,
     RUN,
@@ -89,6 +90,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
         out = os.open(capture, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
+        tail = os.open(capture, os.O_RDONLY)  # what a run wrote, read back for its report
     channel = _Channel(conn)
     load = CallLoader().load
     send, dumps = channel.send, pickle.dumps
@@ -179,8 +181,10 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             outcome = "ok" if kind != BLOB_ERROR else "error"
         finally:
             value = args = kwargs = None  # type: ignore[assignment]
+        output = None
         if capture is not None:
             _flush()
+            output = _tail(tail)
         done = Done.wire(
             task_id,
             run_no,
@@ -192,12 +196,22 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             matched,
             "replaced after a MemoryError" if unfit else None,
             error,
+            output,
         )
         retiring = retiring or unfit
         try:
             proxy._end(dumps(done, PROTOCOL))
         except (BrokenPipeError, OSError):
             return
+
+
+def _tail(fd: int) -> str:
+    """The last OUTPUT_TAIL bytes of the capture file, as text."""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, OUTPUT_TAIL, max(0, size - OUTPUT_TAIL)).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _flush() -> None:

@@ -173,3 +173,8 @@ def cause_and_wait(path, fifo):
     if info.run == 1:
         with open(fifo) as release:
             release.read()
+
+
+def say(text):
+    print(text)
+    return text

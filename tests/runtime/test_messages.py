@@ -113,7 +113,9 @@ def test_orders_reports_and_event_batches_cross_a_pipe(channel: tuple[type[Any],
 
 
 def done(**change: Any) -> tuple[Any, ...]:
-    fields = dict(zip(m.Done._fields[1:], (7, 1, "ok", 10, 20, m.BLOB_VALUE, b"x", False, None, None), strict=True))
+    fields = dict(
+        zip(m.Done._fields[1:], (7, 1, "ok", 10, 20, m.BLOB_VALUE, b"x", False, None, None, None), strict=True)
+    )
     fields.update(change)
     return m.Done.wire(**fields)
 
@@ -127,6 +129,7 @@ GOOD = [
     done(),
     done(outcome="error", blob_kind=m.BLOB_ERROR, matched=True, unfit="replaced after a MemoryError"),
     done(outcome="error", blob_kind=m.BLOB_ERROR, error=RunError("ValueError", "no data", "Traceback ...")),
+    done(output="captured\n"),
     m.Started.wire(7, 1, 12),
     m.Skipped.wire(),
     m.Cancel.wire(0, 3, True),
@@ -149,6 +152,7 @@ BAD = [
     ("an error as a str", done(error="ValueError: no data")),
     ("an error of another class", done(error=ValueError("no data"))),
     ("an error with a non-str message", done(error=RunError("ValueError", b"no data"))),  # type: ignore[arg-type]
+    ("output as bytes", done(output=b"captured")),
     ("a float in started", m.Started.wire(7, 1, 1.5)),
     ("a cancel without interrupt", m.Cancel.wire(0, 3, 1)),
     ("an add with a task id", add(task_id=9)),
