@@ -446,11 +446,12 @@ class RunHeader(NamedTuple):
 
 
 class Reply(NamedTuple):
-    """The answer to a worker's (or a Ray run's) ``Add`` or ``Cancel``."""
+    """The answer to a worker's (or a Ray run's) request (``current_scheduler()``)."""
 
     tag: str
     value: Any
-    """``Add``: (task id, due time or None); ``Cancel``: the bool."""
+    """``Add``: (task id, due time or None); ``Cancel``, ``Pause``, ``Resume``,
+    ``RunNow``: the bool; ``Backfill``: the slots (wall ns) or why not (a str)."""
 
     @staticmethod
     def wire(value: Any) -> Message:
