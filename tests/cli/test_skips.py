@@ -75,6 +75,34 @@ def test_plain_lines_show_each_skipped_slot_as_it_happens_and_the_summary_counts
     assert re.search(rf"; {skipped} skipped slots?;", out), out[-300:]
 
 
+def test_a_slot_dropped_by_the_misfire_policy_is_one_line(jobs_file) -> None:
+    """Run 1 takes 0.4 s of a 0.05 s grid: misfire="skip" drops the slots it
+    overlapped, and each is told once (its "skipped misfire" line), never
+    twice (once more in a count of missed slots)."""
+    body = """
+        import time
+        import procsched
+        from procsched import every
+
+        @every(0.05, misfire="skip")
+        def slow():
+            if procsched.current_run().run == 1:
+                time.sleep(0.4)
+    """
+    proc = start_cli("run", str(jobs_file(body)), "--plain", "--workers", "1")
+    try:
+        seen = read_until(proc.stdout, " run 2 ")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    skipped = [line for line in seen if " skipped " in line]
+    assert len(skipped) >= 5, "".join(seen)  # (0.4 s of a 0.05 s grid)
+    assert all(re.search(r"  slow +skipped +misfire +\(slot [\d:.]+\)$", line) for line in skipped), skipped
+    slots = [line.split("(slot ")[1] for line in skipped]
+    assert len(set(slots)) == len(slots)  # one line per slot
+
+
 def test_json_records_each_skip_and_prometheus_counts_them(jobs_file, fifo) -> None:
     pytest.importorskip("prometheus_client")
     proc = start_cli("run", str(jobs_file(JOBS)), "--json", "--workers", "1", "--metrics-port", "0")
