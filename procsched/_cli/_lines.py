@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from .._core._task import RECORDS_PER_STEP
 from .._events import RUN_END, RUN_MISSED, RUN_SKIPPED, TASK_CANCELLED, WORKER_EXITED, WORKER_STARTED
 from . import _times
 from ._board import Board, duration, outcome_text, run_output, shorten, slot_text
@@ -103,8 +104,11 @@ class Lines:
                 text += f"\n    ┌─ {name} run {e['run']} {outcome_text(e)}\n"
                 text += "\n".join(f"    │ {line}" for line in shown) + "\n    └─"
             return text
-        if kind == RUN_MISSED:
-            return f"{stamp}  {name:<20} run {e['run']:<4} skipped {e['missed']} missed slot(s)"
+        if kind == RUN_MISSED:  # each dropped slot has its own "skipped misfire" line: told only past that bound
+            if e["missed"] <= RECORDS_PER_STEP:
+                return None
+            missed = e["missed"]
+            return f"{stamp}  {name:<20} run {e['run']:<4} missed {missed} slots (the last {RECORDS_PER_STEP} follow)"
         if kind == RUN_SKIPPED:
             return f"{stamp}  {name:<20} skipped   {e['reason']:<9} (slot {slot_text(e)})"
         if kind == TASK_CANCELLED:

@@ -11,6 +11,7 @@
                           via    the event stream: backend.next_batch() (the event pipe; threads, Ray: a queue)
     dispatcher process (python -m procsched._runtime._dispatcher)
       its loop            runs   _dispatcher.py, _boot.py (its first steps), _engine.py, _handoff.py, _holds.py,
+                                 _run_requests.py,
                                  ../_core/, _process_carrier.py, _gc.py, _durable/_journal.py,
                                  _durable/_peers.py, _durable/_requests.py
                           owns   the engine (the core, the pool's slots, every run's fate), the workers' pipes

@@ -14,17 +14,23 @@ from .._core import KIND_OF, MISFIRE_OF, OVERLAP_OF
 from .._handle import RunError
 from ._messages import (
     ADD,
+    BACKFILL,
     BLOB_ERROR,
     BLOB_VALUE,
     CANCEL,
     DONE,
+    PAUSE,
+    RESUME,
+    RUN_NOW,
     SKIPPED,
     STALLED,
     STARTED,
     Add,
+    Backfill,
     Cancel,
     Done,
     Message,
+    RunNow,
     Skipped,
     Stalled,
     Started,
@@ -75,6 +81,16 @@ def check_report(message: Any) -> str:
             and type(message[3]) is bool
         ):
             raise TypeError("malformed cancel")
+    elif tag in (PAUSE, RESUME, RUN_NOW):  # (the same fields: request, task id)
+        if not (len(message) == len(RunNow._fields) and type(message[1]) is int and type(message[2]) is int):
+            raise TypeError(f"malformed {tag}")
+    elif tag == BACKFILL:
+        if not (
+            len(message) == len(Backfill._fields)
+            and all(type(x) is int for x in message[1:5])
+            and type(message[5]) is bool
+        ):
+            raise TypeError("malformed backfill")
     else:
         raise TypeError(f"unknown tag {tag[:20]!r}")
     return tag

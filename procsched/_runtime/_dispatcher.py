@@ -61,6 +61,7 @@ from .._core import Policy
 from .._core._units import NS
 from .._errors import SchedulerClosedError
 from . import _messages as m
+from . import _run_requests as run_requests
 from ._checks import check_report
 from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine
 from ._gc import FreezeOnGrowth
@@ -364,10 +365,15 @@ class Dispatcher:
                 self.carrier._send(worker, m.Checked.wire())
             elif tag == m.ADD:
                 self.carrier._send(worker, self.add_from_task(m.view(m.Add, message)))
-            elif tag == m.CANCEL:
-                cancel = m.view(m.Cancel, message)
-                accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
-                self.carrier._send(worker, m.Reply.wire(accepted))
+            elif tag in run_requests.TAGS:  # cancel, pause, resume, run now, backfill (current_scheduler())
+                wake = None if self.journal is None else self.wake_task
+                reply = run_requests.serve(engine, message, time.monotonic_ns(), self.wall_offset, wake)
+                self.carrier._send(worker, reply)
+
+    def wake_task(self, task_id: int) -> None:
+        """A run paused or resumed a task: not on standby any more (with a store)."""
+        assert self.journal is not None
+        self.journal.peers.wake(self.engine, task_id, time.monotonic_ns())
 
     def add_from_task(self, add: m.Add) -> m.Message:
         """A task's follow-up (``current_scheduler()`` in a worker): number

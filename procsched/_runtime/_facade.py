@@ -172,6 +172,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._store: Any = None
         self._adopted: dict[str, str] = {}  # stored key -> its definition's hash (stored_hash), until scheduled again
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
+        self._down: dict[str, tuple[int, ...]] = {}  # stored key -> slots its start recorded "down" (told once)
         self._adopt_lock = threading.Lock()  # adoptions (start-up, then other schedulers' tasks) one at a time
         self._shapes_sent = 0  # adoption shapes the dispatcher has (see _adopt)
         if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
@@ -271,7 +272,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         tasks, crashed, slots = _recovery.recover(self._store)
         wall = time.time_ns()
         plan = _recovery.plan(tasks, crashed, slots, wall)
-        record_down(self._store, tasks, crashed, slots, plan.adopted, wall)  # slots missed while down: skipped
+        self._down = record_down(self._store, tasks, crashed, slots, plan.adopted, wall)  # missed while down: skipped
         if plan.ended:
             batch = self._store.batch()
             for key in plan.ended:
@@ -314,6 +315,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             row.write,
                             task_id,
                             plan.adopted[row.key],
+                            self._down.pop(row.key, ()),  # (told once: at this start)
                         )
                     )
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))

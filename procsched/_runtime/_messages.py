@@ -233,6 +233,8 @@ class AdoptRow(NamedTuple):
     task_id: int
     def_hash: str
     """The hash of the definition adopted (``_stored.stored_hash``)."""
+    down: tuple[int, ...]
+    """The slots (UTC ns) this start recorded skipped "down" (stored already): told as ``RunSkipped``."""
 
     @staticmethod
     def wire(
@@ -246,8 +248,9 @@ class AdoptRow(NamedTuple):
         write: bool,
         task_id: int,
         def_hash: str,
+        down: tuple[int, ...] = (),
     ) -> Message:
-        return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id, def_hash)
+        return (ADOPT_ROW, key, shape, runs, attempt, due_wall_ns, slot_wall_ns, paused, write, task_id, def_hash, down)
 
 
 class Adopt(NamedTuple):
@@ -446,11 +449,12 @@ class RunHeader(NamedTuple):
 
 
 class Reply(NamedTuple):
-    """The answer to a worker's (or a Ray run's) ``Add`` or ``Cancel``."""
+    """The answer to a worker's (or a Ray run's) request (``current_scheduler()``)."""
 
     tag: str
     value: Any
-    """``Add``: (task id, due time or None); ``Cancel``: the bool."""
+    """``Add``: (task id, due time or None); ``Cancel``, ``Pause``, ``Resume``,
+    ``RunNow``: the bool; ``Backfill``: the slots (wall ns) or why not (a str)."""
 
     @staticmethod
     def wire(value: Any) -> Message:

@@ -58,6 +58,7 @@ from .._core import Run
 from .._errors import SchedulerClosedError, SchedulerError
 from . import _messages as m
 from . import _ray_task
+from . import _run_requests as run_requests
 from ._carrier import Carrier
 from ._dispatch_thread import DispatcherThread
 from ._engine import WARNING
@@ -463,9 +464,8 @@ class RayBackend(DispatcherThread):
                 )
             )
             return m.Reply.wire((task_id, due))
-        if tag == m.CANCEL:
-            cancel = m.view(m.Cancel, message)
-            return m.Reply.wire(engine.cancel(cancel.task_id, cancel.interrupt, now))
+        if tag in run_requests.TAGS:  # cancel, pause, resume, run now, backfill
+            return run_requests.serve(engine, message, now, lambda: (time.time_ns() - now, now))
         raise ValueError(f"unknown request {tag!r}")
 
     def _closed(self) -> None:

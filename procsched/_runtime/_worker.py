@@ -9,7 +9,8 @@
                                           taken before the dispatcher has checked its claims
                ◀─Started                  only with report_start (a timeout counts from here)
                ◀─Done                     the run's outcome, times and result blob
-               ◀─Add | Cancel ─▶ Reply | Refusal     current_scheduler(), from the run
+               ◀─Add | Cancel | Pause | Resume | RunNow | Backfill ─▶ Reply | Refusal
+                                          current_scheduler(), from the run (_run_requests.py)
                EOF on the pipe ─▶ exits
 
 Each worker has its own duplex pipe, so a worker that dies mid-message
@@ -69,11 +70,15 @@ from ._messages import (
     RUN,
     RUN_HEADER,
     Add,
+    Backfill,
     Cancel,
     Done,
+    Pause,
     Refusal,
     Reply,
+    Resume,
     RunHeader,
+    RunNow,
     RunOrder,
     Skipped,
     Stalled,
@@ -428,6 +433,29 @@ class _WorkerScheduler(SchedulingAPI):
     def cancel(self, task_id: int, *, interrupt: bool = False) -> bool:
         flag("interrupt", interrupt)
         return bool(self._ask(Cancel.wire(0, task_id_(task_id), interrupt)))
+
+    def pause(self, task_id: int) -> bool:
+        return bool(self._ask(Pause.wire(0, task_id_(task_id))))
+
+    def resume(self, task_id: int) -> bool:
+        return bool(self._ask(Resume.wire(0, task_id_(task_id))))
+
+    def _task_id_of(self, key_or_id: str | int) -> int | None:
+        if isinstance(key_or_id, str):  # (keys live in the scheduler's own process: see _add)
+            raise SchedulerError(
+                f"current_scheduler() in a worker names tasks by id, not by key ({key_or_id!r}): "
+                "pass the task's id (TaskHandle.id, current_run().task_id)"
+            )
+        return task_id_(key_or_id)
+
+    def _run_now(self, task_id: int) -> bool:
+        return bool(self._ask(RunNow.wire(0, task_id)))
+
+    def _backfill(self, task_id: int, start_ns: int, end_ns: int, dry_run: bool) -> list[int]:
+        answer = self._ask(Backfill.wire(0, task_id, start_ns, end_ns, dry_run))
+        if isinstance(answer, str):
+            raise ValueError(answer)
+        return list(answer)
 
 
 class _DetachedHandle(TaskHandle):

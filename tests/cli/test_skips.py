@@ -75,6 +75,58 @@ def test_plain_lines_show_each_skipped_slot_as_it_happens_and_the_summary_counts
     assert re.search(rf"; {skipped} skipped slots?;", out), out[-300:]
 
 
+def test_a_slot_dropped_by_the_misfire_policy_is_one_line(jobs_file) -> None:
+    """Run 1 takes 0.4 s of a 0.05 s grid: misfire="skip" drops the slots it
+    overlapped, and each is told once (its "skipped misfire" line), never
+    twice (once more in a count of missed slots)."""
+    body = """
+        import time
+        import procsched
+        from procsched import every
+
+        @every(0.05, misfire="skip")
+        def slow():
+            if procsched.current_run().run == 1:
+                time.sleep(0.4)
+    """
+    proc = start_cli("run", str(jobs_file(body)), "--plain", "--workers", "1")
+    try:
+        seen = read_until(proc.stdout, " run 2 ")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    skipped = [line for line in seen if " skipped " in line]
+    assert len(skipped) >= 5, "".join(seen)  # (0.4 s of a 0.05 s grid)
+    assert all(re.search(r"  slow +skipped +misfire +\(slot [\d:.]+\)$", line) for line in skipped), skipped
+    slots = [line.split("(slot ")[1] for line in skipped]
+    assert len(set(slots)) == len(slots)  # one line per slot
+
+
+def test_a_restart_from_a_store_shows_each_slot_missed_while_down(jobs_file, tmp_path) -> None:
+    body = """
+        from procsched import every
+
+        @every(0.1, misfire="skip")
+        def tick():
+            pass
+    """
+    jobs, store = str(jobs_file(body)), str(tmp_path / "jobs.db")
+    for restart in (False, True):
+        proc = start_cli("run", jobs, "--plain", "--workers", "1", "--store", store)
+        try:
+            seen = read_until(proc.stdout, " ok ")  # the first run's line
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        if not restart:
+            time.sleep(0.5)  # down: ~5 slots pass while no scheduler runs
+    down = [line for line in seen if re.search(r"  tick +skipped +down +\(slot [\d:.]+\)$", line)]
+    assert len(down) >= 3, "".join(seen)
+    assert seen.index(down[-1]) < len(seen) - 1  # told before the first run after the restart
+
+
 def test_json_records_each_skip_and_prometheus_counts_them(jobs_file, fifo) -> None:
     pytest.importorskip("prometheus_client")
     proc = start_cli("run", str(jobs_file(JOBS)), "--json", "--workers", "1", "--metrics-port", "0")

@@ -52,3 +52,26 @@ def first_run_waits(fifo: str) -> None:
     if procsched.current_run().run == 1:
         with open(fifo) as release:
             release.read()
+
+
+def control_from_a_run(task_id: int, start: object, end: object) -> dict[str, object]:
+    """Through ``current_scheduler()``: pause and resume task ``task_id``,
+    ask a run of it now, list then run its backfill over ``start..end``; and
+    what a bad backfill and a key say."""
+    sched = procsched.current_scheduler()
+    done: dict[str, object] = {
+        "paused": sched.pause(task_id),
+        "resumed": sched.resume(task_id),
+        "run_now": sched.run_now(task_id),
+        "planned": sched.backfill(task_id, start, end, dry_run=True),  # type: ignore[arg-type]
+        "backfill": sched.backfill(task_id, start, end),  # type: ignore[arg-type]
+    }
+    for name, call in (
+        ("reversed", lambda: sched.backfill(task_id, end, start)),  # type: ignore[arg-type]
+        ("by_key", lambda: sched.run_now("no-such-key")),
+    ):
+        try:
+            done[name] = call()
+        except Exception as exc:  # noqa: BLE001 - the error itself is what the test reads
+            done[name] = f"{type(exc).__name__}: {exc}"
+    return done

@@ -133,3 +133,28 @@ def test_backfill_runs_the_slots_in_order(sched: procsched.Scheduler, tmp_path: 
         sched.schedule_with_fixed_delay(t.note, 60, args=(log,), initial_delay=60).backfill(start, now)
     with open(log) as f:
         assert f.read() == "backfill\n" * 4
+
+
+@pytest.mark.parametrize("runner", ["processes", "threads"])
+def test_a_run_controls_another_task_through_current_scheduler(runner: str, tmp_path: Any) -> None:
+    log = str(tmp_path / "log")
+    with procsched.Scheduler(workers=2, runner=runner) as sched:
+        events = Events(sched)
+        target = sched.schedule_at_fixed_rate(t.note, 60, args=(log,), initial_delay=60, key="some-key")
+        next_run = target.next_run
+        now = datetime.now(UTC)
+        done = sched.submit(t.control_from_a_run, target.id, now - timedelta(minutes=3), now).result(TIMEOUT)
+        events.until(lambda: len(target.runs) == 4)
+        assert (done["paused"], done["resumed"], done["run_now"]) == (True, True, True)
+        planned = done["planned"]
+        assert isinstance(planned, list) and len(planned) == 3 and done["backfill"] == planned
+        assert all(slot.tzinfo is not None for slot in planned)
+        assert sorted(r.cause for r in target.runs) == ["backfill"] * 3 + ["manual"]
+        assert [r.scheduled_at for r in target.runs if r.cause == "backfill"] == planned
+        assert target.next_run == next_run  # the schedule did not move
+        assert str(done["reversed"]).startswith("ValueError: start must be before end")
+        if runner == "processes":
+            assert str(done["by_key"]).startswith("SchedulerError: current_scheduler() in a worker names tasks by id")
+        else:  # (threads: the scheduler itself, keys and all)
+            assert done["by_key"] is False
+        target.cancel()

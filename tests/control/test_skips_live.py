@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,36 @@ def test_with_a_store_the_skipped_slots_kept_are_bounded_by_keep_runs(tmp_path: 
     kept = [s for s in history if s.outcome == "skipped"]
     assert len(kept) == 3 and all(s.reason == "overlap" for s in kept)
     assert [s.scheduled_for for s in history] == sorted(s.scheduled_for for s in history)
+
+
+def test_slots_missed_while_down_are_told_and_listed_at_the_restart(tmp_path: Path) -> None:
+    """Every slot ends with a reason in the program too: the slots a restart
+    finds missed while no scheduler ran the task (recorded "down" in the
+    store) come as ``run_skipped`` events and in ``handle.slots()``, before
+    the task's first run after the restart - and are stored once."""
+    log = str(tmp_path / "log")
+    store = str(tmp_path / "store.db")
+    ran = threading.Semaphore(0)
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "run_finished":
+            ran.release()
+
+    with procsched.Scheduler(1, store=store) as sched:
+        sched.add_listener(on_event)
+        sched.schedule_at_fixed_rate(t.note, 0.05, args=(log,), misfire="skip", key="k")
+        assert ran.acquire(timeout=30), "no run"
+    time.sleep(0.5)  # down: ~10 slots pass while no scheduler runs
+    with procsched.Scheduler(1, store=store) as sched:
+        sched.add_listener(on_event)
+        handle = sched.get("k")
+        assert handle is not None
+        assert ran.acquire(timeout=30), "no run after the restart"  # (the down slots were told before it)
+        slots = handle.slots()
+        stored = sched.history("k", 1000, skipped=True)
+        handle.cancel()
+    down = [s.scheduled_at for s in slots if s.outcome == "skipped" and s.reason == "down"]
+    stored_down = [s.scheduled_at for s in stored if s.outcome == "skipped" and s.reason == "down"]
+    assert len(down) >= 5 and down == stored_down  # told here, stored once
+    first_run = next(i for i, s in enumerate(slots) if s.outcome != "skipped")
+    assert all(s.reason == "down" for s in slots[:first_run])

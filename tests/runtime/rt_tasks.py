@@ -178,3 +178,16 @@ def cause_and_wait(path, fifo):
 def say(text):
     print(text)
     return text
+
+
+def control_from_a_run(task_id, start, end):
+    """Through ``current_scheduler()``: pause and resume task ``task_id``,
+    run it now, list then run its backfill over ``start..end``."""
+    sched = procsched.current_scheduler()
+    return {
+        "paused": sched.pause(task_id),
+        "resumed": sched.resume(task_id),
+        "run_now": sched.run_now(task_id),
+        "planned": sched.backfill(task_id, start, end, dry_run=True),
+        "backfill": sched.backfill(task_id, start, end),
+    }

@@ -43,3 +43,18 @@ def test_skip_replace_run_now_and_backfill_on_ray(make_scheduler, tmp_path, fifo
     assert sorted(r.cause for r in hourly.runs) == ["backfill"] * 3 + ["manual"]
     assert [r.scheduled_at for r in hourly.runs if r.cause == "backfill"] == planned
     hourly.cancel()
+
+
+def test_a_ray_run_controls_another_task_through_current_scheduler(make_scheduler, tmp_path) -> None:
+    sched = make_scheduler(2, runner="ray")
+    waiter = Waiter(sched)
+    target = sched.schedule_at_fixed_rate(t.record_run, 60, args=(str(tmp_path / "log"),), initial_delay=60)
+    next_run = target.next_run
+    now = datetime.now(UTC)
+    done = sched.submit(t.control_from_a_run, target.id, now - timedelta(minutes=3), now).result(timeout=60)
+    assert (done["paused"], done["resumed"], done["run_now"]) == (True, True, True)
+    assert len(done["planned"]) == 3 and done["backfill"] == done["planned"]
+    waiter.until(lambda: len(target.runs) == 4)
+    assert sorted(r.cause for r in target.runs) == ["backfill"] * 3 + ["manual"]
+    assert target.next_run == next_run
+    target.cancel()

@@ -27,22 +27,25 @@ from ._stored import down_slots
 
 def record_down(
     store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str, int], adopted: Any, wall: int
-) -> int:
+) -> dict[str, tuple[int, ...]]:
     """Record the slots the adopted tasks (``adopted``: their keys) missed
-    while down, as of ``wall`` (the plan's time); how many were recorded.
-    Nothing when another instance is alive on the store."""
+    while down, as of ``wall`` (the plan's time); the slots recorded, per
+    key (the adoption tells them: ``AdoptRow.down``). Nothing when another
+    instance is alive on the store."""
     me = (socket.gethostname(), os.getpid())
     if any((h.host, h.pid) != me for h in store.schedulers()):
-        return 0
+        return {}
     batch = store.batch()
-    count = 0
+    recorded: dict[str, tuple[int, ...]] = {}
     for task in tasks:
         key = task.key
         if key not in adopted:
             continue
-        for slot in down_slots(task, crashed.get(key), wall, slots.get(key)):
+        missed = down_slots(task, crashed.get(key), wall, slots.get(key))
+        for slot in missed:
             batch.skipped(key, slot, "down")
-            count += 1
-    if count:
+        if missed:
+            recorded[key] = tuple(missed)
+    if recorded:
         batch.commit()
-    return count
+    return recorded

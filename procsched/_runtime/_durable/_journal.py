@@ -211,6 +211,10 @@ class Journal(Durable):
             self.owner[key] = task_id
             runs_of[key] = runs
             self._remember(engine, task_id)
+            if row.down:  # slots missed while down, stored by the start-up: told, not stored again
+                self.sync(engine.events)
+                engine.events.extend(m.RunSkipped.wire(task_id, w - offset, w, "down", None) for w in row.down)
+                self.pass_over(engine.events)
             if row.paused:
                 self.sync(engine.events)
                 engine.pause(task_id)

@@ -37,7 +37,7 @@ from ..._core._units import NS
 from ..._errors import StoreError
 from ..._store import Batch, Holder, SQLStore, StoredTask
 from .._engine import Engine
-from .._messages import AdoptKey, Message
+from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import down_slots, resume_point, schedule_of, stored_hash
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
@@ -334,8 +334,14 @@ class Peers:
         runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
         if runs is None:
             return  # another survivor took it over (or we were fenced out)
+        journal = self.journal
+        journal.sync(engine.events)
         for key, slot in down:
-            self.journal.batch.skipped(key, slot, "down")
+            journal.batch.skipped(key, slot, "down")
+            tid = by_key.get(key)
+            if tid is not None:  # a task of ours too: told (stored just now, not again)
+                engine.events.append(RunSkipped.wire(tid, slot - offset, slot, "down", None))
+        journal.pass_over(engine.events)
         self.takeovers += 1
         engine.log(
             30,
