@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 
 import psutil
 import pytest
-from cli_helpers import assert_all_gone, cli, cli_env, cli_here, read_until
+from cli_helpers import assert_all_gone, cli, cli_env, cli_here, read_until, run_in_pty
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -393,3 +394,35 @@ def test_history_names_each_runs_worker_and_keeps_what_it_printed(tmp_path: Path
     header = table[0].split()
     row = next(line.split() for line in table[1:] if " ok " in line)
     assert row[header.index("worker")] == worker and row[header.index("instance")] != worker  # two processes
+
+
+def test_the_live_view_of_a_standby_instance_says_for_whom(tmp_path: Path) -> None:
+    """Item 2 in the live view, with a real second instance: it keeps a line saying that it stands
+    by, for which jobs and for which instance."""
+    pytest.importorskip("rich")
+    held = JOBS.replace("@every(30)", "@every(0.5)")
+    (tmp_path / "jobs.py").write_text(held)
+    first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
+    try:
+        _wait_log(tmp_path, "slow-started")  # the first instance holds slow's run from now on
+        read_until(first.stdout, '"event": "run_')  # and it is up: its lease is fresh
+        code, screen = run_in_pty(
+            "run",
+            str(tmp_path / "jobs.py"),
+            "--store",
+            str(tmp_path / "s.db"),
+            "--lease",
+            "2",
+            "--duration",
+            "4",
+            columns=200,
+            extra_env={"JOBS_LOG": str(tmp_path / "runs.log"), "SESSION": "two"},
+        )
+    finally:
+        family = _kill_tree(first)
+    assert_all_gone(family)
+    assert code == 0, screen
+    other = f"{os.uname().nodename}/{first.pid}"
+    text = " ".join(screen.split())
+    assert re.search(rf"standby for [^()]*slow[^()]* \(held by {re.escape(other)}\)", text), screen[-3000:]
+    assert "on standby for " in text and f"{other} runs" in text  # the note too, under the tables
