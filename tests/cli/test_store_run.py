@@ -166,7 +166,7 @@ def test_the_runtime_says_standby_at_info(tmp_path: Path) -> None:
     from procsched import Scheduler
 
     db = str(tmp_path / "s.db")
-    said = _Said("on standby while scheduler")
+    said = _Said("keyed task quick: on standby while")
     logger = logging.getLogger("procsched")
     logger.addHandler(said)
     old_level = logger.level
@@ -175,7 +175,11 @@ def test_the_runtime_says_standby_at_info(tmp_path: Path) -> None:
         with Scheduler(workers=1, store=db, lease=2) as a, Scheduler(workers=1, store=db, lease=2) as b:
             for s in (a, b):  # one task, two schedulers: one runs it, the other stands by and says so
                 s.schedule_at_fixed_rate(time.sleep, 0.1, args=(0.3,), key="held", replace_existing=True)
+                s.schedule_at_fixed_rate(int, 0.1, key="quick", replace_existing=True)  # mostly between runs
             assert said.seen.wait(30), said.lines
+            me = f"scheduler {os.uname().nodename}/{os.getpid()}"  # (both schedulers are this process)
+            standby = [line for line in said.lines if "on standby while" in line]
+            assert standby and all(f"while {me} runs it" in line for line in standby), standby
             a.shutdown(wait=False, cancel_futures=True)
             b.shutdown(wait=False, cancel_futures=True)
     finally:
