@@ -473,8 +473,11 @@ class SchedulerCore(ControlMixin, LimitsMixin):
         self._bury()
         return True
 
-    def resume(self, task_id: int, now: int) -> bool:
-        """Resume a paused task at its next slot from ``now``; True if it was paused."""
+    def resume(self, task_id: int, now: int, *, record: bool = True) -> bool:
+        """Resume a paused task at its next slot from ``now``; True if it was
+        paused. ``record``: the slots passed while paused are recorded
+        skipped ("paused"); False for a hold the user never asked for (a
+        store's standby: another scheduler ran those slots)."""
         task = self._tasks.get(task_id)
         if task is None:
             return False
@@ -491,12 +494,13 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             slot = task.schedule.not_before(extra.slot, now + self.wall_offset)
             if slot is None or (extra.limit is not None and slot > extra.limit):
                 slot = extra.slot  # nothing left: run out the pending slot, then end
-            self._record_between(task_id, task, extra.slot, slot, "paused", include_first=True)
+            if record:
+                self._record_between(task_id, task, extra.slot, slot, "paused", include_first=True)
             extra.slot = slot
             task.due = slot - self.wall_offset
         else:  # the first slot at or after now (a grid point, for a fixed rate)
             following = task.schedule.not_before(task.due, now)
-            if following is not None and task.kind is not FIXED_DELAY:
+            if following is not None and task.kind is not FIXED_DELAY and record:
                 self._record_between(task_id, task, task.due, following, "paused", include_first=True)
             task.due = now if following is None else following
         self._repush(task_id, task)  # the entry it had when it paused is dead

@@ -246,8 +246,9 @@ class Engine(Holds):
         return self.core.pause(task_id)
 
     def wake(self, task_id: int, now: int) -> bool:
-        """End ``stand_by`` quietly; True if it was held."""
-        return self.core.resume(task_id, now)
+        """End ``stand_by`` quietly (the slots another scheduler ran are no
+        skips here); True if it was held."""
+        return self.core.resume(task_id, now, record=False)
 
     # -- inputs ------------------------------------------------------------
 

@@ -102,12 +102,18 @@ def assert_all_gone(procs: list[psutil.Process], timeout: float = 15) -> None:
     assert not alive, f"left behind: {[(p.pid, p.cmdline()) for p in alive]}"
 
 
-def run_in_pty(*args: str, pythonpath: str | None = None, columns: int = 150, lines: int = 50) -> tuple[int, str]:
+def run_in_pty(
+    *args: str,
+    pythonpath: str | None = None,
+    columns: int = 150,
+    lines: int = 50,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[int, str]:
     """Run ``python -m procsched ARGS`` on a pseudo-terminal, 150 columns wide;
     return its exit status and everything it printed, without ANSI codes."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
-    env = dict(cli_env(), TERM="xterm", COLUMNS=str(columns), LINES=str(lines))
+    env = dict(cli_env(), TERM="xterm", COLUMNS=str(columns), LINES=str(lines), **(extra_env or {}))
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath, env["PYTHONPATH"]])
     proc = subprocess.Popen(

@@ -64,3 +64,16 @@ def test_readme_documents_the_exit_statuses_of_help() -> None:
         "5 if every run of some job failed",
     ):
         assert text in readme, text
+
+
+def test_readme_live_table_sample_shows_every_demo_job() -> None:
+    """Issue 26 item 11: the README's sample of ``procsched demo`` showed 5 of its 7 jobs."""
+    from procsched import _demo_jobs
+    from procsched._jobs import declared_jobs
+
+    readme = (REPO / "README.md").read_text()
+    sample = readme[readme.index("procsched - 7 jobs from the demo jobs") :]
+    sample = sample[: sample.index("```")]
+    declared = [job.name for job in declared_jobs(_demo_jobs)]
+    rows = [line.split("│")[1].strip() for line in sample.splitlines() if line.startswith("│ ")]
+    assert len(declared) == 7 and set(declared) <= set(rows), (declared, rows)

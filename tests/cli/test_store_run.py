@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 
 import psutil
 import pytest
-from cli_helpers import assert_all_gone, cli, cli_env, cli_here, read_until
+from cli_helpers import assert_all_gone, cli, cli_env, cli_here, read_until, run_in_pty
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -165,7 +166,7 @@ def test_the_runtime_says_standby_at_info(tmp_path: Path) -> None:
     from procsched import Scheduler
 
     db = str(tmp_path / "s.db")
-    said = _Said("on standby while scheduler")
+    said = _Said("keyed task quick: on standby while")
     logger = logging.getLogger("procsched")
     logger.addHandler(said)
     old_level = logger.level
@@ -174,7 +175,11 @@ def test_the_runtime_says_standby_at_info(tmp_path: Path) -> None:
         with Scheduler(workers=1, store=db, lease=2) as a, Scheduler(workers=1, store=db, lease=2) as b:
             for s in (a, b):  # one task, two schedulers: one runs it, the other stands by and says so
                 s.schedule_at_fixed_rate(time.sleep, 0.1, args=(0.3,), key="held", replace_existing=True)
+                s.schedule_at_fixed_rate(int, 0.1, key="quick", replace_existing=True)  # mostly between runs
             assert said.seen.wait(30), said.lines
+            me = f"scheduler {os.uname().nodename}/{os.getpid()}"  # (both schedulers are this process)
+            standby = [line for line in said.lines if "on standby while" in line]
+            assert standby and all(f"while {me} runs it" in line for line in standby), standby
             a.shutdown(wait=False, cancel_futures=True)
             b.shutdown(wait=False, cancel_futures=True)
     finally:
@@ -317,3 +322,111 @@ def test_on_postgresql_the_store_follows_the_file_and_its_url_is_never_printed_w
     assert [j["key"] for j in jobs] == ["kept"] and jobs[0]["runs"] >= 2
     assert cli_here("remove", "kept", "--store", url).returncode == 0
     assert cli_here("jobs", "--store", url, "--json").stdout == ""
+
+
+def test_plain_lines_say_standby_for_whom_and_the_take_over_and_no_false_skips(tmp_path: Path) -> None:
+    """Item 2 in plain lines: the standby instance names the one it stands by for; after a real
+    ``kill -9`` of that one it says it took over, and the slots the other ran while this one stood
+    by are not told as skipped ("paused": the user paused nothing)."""
+    held = JOBS.replace("@every(30)", "@every(0.5)").replace(
+        "time.sleep(60)", "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)"
+    )
+    (tmp_path / "jobs.py").write_text(held)
+    first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
+    second = None
+    try:
+        _wait_log(tmp_path, "slow-started")  # the first instance holds slow's run from now on
+        env = dict(cli_env(), JOBS_LOG=str(tmp_path / "runs.log"), SESSION="two")
+        second = subprocess.Popen(
+            [sys.executable, "-m", "procsched", "run", "jobs.py", "--plain", "--store", "s.db", "--lease", "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        other = f"{os.uname().nodename}/{first.pid}"
+        seen = read_until(second.stdout, "procsched: on standby for")
+        while "slow" not in seen[-1].split(":")[1]:  # (tick may go on standby first, or with it)
+            seen += read_until(second.stdout, "procsched: on standby for")
+        assert f"{other} runs " in seen[-1] and "this instance takes over if that stops" in seen[-1], seen[-1]
+        family = _kill_tree(first)
+        seen += read_until(second.stdout, "procsched: took over from 1 instance whose lease expired")
+        seen += read_until(second.stdout, f"procsched: instance {other} left s.db")  # (a later re-read may say it)
+        if not any("slow                 run" in line for line in seen):
+            seen += read_until(second.stdout, "slow                 run")  # its run here ended
+        second.send_signal(signal.SIGINT)
+        out, err = second.communicate(timeout=30)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert second.returncode == 0, err
+    lines = seen + out.splitlines(keepends=True)
+    assert any("procsched: no longer on standby for slow" in line for line in lines), "".join(lines)
+    false_skips = [line for line in lines if "skipped" in line and "paused" in line]
+    assert not false_skips, "".join(false_skips)
+    assert_all_gone(family)
+
+
+PRINTS = """
+import os
+from procsched import every
+
+@every(0.1)
+def chatty():
+    print(f"hello from {os.getpid()}")
+"""
+
+
+def test_history_names_each_runs_worker_and_keeps_what_it_printed(tmp_path: Path) -> None:
+    """Item 8: history's ``worker`` column is the worker process the run line named, and
+    ``history --json`` has the run's output, as the README says (both were never written)."""
+    (tmp_path / "jobs.py").write_text(PRINTS)
+    done = cli("run", "jobs.py", "--store", "s.db", "--duration", "0.8", "--plain", "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    told = [line.split() for line in done.stdout.splitlines() if len(line.split()) > 3 and line.split()[1] == "chatty"]
+    workers = {words[words.index("worker") + 1] for words in told if "worker" in words}
+    assert len(workers) == 1, done.stdout  # one worker: every run line names it
+    (worker,) = workers
+    db = str(tmp_path / "s.db")
+    runs = [json.loads(line) for line in cli_here("history", "chatty", "--store", db, "--json").stdout.splitlines()]
+    ended = [r for r in runs if r["outcome"] == "ok"]
+    assert ended and all(r["worker_pid"] == int(worker) for r in ended), runs
+    assert all(r["output"] == f"hello from {worker}\n" for r in ended), runs
+    table = cli_here("history", "chatty", "--store", db).stdout.splitlines()
+    header = table[0].split()
+    row = next(line.split() for line in table[1:] if " ok " in line)
+    assert row[header.index("worker")] == worker and row[header.index("instance")] != worker  # two processes
+
+
+def test_the_live_view_of_a_standby_instance_says_for_whom(tmp_path: Path) -> None:
+    """Item 2 in the live view, with a real second instance: it keeps a line saying that it stands
+    by, for which jobs and for which instance."""
+    pytest.importorskip("rich")
+    held = JOBS.replace("@every(30)", "@every(0.5)")
+    (tmp_path / "jobs.py").write_text(held)
+    first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
+    try:
+        _wait_log(tmp_path, "slow-started")  # the first instance holds slow's run from now on
+        read_until(first.stdout, '"event": "run_')  # and it is up: its lease is fresh
+        code, screen = run_in_pty(
+            "run",
+            str(tmp_path / "jobs.py"),
+            "--store",
+            str(tmp_path / "s.db"),
+            "--lease",
+            "2",
+            "--duration",
+            "4",
+            columns=200,
+            extra_env={"JOBS_LOG": str(tmp_path / "runs.log"), "SESSION": "two"},
+        )
+    finally:
+        family = _kill_tree(first)
+    assert_all_gone(family)
+    assert code == 0, screen
+    other = f"{os.uname().nodename}/{first.pid}"
+    text = " ".join(screen.split())
+    assert re.search(rf"standby for [^()]*slow[^()]* \(held by {re.escape(other)}\)", text), screen[-3000:]
+    assert "on standby for " in text and f"{other} runs" in text  # the note too, under the tables

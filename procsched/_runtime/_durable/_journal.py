@@ -462,7 +462,7 @@ class Journal(Durable):
             error_message=None if error is None else error.message,
             error_traceback=None if error is None else error.traceback,
             reason=ev.reason,
-            worker_pid=ev.worker if isinstance(ev.worker, int) else None,
+            worker_pid=ev.worker if isinstance(ev.worker, int) else None,  # a pid (processes), not a name
             output=ev.output or None,  # (nothing printed: nothing kept)
         )
         if state == PAUSED:

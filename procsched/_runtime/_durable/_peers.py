@@ -187,7 +187,10 @@ class Peers:
         if self.standby_told > TOLD_STANDBY:
             engine.log(20, "more keyed tasks go on standby: not said one by one (stats()['store'] lists them)")
             return
-        holder = next((h for h in self.holders if h.id == task.holder), None)
+        me = self.journal.holder.id
+        others = [h for h in self.holders if h.id != me]
+        # the one whose run is in flight, or, between its runs, the only other scheduler on the store
+        holder = next((h for h in others if h.id == task.holder), others[0] if len(others) == 1 else None)
         whom = "another scheduler" if holder is None else f"scheduler {holder.host}/{holder.pid}"
         engine.log(20, f"keyed task {task.key}: on standby while {whom} runs it (this one takes over if it stops)")
 
