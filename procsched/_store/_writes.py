@@ -4,6 +4,7 @@
         │                       └─ per group of consecutive ops of one kind:
         │                            claims  ── _claim_group: set-wise when plain, else _op_started
         │                            ends    ── _end_group: set-wise while every run is ours, else _op_finished
+        │                            skips   ── _skip_group: set-wise (gathered past claims and ends)
         │                            others  ── _op_upsert / _op_update / _op_delete / _op_unloadable /
         │                                       _op_skipped / _op_answer
         └─ an op refused for its own data ── _write(isolate=True): each op in a savepoint, the refused left out
@@ -93,13 +94,14 @@ class Commit:
 
 def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
     """Consecutive ops of one kind, each key at most once per group (so a
-    set-wise statement does exactly what the ops one by one would)."""
+    set-wise statement does exactly what the ops one by one would) - but for
+    skipped slots, which ``_skip_group`` takes set-wise for any number per key."""
     kind: str | None = None
     group: list[Any] = []
     keys: set[str] = set()
     for op in ops:
         key = op_key(op)
-        if op[0] != kind or (key is not None and key in keys):
+        if op[0] != kind or (key is not None and key in keys and kind != "skipped"):
             if group:
                 yield kind, group  # type: ignore[misc]
             kind, group, keys = op[0], [], set()
@@ -147,7 +149,7 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     (status, holder.id, holder.token),
                 )
         _lock_keys(store, cur, ops, isolate)
-        for kind, group in _groups(ops):
+        for kind, group in _groups(_skips_gathered(ops)):
             if isolate:
                 for op in group:
                     _isolated(store, cur, c, op)
@@ -157,6 +159,8 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     _claim_group(store, cur, c, group)
                 elif len(group) > 1 and kind == "finished":
                     _end_group(store, cur, c, group)
+                elif len(group) > 1 and kind == "skipped":
+                    _skip_group(store, cur, c, group)
                 else:
                     for op in group:
                         _apply(store, cur, c, op)
@@ -726,12 +730,110 @@ def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
-    store._x(
-        cur,
-        "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
-        "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)",
-        (op.key, op.key, store.keep_runs - 1),
-    )
+    store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
+
+
+#: A skipped slot's rows trimmed to the task's last ``keep_runs`` (after its insert).
+_TRIM_SKIPPED = (
+    "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
+    "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)"
+)
+_INSERT_SKIP = "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder)"
+#: Skipped slots inserted per statement with RETURNING (5 parameters each).
+_SKIP_ROWS = 500
+
+
+def _skips_gathered(ops: list[Op]) -> list[Op]:
+    """``ops`` with each skipped slot moved later, past claims and ends, to
+    just before the next op of another kind (or the end), so a batch's skips
+    come in long groups. A skip writes its own table and its task's skip
+    counters, which no claim or end reads or writes: the order among them
+    does not change what the batch does."""
+    if not any(op[0] == "skipped" for op in ops):
+        return ops
+    out: list[Op] = []
+    skips: list[Op] = []
+    for op in ops:
+        if op[0] == "skipped":
+            skips.append(op)
+            continue
+        if op[0] not in ("started", "finished"):
+            out += skips
+            skips.clear()
+        out.append(op)
+    return out + skips
+
+
+def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -> None:
+    """Skipped slots set-wise: what ``_op_skipped`` does to each, with their
+    rows in one statement per ``_SKIP_ROWS`` (RETURNING the ones not recorded
+    before: a slot recorded twice keeps its first reason and is counted
+    once), then each task's counters and trim once; of more than
+    ``keep_runs`` slots of one task only the newest are written (the older
+    would be trimmed at once), the older counted unless recorded before. A
+    late fixed-rate task drops slots by the thousand a second; three
+    statements for each made recording them the store's bottleneck (keyed
+    runs/s fell ~10x, ``python -m benchmarks.durable``)."""
+    holder = None if c.holder is None else c.holder.id
+    first: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for op in group:
+        slots = first.setdefault(op.key, {})
+        if op.slot_ns not in slots:
+            recorded = c.now if op.recorded_ns is None else op.recorded_ns
+            slots[op.slot_ns] = (op.key, op.slot_ns, op.reason, recorded, holder)
+    rows: list[tuple[Any, ...]] = []
+    new: dict[tuple[str, str], int] = {}
+    for key, slots in first.items():
+        kept = sorted(slots)
+        older, kept = kept[: -store.keep_runs], kept[-store.keep_runs :]
+        rows += [slots[slot] for slot in kept]
+        if older:  # trimmed as soon as written: only counted, unless recorded before
+            there = store._x(
+                cur,
+                "SELECT slot_ns FROM procsched_skipped WHERE key = ? AND slot_ns BETWEEN ? AND ?",
+                (key, older[0], older[-1]),
+            ).fetchall()
+            known = {int(r[0]) for r in there}
+            for slot in older:
+                if slot not in known:
+                    reason = slots[slot][2]
+                    new[key, reason] = new.get((key, reason), 0) + 1
+    for key, reason in _insert_skips(store, cur, rows):
+        new[key, reason] = new.get((key, reason), 0) + 1
+    for reason in sorted({reason for _, reason in new}):
+        column = f"skipped_{reason}"  # (one of SKIP_REASONS: Batch.skipped checks)
+        cur.executemany(
+            store._q(f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?"),
+            [(n, key) for (key, r), n in sorted(new.items()) if r == reason],
+        )
+    keys = sorted({key for key, _ in new})
+    if keys:
+        cur.executemany(store._q(_TRIM_SKIPPED), [(key, key, store.keep_runs - 1) for key in keys])
+
+
+def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """Insert skipped slots' ``rows``, a slot recorded before left as it is;
+    (key, reason) of each inserted. SQLite: one prepared statement for all
+    (``executemany``) when none was recorded before - the rule - else
+    rolled back to a savepoint and done with RETURNING."""
+    if not store._pg:
+        cur.execute("SAVEPOINT procsched_skips")
+        cur.executemany(_INSERT_SKIP + " VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING", rows)
+        if cur.rowcount == len(rows):
+            cur.execute("RELEASE SAVEPOINT procsched_skips")
+            return [(row[0], row[2]) for row in rows]
+        cur.execute("ROLLBACK TO SAVEPOINT procsched_skips")
+        cur.execute("RELEASE SAVEPOINT procsched_skips")
+    inserted: list[tuple[str, str]] = []
+    for i in range(0, len(rows), _SKIP_ROWS):
+        chunk = rows[i : i + _SKIP_ROWS]
+        if store._pg:
+            values, params = _values(chunk, ("text", "bigint", "text", "bigint", "text"))
+        else:
+            values, params = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)), [x for row in chunk for x in row]
+        sql = f"{_INSERT_SKIP} VALUES {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason"
+        inserted += [(r[0], r[1]) for r in store._x(cur, sql, params).fetchall()]
+    return inserted
 
 
 def _op_answer(store: StoreAccess, cur: Any, c: Commit, op: Answer) -> None:

@@ -131,3 +131,60 @@ def test_a_skip_is_written_with_the_turn_and_does_not_move_the_task(store):
     assert after.updated_ns == before.updated_ns and after.state == before.state
     (skip,) = store.history("k", skipped=True)
     assert (skip.reason, skip.recorded_ns) == ("down", T0 + 5)
+
+
+def _skip_ops(b, base):
+    """A turn's worth of ops with skips among claims and ends: more than
+    keep_runs of one task, a slot twice, one recorded in an earlier batch
+    (both still kept: a slot already trimmed is recorded again, op by op),
+    several reasons, and a task deleted with its history after its skip."""
+    b.started("k", 2, 1, T0 + 2 * P)
+    for i in range(12):
+        b.skipped("k", T0 + (100 + i) * P, "misfire")
+        b.skipped("other", T0 + (100 + i) * P, "overlap" if i % 2 else "late")
+    b.finished("k", 2, 1, "ok", T0 + 3 * P, T0 + 200 * P)
+    b.skipped("k", T0 + 110 * P, "late")  # twice in the batch: the first reason stands
+    b.skipped("k", base, "paused")  # recorded in an earlier batch (and in this one, as a misfire)
+    b.skipped("gone", T0 + 7 * P, "misfire")
+    b.delete("gone", history=True)
+    b.skipped("k", T0 + 300 * P, "down", recorded_ns=T0 + 5)
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one batch", "op by op"])
+def test_a_batch_of_skips_records_what_they_do_one_by_one(store_url, together):
+    """The set-wise path (a batch's skips gathered past its claims and ends,
+    any number per task) leaves the store as the ops one at a time do."""
+    store = open_store(store_url, keep_runs=5)
+    for key in ("k", "other", "gone"):
+        add(store, key)
+    h = store.register()
+    b = store.batch(h)
+    b.started("k", 1, 1, T0)
+    assert b.commit().ok
+    b = store.batch(h)
+    b.finished("k", 1, 1, "ok", T0 + P // 2, T0 + 2 * P)
+    b.skipped("k", T0 + 111 * P, "overlap")
+    assert b.commit().ok
+    ops = store.batch(h)
+    _skip_ops(ops, T0 + 111 * P)
+    if together:
+        assert ops.commit().ok
+    else:  # the same ops, each in a batch of its own
+        for op in list(ops.ops):
+            one = store.batch(h)
+            one.ops.append(op)
+            assert one.commit().ok
+    seen = {
+        key: [(x.slot_ns - T0, x.reason) for x in store.history(key, 100, skipped=True) if isinstance(x, SkippedSlot)]
+        for key in ("k", "other", "gone")
+    }
+    assert seen == {
+        "k": [(i * P, "misfire") for i in range(108, 111)] + [(111 * P, "overlap"), (300 * P, "down")],
+        "other": [(i * P, "overlap" if (i - 100) % 2 else "late") for i in range(107, 112)],
+        "gone": [],
+    }
+    counts = store.counts()
+    assert counts.by_job["k"][1] == {"overlap": 1, "misfire": 11, "late": 0, "paused": 0, "down": 1}
+    assert counts.by_job["other"][1] == {"overlap": 6, "misfire": 0, "late": 6, "paused": 0, "down": 0}
+    assert [(r.run, r.outcome) for r in store.history("k")] == [(1, "ok"), (2, "ok")]
+    store.close()
