@@ -7,7 +7,8 @@ share): ``SQLiteStore`` (embedded, the default) and ``PostgresStore``
 (shared by several schedulers). ``_sql.py`` holds the theory of operation,
 ``_schema.py`` the tables (schema 2; a schema-1 store is migrated at its
 first open), ``_writes.py`` how a batch is written, ``_control.py`` control
-from outside, ``_views.py`` the read model, ``_trust.py`` signing;
+from outside, ``_views.py`` the read model, ``_rows.py`` a task's row
+read by name (its columns listed once), ``_trust.py`` signing;
 ``_open.py`` opens a store from a path or URL (``_url.py``: the URL's own
 options, and its passwords redacted). The statement modules take the store
 as ``_access.StoreAccess`` (what they call of it): nothing imports ``_sql``
