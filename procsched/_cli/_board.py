@@ -146,6 +146,8 @@ class Board:
         self.by_task: dict[int, JobRow] = {}
         self.by_name: dict[str, JobRow] = {}
         self.workers: list[dict[str, Any]] = []
+        #: The worker that ran the session's warm-up run (a run of no job: not counted in its runs).
+        self.warm_up_worker: int | str | None = None
         self.worker_exits = collections.Counter[str]()
         self.recent: collections.deque[str] = collections.deque(maxlen=5)
         self.outputs: collections.deque[RunOutput] = collections.deque(maxlen=8)
@@ -332,7 +334,7 @@ class Board:
                     "-" if w["pid"] is None else str(w["pid"]),
                     str(w["state"]),
                     "-" if w["rss"] is None else f"{w['rss'] / 2**20:.1f} MiB",
-                    str(w["runs"]),
+                    str(w["runs"] - (w["pid"] == self.warm_up_worker)),
                     str(w["restarts"]),
                 ]
                 for w in self.workers

@@ -236,7 +236,9 @@ class Session:
         for note in self.pending_notes:
             self.say(note)
         # Wait for the pool to be up, so that start-up is not counted as lateness.
-        scheduler.schedule(int, name=WARM_UP).result(timeout=START_TIMEOUT)
+        warm_up = scheduler.schedule(int, name=WARM_UP)
+        warm_up.result(timeout=START_TIMEOUT)
+        self.board.warm_up_worker = warm_up.runs[-1].worker if warm_up.runs else None
         self.board.started = time.monotonic()
         for job in self.jobs:
             first_due = time.monotonic() + job.initial_delay

@@ -235,3 +235,22 @@ def test_workers_after_shutdown_are_not_busy(jobs_file) -> None:
     assert done.returncode == 0, done.stderr
     workers = done.stdout[done.stdout.index("workers (last seen)") :]
     assert " busy " not in workers and ("stopped" in workers or "exited" in workers), workers
+
+
+def test_the_workers_table_counts_the_jobs_runs_only(jobs_file) -> None:
+    """The command's own warm-up run (before the jobs start: start-up is not lateness) is no
+    job's run: the workers table does not count it (it said one run more than the summary)."""
+    path = jobs_file("""
+        from procsched import every
+
+        @every(0.05)
+        def quick():
+            pass
+    """)
+    done = cli("run", str(path), "--duration", "1", "--plain", "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    workers = done.stdout[done.stdout.index("workers (last seen)") :].splitlines()
+    # worker, pid, state, RSS, MiB, runs, restarts (the table is read when the stop begins)
+    counted = int(workers[3].split()[5])
+    runs = int(re.search(r"stopped after [\d.]+ s: (\d+) runs", done.stdout).group(1))
+    assert runs - 1 <= counted <= runs, done.stdout
