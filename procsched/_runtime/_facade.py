@@ -265,13 +265,15 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         """Start-up on a store (before the dispatcher owns it): take over dead
         schedulers (their runs in flight -> crashed), and plan the adoption
         of every stored task; one-shots that ended are dropped."""
-        from ._durable import _recovery
+        from ._durable import _recovery, _report
         from ._durable._down import record_down
 
         self._store.resign()  # secret=[new, old]: what only an older secret signed is signed with the new one
-        tasks, crashed, slots = _recovery.recover(self._store)
+        found = _recovery.recover(self._store)
+        tasks, crashed, slots = found.tasks, found.crashed, found.slots
         wall = time.time_ns()
         plan = _recovery.plan(tasks, crashed, slots, wall)
+        _report.resumed(found, plan, wall)
         self._down = record_down(self._store, tasks, crashed, slots, plan.adopted, wall)  # missed while down: skipped
         if plan.ended:
             batch = self._store.batch()
@@ -352,6 +354,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])
             if plan.rows and not self._closed:
                 self._adopt(plan)
+                logger.info(
+                    "keyed task %r, stored by another scheduler, is run here too (each run once among them)", key
+                )
         except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
             logger.warning(
                 "stored task %r added by another scheduler cannot be run here (%s: %s)", key, type(exc).__name__, exc

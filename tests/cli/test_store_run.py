@@ -433,3 +433,27 @@ def test_the_live_view_of_a_standby_instance_says_for_whom(tmp_path: Path) -> No
     text = " ".join(screen.split())
     assert re.search(rf"standby for [^()]*slow[^()]* \(held by {re.escape(other)}\)", text), screen[-3000:]
     assert "on standby for " in text and f"{other} runs" in text  # the note too, under the tables
+
+
+def test_verbose_start_up_beside_a_live_instance_says_found_not_resumed(tmp_path: Path) -> None:
+    """Item 2 with ``-v``: an instance started on the store of another live one is told that the
+    stored jobs are that one's too and that it stands by for them, never that it resumed them
+    (the runtime's start-up line; the CLI's own note says "found" too)."""
+    (tmp_path / "jobs.py").write_text(JOBS)
+    first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2")
+    second = None
+    family: list[psutil.Process] = []
+    try:
+        _wait_log(tmp_path, "slow-started")  # both jobs are stored, and the first instance runs them
+        read_until(first.stdout, '"event": "run_')  # it is up: its lease is fresh
+        second = _start(tmp_path, "two", "--store", "s.db", "--workers", "1", "-v")
+        said = read_until(second.stderr, "stored task(s)")[-1]
+    finally:
+        if second is not None:
+            family += _kill_tree(second)
+        family += _kill_tree(first)
+    assert_all_gone(family)
+    other = f"{os.uname().nodename}/{first.pid}"
+    assert said.startswith("procsched: found 2 stored task(s) that scheduler "), said
+    assert f"scheduler {other}, alive on the store, runs too" in said and "stands by" in said, said
+    assert "resumed" not in said, said

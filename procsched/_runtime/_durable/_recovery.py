@@ -2,11 +2,13 @@
 call, and recovery at start-up (before the dispatcher owns the store).
 
     Scheduler(store=...) ─ open_store ─▶ recover(store): take over dead schedulers
-                                           (their runs in flight -> crashed)
+                                           (their runs in flight -> crashed), and
+                                           list the other live ones (Recovered)
                            plan(tasks): per stored task its resume point, per
                            shape (function, arguments, schedule, options) one
                            import (bounded: LOAD_TIMEOUT_S), one AdoptShape
                            (the stored arguments as bytes: a worker unpickles)
+                        ─▶ _report.resumed: what start-up found, said at INFO
                         ─▶ the facade makes the handles and sends Adopt chunks
     schedule(key=...) ──▶ definition(spec): the stored form ─▶ Define + Add
 
@@ -16,6 +18,8 @@ See ``_journal.py`` for the dispatcher's side.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -25,11 +29,10 @@ from ..._core import Schedule
 from ..._core._schedule import upgrade_record
 from ..._core._units import NS
 from ..._retry import Retry
-from ..._store import RunRecord, StoredTask, TaskDefinition, dead_here, function_ref, resolve_ref
+from ..._store import Holder, RunRecord, StoredTask, TaskDefinition, dead_here, function_ref, resolve_ref
 from ..._validate import TaskSpec
 from .._messages import AdoptShape, Message
 from .._wire import carried_classes, pack_call
-from . import _report
 from ._stored import resume_point, stored_hash
 
 logger = logging.getLogger("procsched")
@@ -80,15 +83,30 @@ def spec_of(d: TaskDefinition, wall_now: int) -> TaskSpec:
     )
 
 
-def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[str, int]]:
+class Recovered(NamedTuple):
+    """What start-up found in the store (see :func:`recover`)."""
+
+    tasks: list[StoredTask]
+    crashed: dict[str, RunRecord]
+    """Key -> its run recorded ``crashed`` (in flight when its scheduler died)."""
+    slots: dict[str, int]
+    """Key (its current run a retry) -> that run's regular slot: the grid goes on from it."""
+    others: list[Holder]
+    """The other schedulers alive on the store (lease renewed, not dead on
+    this host): the stored tasks are theirs too, each run claimed once."""
+
+
+def recover(store: Any) -> Recovered:
     """Start-up: record the runs of dead schedulers ``crashed`` (once) and
-    return the stored tasks, per key its crashed run, and per key whose
-    current run is a retry, that run's regular slot (its first attempt's
-    scheduled time: the grid goes on from it)."""
+    return what the store holds (see ``Recovered``)."""
     loaded = store.load()
     dead = dead_here(loaded.schedulers)
+    expired = store.expired_holders()
+    gone = {h.id for h in dead + expired}
+    me = (socket.gethostname(), os.getpid())  # (this scheduler registers itself meanwhile: never "another")
+    others = [h for h in loaded.schedulers if h.id not in gone and (h.host, h.pid) != me]
     crashed: dict[str, RunRecord] = {}
-    for holder in dead + [h for h in store.expired_holders() if h not in dead]:
+    for holder in dead + [h for h in expired if h not in dead]:
         runs = store.take_over(holder, None, force=holder in dead)
         for record in runs or ():
             crashed[record.key] = record
@@ -120,7 +138,7 @@ def recover(store: Any) -> tuple[list[StoredTask], dict[str, RunRecord], dict[st
             first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
             if first:
                 slots[task.key] = first[0].scheduled_ns
-    return tasks, crashed, slots
+    return Recovered(tasks, crashed, slots, others)
 
 
 class Row(NamedTuple):
@@ -272,5 +290,4 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
         )  # adopted unchanged: nothing to write
         result.rows.append(Row(d.key, at, runs, attempt, due or 0, slot, paused, write, names[at]))
         result.adopted[d.key] = stored_hash(d)
-    _report.resumed(tasks, crashed, result, wall)
     return result

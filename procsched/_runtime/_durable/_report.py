@@ -1,7 +1,9 @@
 """What a start-up on a store tells at INFO (issue 26 items 2 and 6).
 
-    _recovery.plan ──▶ resumed(tasks, crashed, plan, wall) ──▶ logger "procsched", INFO:
+    _recovery.recover, plan ──▶ resumed(found, plan, wall) ──▶ logger "procsched", INFO:
         resumed 3 stored task(s) from the store: tick (run 44 next), slow (run 7 next), ...
+        (another scheduler alive on the store: found 3 stored task(s) that scheduler vm/3029,
+         alive on the store, runs too: tick (run 44 next), ...; ... this one stands by ...)
         tick: 449 slots missed since 12:00:01 UTC while no scheduler ran it; misfire catch_up
               makes up every one of them now, back to back
         slow run 6 (attempt 1) was in flight when its scheduler died: recorded crashed
@@ -15,11 +17,13 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..._core import Kind, Misfire, Schedule
-from ..._store import RunRecord, StoredTask
 from ._stored import schedule_of
+
+if TYPE_CHECKING:
+    from ._recovery import Plan, Recovered
 
 logger = logging.getLogger("procsched")
 
@@ -36,12 +40,15 @@ MAKES_UP = {
 }
 
 
-def resumed(tasks: list[StoredTask], crashed: dict[str, RunRecord], plan: Any, wall: int) -> None:
-    """Log what ``plan`` (a ``_recovery.Plan``) resumes, the slots each
-    resumed task missed while no scheduler ran it, and the runs recorded
+def resumed(found: Recovered, plan: Plan, wall: int) -> None:
+    """Log what ``plan`` adopts of what start-up ``found``: resumed here,
+    or, while other schedulers are alive on the store, found and run with
+    them (this one stands by while they keep a task up); the slots each
+    task missed while no scheduler ran it, and the runs recorded
     ``crashed`` (in flight when their scheduler died)."""
     if not logger.isEnabledFor(logging.INFO) or not plan.rows:
         return
+    tasks, crashed = found.tasks, found.crashed
     rows = plan.rows
     listed = ", ".join(
         f"{row.key} (run {row.runs + 1} next)"
@@ -50,7 +57,22 @@ def resumed(tasks: list[StoredTask], crashed: dict[str, RunRecord], plan: Any, w
         for row in rows[:TOLD]
     )
     more = f" and {len(rows) - TOLD} more" if len(rows) > TOLD else ""
-    logger.info("resumed %d stored task(s) from the store: %s%s", len(rows), listed, more)
+    if found.others:
+        one = len(found.others) == 1
+        names = ", ".join(f"{h.host}/{h.pid}" for h in found.others[:TOLD])
+        names += f" and {len(found.others) - TOLD} more" if len(found.others) > TOLD else ""
+        logger.info(
+            "found %d stored task(s) that %s, alive on the store, %s too: %s%s; each run runs once among them: "
+            "this one stands by for a task while %s keeps it up, and takes it over if it stops",
+            len(rows),
+            f"scheduler {names}" if one else f"schedulers {names}",
+            "runs" if one else "run",
+            listed,
+            more,
+            "that one" if one else "another",
+        )
+    else:
+        logger.info("resumed %d stored task(s) from the store: %s%s", len(rows), listed, more)
     adopted = {row.key for row in rows}
     missed = 0
     for task in tasks:
