@@ -25,6 +25,7 @@ put in words once, and the table formatted with one format string.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -208,6 +209,16 @@ JOB_COLUMNS = ("key", "schedule", "state", "next_run", "runs", "last_outcome", "
 
 
 def jobs_command(args: argparse.Namespace) -> int:
+    # 100,000 rows make ~500,000 objects in no cycle: without this the cyclic
+    # collector walks the growing listing again and again (a fifth of the time)
+    gc.disable()
+    try:
+        return _jobs(args)
+    finally:
+        gc.enable()
+
+
+def _jobs(args: argparse.Namespace) -> int:
     store = open_existing(args.store)
     if store is None:
         return EXIT_STORE

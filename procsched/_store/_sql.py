@@ -577,11 +577,14 @@ class SQLStore:
 
     # -- the read model (console, CLI, metrics; see _views) -------------------
 
-    def jobs_view(self) -> list[JobView]:
+    def jobs_view(self, known: Mapping[str, JobView] | None = None) -> list[JobView]:
         """Every stored task as plain data (never its arguments), by key, in
-        one query: schedule, state, last outcome, who holds / keeps it and
-        whether that instance's lease is alive, totals by outcome."""
-        return _views.jobs_view(self)
+        one read: schedule, state, last outcome, who holds / keeps it and
+        whether that instance's lease is alive. ``known``: an earlier
+        listing's views by key, to be listed again where their rows were not
+        written since (a re-read after a change reads the changed rows only;
+        not on a store with a secret: there every row's signature is checked)."""
+        return _views.jobs_view(self, known)
 
     def job_view(self, key: str, n: int = 20) -> JobDetail | None:
         """One task with its last ``n`` runs and skipped slots (None: no such key)."""

@@ -17,8 +17,10 @@ refused it. Every view is one read transaction: one snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._model import (
@@ -44,11 +46,15 @@ if TYPE_CHECKING:
 _COUNTER_COLS = ", ".join(f"t.{c}" for c in RUN_COUNTERS + SKIP_COUNTERS)
 _JOB_SELECT = """SELECT t.key, d.name, d.fn_ref, d.schedule, d.options, d.def_hash, t.run_count, t.next_due_ns,
     t.next_attempt, t.paused, t.last_outcome, t.unloadable, t.in_flight, t.max_concurrent, t.grp, t.updated_ns,
-    t.holder, h.host, h.pid, h.lease_until_ns, t.last_holder, l.host, l.pid, l.lease_until_ns
-    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key
-    LEFT JOIN procsched_schedulers h ON h.id = t.holder LEFT JOIN procsched_schedulers l ON l.id = t.last_holder"""
+    t.holder, t.last_holder
+    FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key"""
 #: The same with what a signature check reads (a store with a secret).
-_JOB_SELECT_SIGNED = _JOB_SELECT.replace(" l.lease_until_ns\n", " l.lease_until_ns, d.signature, d.args\n", 1)
+_JOB_SELECT_SIGNED = _JOB_SELECT.replace(" t.last_holder\n", " t.last_holder, d.signature, d.args\n", 1)
+#: What tells whether a row listed before is unchanged: its write stamp and the
+#: instances it names (who holds and who keeps it: their leases are read apart).
+_JOB_STAMPS = "SELECT key, updated_ns, holder, last_holder FROM procsched_tasks ORDER BY key"
+#: Keys per statement when only some rows are read again.
+_KEYS_PER_READ = 500
 _RUNS = len(RUN_COUNTERS)
 
 
@@ -70,6 +76,27 @@ def holder_ref(
     return HolderRef(ident, name or None, int(number) if number.isdigit() else None, False, False)
 
 
+class _Refs:
+    """The instances a listing's rows name, each made once (10,000 rows name
+    a few): from the registrations read in the listing's transaction, else
+    from the id (a registration taken over or ended)."""
+
+    def __init__(self, store: StoreAccess, cur: Any, now: int) -> None:
+        self.now = now
+        self.known: dict[str | None, HolderRef | None] = {None: None}
+        for ident, host, pid, until in store._x(
+            cur, "SELECT id, host, pid, lease_until_ns FROM procsched_schedulers"
+        ).fetchall():
+            self.known[ident] = holder_ref(ident, host, pid, until, now)
+
+    def __call__(self, ident: str | None) -> HolderRef | None:
+        try:
+            return self.known[ident]
+        except KeyError:
+            ref = self.known[ident] = holder_ref(ident, None, None, None, self.now)
+            return ref
+
+
 def _json(text: str, parsed: dict[str, Any]) -> Any:
     value = parsed.get(text)
     if value is None:
@@ -77,7 +104,7 @@ def _json(text: str, parsed: dict[str, Any]) -> Any:
     return value
 
 
-def _job(row: Any, now: int, parsed: dict[str, Any], keyring: Keyring | None = None) -> JobView:
+def _job(row: Any, refs: _Refs, parsed: dict[str, Any], keyring: Keyring | None = None) -> JobView:
     """A listing's row (``_select``: with a secret, ``keyring`` checks its signature)."""
     if keyring:
         *row, signature, args = row
@@ -99,13 +126,7 @@ def _job(row: Any, now: int, parsed: dict[str, Any], keyring: Keyring | None = N
         group,
         updated,
         holder,
-        h_host,
-        h_pid,
-        h_lease,
         last,
-        l_host,
-        l_pid,
-        l_lease,
     ) = row
     if keyring:  # a failed check first: what the store has may be older, or nothing yet
         unloadable = keyring.check(signature, key, fn_ref, args, schedule, options) or unloadable
@@ -126,18 +147,51 @@ def _job(row: Any, now: int, parsed: dict[str, Any], keyring: Keyring | None = N
         in_flight,
         max_concurrent,
         group,
-        holder_ref(holder, h_host, h_pid, h_lease, now),
-        holder_ref(last, l_host, l_pid, l_lease, now),
+        refs(holder),
+        refs(last),
         updated,
     )
 
 
-def jobs_view(store: StoreAccess) -> list[JobView]:
-    with store._tx("listing jobs", write=False) as cur:
-        now = store._now(cur)
-        rows = store._x(cur, f"{_select(store)} ORDER BY t.key").fetchall()
+def jobs_view(store: StoreAccess, known: Mapping[str, JobView] | None = None) -> list[JobView]:
+    """Every task by key. ``known``: the views of an earlier listing, by
+    key; a row whose write stamp (``updated_ns``) is the one its known view
+    has is not read again: that view is listed, with who holds and keeps it
+    as the registrations say now. On a store with a secret every row is
+    read and its signature checked, whatever is known."""
+    keyring = store._keyring
     parsed: dict[str, Any] = {}
-    return [_job(r, now, parsed, store._keyring) for r in rows]
+    with store._tx("listing jobs", write=False) as cur:
+        refs = _Refs(store, cur, store._now(cur))
+        if known and not keyring:
+            stamps = store._x(cur, _JOB_STAMPS).fetchall()
+            stale = [k for k, updated, _, _ in stamps if (v := known.get(k)) is None or v.updated_ns != updated]
+            if 2 * len(stale) <= len(stamps):  # (else one read of every row costs less)
+                read: dict[str, JobView] = {}
+                for i in range(0, len(stale), _KEYS_PER_READ):
+                    some = stale[i : i + _KEYS_PER_READ]
+                    sql = f"{_JOB_SELECT} WHERE t.key IN ({', '.join('?' * len(some))})"
+                    for r in store._x(cur, sql, some).fetchall():
+                        read[r[0]] = _job(r, refs, parsed)
+                return _listed(stamps, known, read, refs)
+        rows = store._x(cur, f"{_select(store)} ORDER BY t.key").fetchall()
+    return [_job(r, refs, parsed, keyring) for r in rows]
+
+
+def _listed(stamps: list[Any], known: Mapping[str, JobView], read: dict[str, JobView], refs: _Refs) -> list[JobView]:
+    """The listing in ``stamps``' order: the rows ``read`` again, the others as ``known``."""
+    views = []
+    for key, _, holder, last in stamps:
+        v = read.get(key)
+        if v is None:
+            v = known.get(key)
+            if v is None:  # a state row without its definition: not listed (as the join does not)
+                continue
+            held, kept = refs(holder), refs(last)
+            if v.held_by != held or v.claimed_by != kept:  # an instance's lease ran out, or it left
+                v = dataclasses.replace(v, held_by=held, claimed_by=kept)
+        views.append(v)
+    return views
 
 
 def job_view(store: StoreAccess, key: str, n: int) -> JobDetail | None:
@@ -148,11 +202,12 @@ def job_view(store: StoreAccess, key: str, n: int) -> JobDetail | None:
         row = store._x(cur, f"{_select(store)} WHERE t.key = ?", (key,)).fetchone()
         if row is None:
             return None
+        refs = _Refs(store, cur, now)
         totals = store._x(cur, f"SELECT {_COUNTER_COLS} FROM procsched_tasks t WHERE t.key = ?", (key,)).fetchone()
         last_runs = runs(store, cur, key, n)
         last_skipped = skipped(store, cur, key, n)
     return JobDetail(
-        _job(row, now, {}, store._keyring),
+        _job(row, refs, {}, store._keyring),
         last_runs,
         last_skipped,
         merge(last_runs, last_skipped, n),

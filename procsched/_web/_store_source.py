@@ -205,10 +205,10 @@ class StoreSource(ConsoleSource):
         #: marks, the same listing (a listing is a function of what the mark
         #: counts: the tasks' writes and the instances' leases).
         self._listed: tuple[ChangeMark, list[Job]] | None = None
-        #: key -> (what its Job is made of that can change, the Job): a row
-        #: not written since, whose instances' leases did not change, is not
-        #: made into a record again.
-        self._made: dict[str, tuple[tuple[int, HolderRef | None, HolderRef | None], Job]] = {}
+        #: key -> (the store's view of it, its Job), from the last listing:
+        #: the store reads again only the rows written since, and a view it
+        #: lists again (the same object) is not made into a record again.
+        self._made: dict[str, tuple[JobView, Job]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -230,20 +230,23 @@ class StoreSource(ConsoleSource):
         return self._call(self.store.change_mark)
 
     def jobs(self) -> list[Job]:
+        made = self._made
+
         def read() -> tuple[ChangeMark, list[JobView] | None]:
             mark = self.store.change_mark()
             listed = self._listed
-            return mark, None if listed is not None and listed[0] == mark else self.store.jobs_view()
+            if listed is not None and listed[0] == mark:
+                return mark, None
+            return mark, self.store.jobs_view({key: hit[0] for key, hit in made.items()})
 
         mark, views = self._call(read)
         if views is None:
             return self._listed[1]  # type: ignore[index]
-        made, fresh, jobs = self._made, {}, []
+        fresh, jobs = {}, []
         for v in views:
-            state = (v.updated_ns, v.held_by, v.claimed_by)
             hit = made.get(v.key)
-            if hit is None or hit[0] != state:
-                hit = (state, job_of(v))
+            if hit is None or hit[0] is not v:
+                hit = (v, job_of(v))
             fresh[v.key] = hit
             jobs.append(hit[1])
         self._made = fresh  # two requests at once: each makes a valid cache, the last one stays

@@ -76,6 +76,42 @@ def test_jobs_view_says_who_holds_each_job_and_whether_it_is_alive(store_url):
     store.close()
 
 
+def test_a_listing_read_again_with_what_was_known_equals_a_fresh_one(store_url):
+    """``jobs_view(known)`` reads again only the rows written since the known
+    listing (their write stamps differ) and lists the rest as known, with who
+    holds and keeps them as the registrations say now: after writes, a lease
+    running out, a take-over, a removal and a new key it equals a fresh
+    listing, and a row not written since is the known view itself."""
+    clock = Clock(T0)
+    store = open_store(store_url, clock=clock)
+    for i in range(12):
+        add(store, f"k{i:02}")
+    live, gone = store.register(lease_ns=10 * P, pid=11), store.register(lease_ns=P, pid=22)
+    assert store.claim_run(gone, "k00", 1, 1, T0)
+    assert store.claim_run(live, "k01", 1, 1, T0)
+    known = {v.key: v for v in store.jobs_view()}
+    assert known["k00"].held_by.alive and known["k00"].held_by.pid == 22
+    clock.now += 2 * P  # gone's lease runs out: k00 is not written, its holder is no longer alive
+    assert store.pause("k02")
+    assert store.finish_run(live, "k01", 1, 1, "error", T0 + 1, clock.now)
+    assert store.remove("k03")
+    add(store, "k99", due=T0 + 5 * P)
+    again = store.jobs_view(known)
+    assert again == store.jobs_view()
+    views = {v.key: v for v in again}
+    assert "k03" not in views and views["k99"].next_due_ns == T0 + 5 * P
+    assert views["k02"].paused and views["k01"].last_outcome == "error" and views["k01"].held_by is None
+    assert views["k00"].held_by.pid == 22 and not views["k00"].held_by.alive
+    assert all(views[k] is known[k] for k in ("k04", "k05", "k11"))  # not read again
+    clock.now += P
+    store.take_over(gone, live)  # k00's run crashed: its row is written
+    known = views
+    views = {v.key: v for v in store.jobs_view(known)}
+    assert list(views.values()) == store.jobs_view()
+    assert views["k00"].held_by is None and views["k00"].in_flight == 0 and views["k04"] is known["k04"]
+    store.close()
+
+
 def test_job_view_with_its_last_runs_and_skipped_slots(store):
     add(store)
     h = store.register()

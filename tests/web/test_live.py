@@ -123,9 +123,9 @@ class CountingStore:
         self._count("change_mark")
         return self.store.change_mark()
 
-    def jobs_view(self):
+    def jobs_view(self, known=None):
         self._count("jobs_view")
-        return self.store.jobs_view()
+        return self.store.jobs_view(known)
 
     def job_view(self, key, limit):
         self._count("job_view")
