@@ -3,7 +3,8 @@
     user process ──commands──▶ dispatcher ──orders──▶ worker
                  ◀──events───            ◀─reports──
     (threads, Ray: the same commands and events through queues; carriers
-    report to their dispatcher thread with in-process records)
+    report to their dispatcher thread with in-process records; Ray's own:
+    ``_ray_messages.py``)
 
 Each message is a ``NamedTuple`` whose first field is its tag (a short
 string); its fields are documented under the class. Records travel as
@@ -11,10 +12,10 @@ string); its fields are documented under the class. Records travel as
 ``view(Record, message)`` reads one as the record, without copying a field):
 the standard pickle writes and reads a plain tuple several times faster
 than a tuple subclass, and a message crosses a pipe for every run. So
-positions are known in this file alone: the encoders (``wire``), the views
-(``of``), and the check of what an untrusted worker sends
-(:func:`check_report`), which runs before the engine sees a report, so a
-forged one cannot leave it half-updated. ``tests/runtime/test_messages.py``
+positions are known in this file alone: the encoders (``wire``) and the
+records the views read them as (``view``). What an untrusted worker sends is
+checked by field name (``_checks.check_report``) before the engine sees a
+report, so a forged one cannot leave it half-updated. ``tests/runtime/test_messages.py``
 round-trips every record through the real framing and checks that each
 encoder's parameters are its record's fields.
 
@@ -595,71 +596,8 @@ class Exited(NamedTuple):
         return (EXITED, worker, exitcode, detail)
 
 
-class Landed(NamedTuple):
-    """Ray: the run ``worker`` carries ended (its ObjectRef's future is done)."""
-
-    tag: str
-    worker: Any
-    task_id: int
-    run: int
-    sent_ns: int
-    """When the run was submitted."""
-    future: Any
-    now_ns: int
-    """When Ray said so (its callback thread's clock reading)."""
-
-    @staticmethod
-    def wire(worker: Any, task_id: int, run: int, sent_ns: int, future: Any, now_ns: int) -> Message:
-        return (LANDED, worker, task_id, run, sent_ns, future, now_ns)
-
-
-class RayOutcome(NamedTuple):
-    """Ray: what a run's Ray task returns (``_ray_task.run``); times on its
-    node's wall clock (ns)."""
-
-    outcome: str
-    started_ns: int
-    finished_ns: int
-    blob_kind: int
-    blob: bytes
-    matched: bool
-    """The run raised one of the classes its ``Retry.on`` names."""
-    output: str | None = None
-    """Its captured stdout and stderr (the tail), with ``capture_output``."""
-    error: RunError | None = None
-    """An "error"'s exception as text."""
-
-
-class Mail(NamedTuple):
-    """Ray: requests from runs (``current_scheduler()``) came in (the mailbox's future)."""
-
-    tag: str
-    future: Any
-
-    @staticmethod
-    def wire(future: Any) -> Message:
-        return (MAIL, future)
-
-
-class Abort(NamedTuple):
-    """Ray: stop at once (the user process is exiting)."""
-
-    tag: str
-
-    @staticmethod
-    def wire() -> Message:
-        return (ABORT,)
-
-
-class RayLost(NamedTuple):
-    """Ray: the cluster procsched started is gone (one of its processes died)."""
-
-    tag: str
-    detail: str  # which process, e.g. "Ray's raylet (pid 123) exited"
-
-    @staticmethod
-    def wire(detail: str) -> Message:
-        return (RAY_LOST, detail)
+# (Ray's own in-process reports - Landed, Mail, Abort, RayLost - and what a
+# run's Ray task returns, RayOutcome: ``_ray_messages.py``)
 
 
 # -- events: the engine to the user process --------------------------------------------------------
@@ -914,10 +852,6 @@ DONE: Final = "done"
 # in-process reports
 FINISHED: Final = "finished"
 EXITED: Final = "exited"
-LANDED: Final = "landed"
-MAIL: Final = "mail"
-ABORT: Final = "abort"
-RAY_LOST: Final = "ray_lost"
 # events
 RUN_STARTED: Final = "started"
 RUN_ENDED: Final = "run"
@@ -950,7 +884,7 @@ COMMANDS: Final = (
 )
 ORDERS: Final = (RunOrder, RunHeader, Reply, Refusal, Checked)
 REPORTS: Final = (Started, Skipped, Stalled, Done, Add, Cancel)
-IN_PROCESS: Final = (Finished, Exited, Landed, Mail, Abort, RayLost)
+IN_PROCESS: Final = (Finished, Exited)  # (and _ray_messages.RAY, on a Ray carrier's queue)
 EVENTS: Final = (
     RunStarted,
     RunEnded,

@@ -57,6 +57,7 @@ from typing import Any
 from .._core import Run
 from .._errors import SchedulerClosedError, SchedulerError
 from . import _messages as m
+from . import _ray_messages as rm
 from . import _ray_task
 from . import _run_requests as run_requests
 from ._carrier import Carrier
@@ -181,7 +182,7 @@ class ClusterWatch:
             try:
                 self.watched[os.pidfd_open(proc.pid)] = what
             except OSError:
-                put(m.RayLost.wire(what))
+                put(rm.RayLost.wire(what))
         if self.watched:
             self.wake_r, self.wake_w = os.pipe()
             threading.Thread(target=self._wait, name="procsched-ray-watch", daemon=True).start()
@@ -193,7 +194,7 @@ class ClusterWatch:
                 poll.register(fd, select.POLLIN)
             for fd, _ in poll.poll():  # (blocks until a death, or stop())
                 if fd in self.watched:
-                    self.put(m.RayLost.wire(self.watched[fd]))
+                    self.put(rm.RayLost.wire(self.watched[fd]))
                     break
         finally:
             for fd in (*self.watched, self.wake_r):
@@ -277,7 +278,7 @@ class RayCarrier(Carrier):
         worker.ref = ref
         put, clock, task_id, run_no = self.inbox.put, time.monotonic_ns, run.task_id, run.run
         # Called on a Ray thread (or here, if the run is already over): only queue it.
-        ref.future().add_done_callback(lambda f: put(m.Landed.wire(worker, task_id, run_no, now, f, clock())))
+        ref.future().add_done_callback(lambda f: put(rm.Landed.wire(worker, task_id, run_no, now, f, clock())))
 
     def kill(self, worker: _RayWorker, hard: bool) -> None:
         """Cancel the run in flight (its Ray worker exits). Its end reports the
@@ -334,24 +335,24 @@ class RayBackend(DispatcherThread):
         return (*payload, options)
 
     def abort(self) -> None:
-        self.inbox.put(m.Abort.wire())
+        self.inbox.put(rm.Abort.wire())
 
     # -- the dispatcher thread ---------------------------------------------------
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         tag = message[0]
-        if tag == m.LANDED:
-            self._landed(m.view(m.Landed, message))
-        elif tag == m.MAIL:
-            self._mail(m.view(m.Mail, message).future)
-        elif tag == m.ABORT:
+        if tag == rm.LANDED:
+            self._landed(m.view(rm.Landed, message))
+        elif tag == rm.MAIL:
+            self._mail(m.view(rm.Mail, message).future)
+        elif tag == rm.ABORT:
             self.engine.abort(time.monotonic_ns())
-        elif tag == m.RAY_LOST:
-            self._lost(m.view(m.RayLost, message).detail)
+        elif tag == rm.RAY_LOST:
+            self._lost(m.view(rm.RayLost, message).detail)
         else:
             super()._handle(message)
 
-    def _landed(self, landed: m.Landed) -> None:
+    def _landed(self, landed: rm.Landed) -> None:
         engine = self.engine
         worker, task_id, run_no, sent, future, now = (
             landed.worker,
@@ -371,7 +372,7 @@ class RayBackend(DispatcherThread):
         exc = future.exception()
         worker.output = None
         if exc is None:
-            result: m.RayOutcome = future.result()
+            result: rm.RayOutcome = future.result()
             worker.output = result.output
             # The node's wall clock -> the scheduler's monotonic clock, kept
             # within what this process saw (clocks of other nodes may be off).
@@ -422,7 +423,7 @@ class RayBackend(DispatcherThread):
         if self.lost is not None or not self.ray.is_initialized():
             return  # see _closed
         put = self.inbox.put
-        self.mailbox.take.remote().future().add_done_callback(lambda f: put(m.Mail.wire(f)))
+        self.mailbox.take.remote().future().add_done_callback(lambda f: put(rm.Mail.wire(f)))
 
     def _mail(self, future: Any) -> None:
         try:

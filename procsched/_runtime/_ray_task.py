@@ -45,7 +45,8 @@ from .._core._units import NS, wall_datetime
 from .._errors import SchedulerError
 from .._handle import RunError, RunInfo, TaskHandle
 from .._validate import TaskSpec
-from ._messages import BLOB_ERROR, OUTPUT_TAIL, REFUSAL, Add, RayOutcome, Refusal, Reply, view
+from ._messages import BLOB_ERROR, OUTPUT_TAIL, REFUSAL, Add, Refusal, Reply, view
+from ._ray_messages import RayOutcome
 from ._wire import CallLoader, carried_classes, pack_call, pack_error, pack_value
 from ._worker import _DetachedHandle, _retry_matches, _WorkerScheduler
 

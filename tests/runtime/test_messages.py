@@ -23,10 +23,11 @@ import pytest
 from procsched._core import RetryPolicy, Schedule
 from procsched._handle import RunError
 from procsched._runtime import _messages as m
+from procsched._runtime import _ray_messages as rm
 from procsched._runtime._checks import check_report
 from procsched._runtime._wire import PROTOCOL, CommandReader, FrameReader, frame_head, send_command
 
-ALL = sorted({*m.COMMANDS, *m.ORDERS, *m.REPORTS, *m.IN_PROCESS, *m.EVENTS}, key=lambda r: r.__name__)
+ALL = sorted({*m.COMMANDS, *m.ORDERS, *m.REPORTS, *m.IN_PROCESS, *rm.RAY, *m.EVENTS}, key=lambda r: r.__name__)
 
 
 def sample(record: type[Any]) -> tuple[Any, ...]:
@@ -60,7 +61,7 @@ def test_an_encoder_lays_out_its_records_fields(record: type[Any]) -> None:
         assert getattr(view, name) == value or isinstance(value, Exception)
 
 
-@pytest.mark.parametrize("channel", [m.COMMANDS, m.ORDERS, m.REPORTS, m.IN_PROCESS, m.EVENTS])
+@pytest.mark.parametrize("channel", [m.COMMANDS, m.ORDERS, m.REPORTS, (*m.IN_PROCESS, *rm.RAY), m.EVENTS])
 def test_tags_are_distinct_on_each_channel(channel: tuple[type[Any], ...]) -> None:
     tags = [m.tag_of(record) for record in channel]
     assert len(set(tags)) == len(tags)
