@@ -14,7 +14,7 @@ the standard pickle writes and reads a plain tuple several times faster
 than a tuple subclass, and a message crosses a pipe for every run. So
 positions are known in this file alone: the encoders (``wire``) and the
 records the views read them as (``view``). What an untrusted worker sends is
-checked by field name (``_checks.check_report``) before the engine sees a
+checked against its record's layout (``_checks.check_report``) before the engine sees a
 report, so a forged one cannot leave it half-updated. ``tests/runtime/test_messages.py``
 round-trips every record through the real framing and checks that each
 encoder's parameters are its record's fields.
