@@ -18,7 +18,9 @@ PostgreSQL store (a throwaway cluster, fsync on, Unix socket). Median of
 
 With --secret, each store is measured twice, side by side: without a
 secret and with one (``Scheduler(secret=...)``: every definition signed and
-checked, issue 24; the target is a cost of at most 5 % of keyed runs/s).
+checked, issue 24; the target is a cost of at most 5 % of keyed runs/s),
+the two alternated repeat by repeat; the ratio is given of the medians and
+pair by pair. ``--stores postgresql`` (a comma list) measures only those.
 
 Restart: a SQLite store holding N keyed tasks (due in an hour) is opened by
 ``Scheduler(2, store=...)``; reported: the constructor's wall time (open,
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--only", choices=("throughput", "restart"), help="one of the two measurements")
     parser.add_argument("--secret", action="store_true", help="each store also with a secret, side by side")
+    parser.add_argument("--stores", type=lambda text: text.lower().split(","), default=None,
+                        help="only these of: no store, sqlite, sqlite full, postgresql (a comma list)")  # fmt: skip
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         kinds: list[tuple[str, Any]] = [("no store", lambda i: None),
@@ -144,19 +148,26 @@ def main(argv: list[str] | None = None) -> int:
             base = None
             serial = 0
             for name, target in kinds:
-                unsigned = None
-                for secret in (None, SECRET) if args.secret and name != "no store" else (None,):
-                    rates = []
-                    for _ in range(args.repeat):
+                if args.stores and name.lower() not in args.stores:
+                    continue
+                secrets = (None, SECRET) if args.secret and name != "no store" else (None,)
+                rates: dict[bytes | None, list[float]] = {secret: [] for secret in secrets}
+                for _ in range(args.repeat):  # unsigned and signed alternated: a change of load hits both
+                    for secret in secrets:
                         serial += 1
-                        rates.append(throughput(target(serial), args.keyed, args.period, args.seconds, args.workers,
-                                                secret=secret))  # fmt: skip
-                    rate = statistics.median(rates)
-                    base = base or rate
-                    unsigned = unsigned or rate
-                    signed = f", {rate / unsigned:.1%} of unsigned" if secret else ""
+                        rates[secret].append(throughput(target(serial), args.keyed, args.period, args.seconds,
+                                                        args.workers, secret=secret))  # fmt: skip
+                unsigned = statistics.median(rates[None])
+                base = base or unsigned
+                for secret, measured in rates.items():
+                    rate = statistics.median(measured)
+                    signed = ""
+                    if secret:
+                        pairs = sorted(s / u for s, u in zip(measured, rates[None], strict=True))
+                        signed = (f", {rate / unsigned:.1%} of unsigned; signed/unsigned pair by pair: median "
+                                  f"{statistics.median(pairs):.1%}, {pairs[0]:.0%}-{pairs[-1]:.0%}")  # fmt: skip
                     print(f"{name + (' + secret' if secret else ''):22s}  {rate:8.0f} runs/s  ({rate / base:.0%} of "
-                          f"no store{signed})  [{', '.join(f'{r:.0f}' for r in rates)}]", flush=True)  # fmt: skip
+                          f"no store{signed})  [{', '.join(f'{r:.0f}' for r in measured)}]", flush=True)  # fmt: skip
         finally:
             if cluster is not None:
                 cluster.stop()
