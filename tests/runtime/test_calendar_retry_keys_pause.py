@@ -100,7 +100,9 @@ def test_pause_and_resume(make_scheduler, runner, tmp_path) -> None:
     other.result(30)
     assert len(handle.runs) == count and handle.state is TaskState.PAUSED and handle.next_run is None
     assert handle.resume()
-    assert handle.state is TaskState.PENDING and handle.next_run_at is not None
+    # (RUNNING already when the slot due at once started before this line: seen beside the suite)
+    assert handle.state in (TaskState.PENDING, TaskState.RUNNING), handle.state
+    assert handle.state is TaskState.RUNNING or handle.next_run_at is not None
     waiter.until(lambda: len(handle.runs) >= count + 2)
     assert handle.cancel()
 
