@@ -1,4 +1,4 @@
-"""How the suite spreads over xdist workers (the README's ``pytest -q -n 2``),
+"""How the suite spreads over xdist workers (the README's ``pytest -q -n 3``),
 and one preparation before they start.
 
 - xdist hands the tests out one at a time, in collection order, as workers
@@ -9,7 +9,7 @@ and one preparation before they start.
   slow ones first would run the real-time tests beside the heaviest.
 - The tests on the Ray cluster go to one worker, together: it starts the one
   cluster (a start costs ~10 s of a 2-core machine) and runs them all; the
-  other worker never starts one. They are found by name (``_on_ray``): the
+  other workers never start one. They are found by name (``_on_ray``): the
   scheduler sees node ids only. (xdist's own ``--dist loadgroup`` cannot do
   it here: with pytest 9.2 its ``xdist_group`` marks are silently ignored,
   pytest-dev/pytest-xdist#1386.) The PostgreSQL cluster stays one per
