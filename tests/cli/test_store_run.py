@@ -50,6 +50,13 @@ def slow():
 """
 
 
+#: JOBS with slow every 0.5 s, held for a minute by the first instance (SESSION "one") only:
+#: a second instance's claim of slow's next run loses, and it stands by.
+HELD = JOBS.replace("@every(30)", "@every(0.5)").replace(
+    "time.sleep(60)", "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)"
+)
+
+
 def _start(tmp_path: Path, session: str, *args: str) -> subprocess.Popen[str]:
     env = dict(cli_env(), JOBS_LOG=str(tmp_path / "runs.log"), SESSION=session)
     return subprocess.Popen(
@@ -197,10 +204,7 @@ def _record(stream: object, event: str, until: object = lambda record: True) -> 
 
 def test_standby_and_take_over_are_said(tmp_path: Path) -> None:
     # slow's first run holds it on the first instance: the second one's claim of run 2 loses -> standby
-    held = JOBS.replace("@every(30)", "@every(0.5)").replace(
-        "time.sleep(60)", "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)"
-    )
-    (tmp_path / "jobs.py").write_text(held)
+    (tmp_path / "jobs.py").write_text(HELD)
     first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
     second = None
     try:
@@ -328,10 +332,7 @@ def test_plain_lines_say_standby_for_whom_and_the_take_over_and_no_false_skips(t
     """Item 2 in plain lines: the standby instance names the one it stands by for; after a real
     ``kill -9`` of that one it says it took over, and the slots the other ran while this one stood
     by are not told as skipped ("paused": the user paused nothing)."""
-    held = JOBS.replace("@every(30)", "@every(0.5)").replace(
-        "time.sleep(60)", "time.sleep(60 if os.environ['SESSION'] == 'one' else 0)"
-    )
-    (tmp_path / "jobs.py").write_text(held)
+    (tmp_path / "jobs.py").write_text(HELD)
     first = _start(tmp_path, "one", "--store", "s.db", "--workers", "2", "--lease", "2")
     second = None
     try:
