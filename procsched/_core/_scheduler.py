@@ -417,13 +417,16 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             return Completion(task_id, run, "cancelled", CANCELLED, None, 0, True)
         return self.complete(task_id, run, "ok", now)
 
-    def realign(self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None = None) -> bool:
+    def realign(
+        self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None = None, base: int | None = None
+    ) -> bool:
         """A task shared through a durable store, where other schedulers
         claimed its runs: the next claim here is run ``runs + 1`` due at
         ``due`` (``attempt`` 1), or attempt ``attempt`` of run ``runs`` (a
-        retry) due at ``due``. A calendar task's regular slot is
-        ``slot_wall`` (its due time follows it). PENDING tasks only; True if
-        it was realigned."""
+        retry) due at ``due``, of the run whose regular slot was ``base``
+        (the grid goes on from it; None: not known, from ``due``). A
+        calendar task's regular slot is ``slot_wall`` (its due time follows
+        it). PENDING tasks only; True if it was realigned."""
         task = self._tasks.get(task_id)
         if task is None or task.state is not PENDING:
             return False
@@ -434,7 +437,7 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             extra = self._extra(task)
             extra.retrying = True
             extra.attempt = attempt - 1
-            extra.base = due
+            extra.base = due if base is None else base
         elif extra is not None:
             extra.retrying = False
             if task.kind is CALENDAR and slot_wall is not None:

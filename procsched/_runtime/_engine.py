@@ -232,10 +232,12 @@ class Engine(Holds):
         """A task restored from the store goes on from there (see ``SchedulerCore.continue_runs``)."""
         self.core.continue_runs(task_id, runs, attempt, retry_due, base)
 
-    def realign(self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None) -> bool:
+    def realign(
+        self, task_id: int, runs: int, attempt: int, due: int, slot_wall: int | None, base: int | None = None
+    ) -> bool:
         """Bring a PENDING task to the store's next claim (see
         ``SchedulerCore.realign``); its handle hears its new next run."""
-        if not self.core.realign(task_id, runs, attempt, due, slot_wall):
+        if not self.core.realign(task_id, runs, attempt, due, slot_wall, base):
             return False
         self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return True

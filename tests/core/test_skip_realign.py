@@ -102,3 +102,28 @@ def test_realign_to_a_retry_and_a_calendar_slot() -> None:
     assert core.due(cal) == 5 * NS and core.next_wall(cal) == wall0 + 5 * NS
     run = core.claim(5 * NS)
     assert (run.run, run.wall_ns) == (5, wall0 + 5 * NS)
+
+
+def test_a_retry_realigned_from_the_store_keeps_its_runs_grid() -> None:
+    """Issue 20 (the campaign's lost slots of r1): a take-over realigns a task to a retry of
+    its run (attempt 2, due when the survivor took over); after it the fixed-rate grid goes
+    on from that run's regular slot, catching up the slots missed meanwhile - not from the
+    retry's due time (the grid shifted, and its slots were neither run nor recorded)."""
+    core = SchedulerCore()
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS))  # (catch_up: the default misfire)
+    # run 3's regular slot was 2 s; its first attempt crashed with its instance; retried at 4.3 s
+    assert core.realign(tid, 3, 2, 4_300_000_000, base=2 * NS)
+    run = core.claim(4_300_000_000)
+    assert (run.run, run.attempt, run.scheduled_ns) == (3, 2, 4_300_000_000)
+    core.complete(tid, 3, "ok", 4_400_000_000)
+    slots = []
+    while (nxt := core.claim(4_400_000_000)) is not None:  # the slots missed meanwhile, caught up
+        slots.append((nxt.run, nxt.scheduled_ns))
+        core.complete(tid, nxt.run, "ok", 4_400_000_000)
+    assert slots == [(4, 3 * NS), (5, 4 * NS)] and core.due(tid) == 5 * NS
+    # without the regular slot (not in the store's history), the grid goes on from the retry
+    other = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS))
+    assert core.realign(other, 3, 2, 4_300_000_000)
+    core.claim(4_300_000_000)
+    core.complete(other, 3, "ok", 4_400_000_000)
+    assert core.due(other) == 5_300_000_000

@@ -72,6 +72,15 @@ def fail(path: str, tag: str = "") -> None:
     raise RuntimeError(f"failing on purpose ({tag})")
 
 
+def fail_first(path: str, tag: str = "") -> None:
+    """A start line; the first attempt of every run raises, a retry ends (an end line)."""
+    _me(path, tag, "start")
+    run = procsched.current_run()
+    if run is not None and run.attempt == 1:
+        raise RuntimeError(f"first attempt fails on purpose ({tag})")
+    _me(path, tag, "end")
+
+
 def noop() -> None:
     pass
 

@@ -74,6 +74,57 @@ def test_a_clean_shutdown_and_restart_run_every_catch_up_slot(instances, sqlite_
     assert not gaps, f"slots never run (catch_up): {gaps}; runs recorded cancelled: {cancelled}"
 
 
+def test_a_retry_given_ahead_at_a_clean_shutdown_is_tried_after_the_restart_on_its_runs_grid(
+    instances, sqlite_url, tmp_path
+) -> None:
+    """The campaign's lost slots of r1 (issue 20, "Beyond the list"): a retry given ahead to a
+    busy worker and taken back by a clean shutdown was recorded as a new run due at the retry's
+    time, so after the restart the fixed-rate grid had moved by the retry's delay and its own
+    slots were never run. Now it stays a retry: tried after the restart, the grid kept."""
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    period, delay = 1.0, 0.5
+    rate = {
+        "key": "r",
+        "kind": "rate",
+        "period": period,
+        "misfire": "catch_up",
+        "fn": f"{TASKS}:fail_first",
+        "args": [out, "r"],
+        "retry": {"attempts": 3, "delay": delay, "backoff": 1.0, "jitter": 0.0},
+    }
+    blocker = {"key": "blocker", "kind": "once", "fn": f"{TASKS}:hold", "args": [out, fifo, "blocker"]}
+    a = instances("A", {"store": sqlite_url, "workers": 1, "tasks": [rate]}).ready()
+    wait_until(lambda: [x for x in starts(out) if x.tag == "r" and x.attempt == 1], 30, "a first attempt of r")
+    a.ask("add " + json.dumps(blocker))  # due now: it takes the only worker before the retry, due 0.5 s on
+    wait_until(lambda: [x for x in starts(out) if x.tag == "blocker"], 30, "the blocker to hold the only worker")
+    in_flight = "SELECT run, attempt FROM procsched_runs WHERE key = 'r' AND outcome IS NULL"
+    ahead = wait_until(lambda: storesql.query(sqlite_url, in_flight), 30, "a run of r to be given ahead")
+    assert ahead[0][1] == 2, f"the run given ahead is not a retry: {ahead}"
+    assert a.ask("quit")["quitting"]  # a clean shutdown while the retry is given ahead
+    try:
+        wait_until(lambda: storesql.query(sqlite_url, in_flight) != ahead, 5, "the retry to be taken back")
+    except AssertionError:
+        pass
+    release(fifo)
+    assert a.line()["closed"]
+    a.proc.wait(30)
+    b = instances("B", {"store": sqlite_url, "workers": 1, "tasks": [rate]}).ready()  # the same definition
+    restarted = b.started_at
+    wait_until(
+        lambda: [x for x in starts(out) if x.tag == "r" and x.attempt == 1 and (x.slot_us or 0) / 1e6 > restarted + 1],
+        30,
+        "r to run slots after the restart",
+    )
+    assert b.quit()["closed"]
+    firsts = [x for x in starts(out) if x.tag == "r" and x.attempt == 1 and x.slot_us is not None]
+    off = [x.slot_us for x in firsts if abs((x.slot_us - firsts[0].slot_us) / (period * 1e6) % 1 - 0.5) < 0.4]
+    assert not off, f"regular slots off the grid after the restart (moved by the retry): {off}"
+    gaps = _grid_gaps([x.slot_us for x in firsts], round(period * 1e6))
+    assert not gaps, f"slots never run (catch_up): {gaps}"
+    retried = [x for x in starts(out) if x.tag == "r" and x.run == ahead[0][0] and x.attempt > 1]
+    assert retried, f"run {ahead[0][0]}'s retry never ran"
+
+
 def test_replace_existing_while_the_old_run_is_in_flight_keeps_the_replacement(schedulers, store_url, tmp_path) -> None:
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
     s = schedulers(2, store=store_url)

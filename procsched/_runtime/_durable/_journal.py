@@ -341,7 +341,8 @@ class Journal(Durable):
     def unstarted(self, run: Run, now: int, events: list[m.Message]) -> None:
         """A claimed run, taken back before it started, ends cancelled.
         Recorded so if its start was written (see the module docstring);
-        stopped by shutdown, its slot stays its task's next. ``events``: the
+        stopped by shutdown, its slot stays its task's next (a retry's: the
+        next attempt of its run). ``events``: the
         engine's, journalled first (what happened before it)."""
         claim = (run.task_id, run.run, run.attempt)
         known = self.claims.pop(claim, None)
@@ -361,6 +362,9 @@ class Journal(Durable):
             "cancelled",
             now + self.offset,
             wall if self.closing else None,
+            # a retry stopped by shutdown stays a retry (the next attempt, at its time), its run's grid
+            # kept: as a new run at the retry's time, the grid shifted and its slots were never run
+            retry=self.closing and run.attempt > 1,
             error_message="given ahead to a worker and cancelled before it started",
         )
 

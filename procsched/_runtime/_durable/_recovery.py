@@ -33,7 +33,7 @@ from ..._store import Holder, RunRecord, StoredTask, TaskDefinition, dead_here, 
 from ..._validate import TaskSpec
 from .._messages import AdoptShape, Message
 from .._wire import carried_classes, pack_call
-from ._stored import resume_point, stored_hash
+from ._stored import HISTORY_BACK, regular_slot, resume_point, stored_hash
 
 logger = logging.getLogger("procsched")
 
@@ -135,9 +135,9 @@ def recover(store: Any) -> Recovered:
             else (task.state.run_count if task.state.next_attempt > 1 else None)
         )
         if run is not None:
-            first = [r for r in store.history(task.key, 50) if r.run == run and r.attempt == 1]
-            if first:
-                slots[task.key] = first[0].scheduled_ns
+            slot = regular_slot(store.history(task.key, HISTORY_BACK), run)
+            if slot is not None:
+                slots[task.key] = slot
     return Recovered(tasks, crashed, slots, others)
 
 

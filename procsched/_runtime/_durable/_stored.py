@@ -13,10 +13,12 @@ first release's form is read too: ``Schedule.from_record``), its
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ... import _tz
 from ..._core import Kind, Schedule
 from ..._core._schedule import upgrade_record
-from ..._store import RunRecord, StoredTask, TaskDefinition, definition_hash
+from ..._store import RunRecord, SkippedSlot, StoredTask, TaskDefinition, definition_hash
 
 #: Definitions whose schedule is kept decoded (``schedule_of``).
 SCHEDULES_KEPT = 1024
@@ -44,6 +46,20 @@ def stored_hash(d: TaskDefinition) -> str:
         return d.def_hash
     schedule, options = upgrade_record(d.schedule, d.options)
     return definition_hash(d.fn_ref, d.args, schedule, options)
+
+
+#: Runs read back to find a retried run's first attempt (``regular_slot``).
+HISTORY_BACK = 50
+
+
+def regular_slot(history: Iterable[RunRecord | SkippedSlot], run: int) -> int | None:
+    """The regular slot (UTC ns) of ``run``: its first attempt's scheduled
+    time in ``history`` (a task's newest runs), the point a retried run's
+    grid goes on from; None if that attempt is not there."""
+    for record in history:
+        if isinstance(record, RunRecord) and record.run == run and record.attempt == 1:
+            return record.scheduled_ns
+    return None
 
 
 def resume_point(
