@@ -125,7 +125,16 @@ class PostgresStore(SQLStore):
 
     def _has_schema(self, cur: Any) -> bool:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
-        return cur.execute("SELECT to_regclass('procsched_version')").fetchone()[0] is not None
+        # The catalog read by this statement's snapshot: taken after the lock, so it sees a schema
+        # that another instance created while this one waited (to_regclass did not: a name this
+        # session looked up and missed before stays missing in its cache until the next
+        # transaction, and both instances then created the tables - DuplicateTable).
+        return bool(
+            cur.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = 'procsched_version' "
+                "AND schemaname = ANY (current_schemas(false)))"
+            ).fetchone()[0]
+        )
 
     def _now(self, cur: Any) -> int:
         if self._clock is not None:

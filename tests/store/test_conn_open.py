@@ -22,6 +22,7 @@ from procsched._store import SQLStore, open_store
 from procsched._store._pgcluster import PORT
 from procsched._store._url import StoreURLError, redact, scrub
 from tests.durable import jobs_mod
+from tests.promises.helpers import wait_until
 from tests.runtime.rt_helpers import Waiter
 from tests.store.pgproxy import Proxy, socket_path
 
@@ -198,3 +199,40 @@ def proxy(pg_cluster):
 
 def _dbname(pg_url: str) -> str:
     return pg_url.split("/")[3].split("?")[0]
+
+
+def test_a_schema_created_while_this_instance_waited_for_the_lock_is_seen(pg_url):
+    """Several instances opening one new PostgreSQL store at once (issue 20 item 9's test saw
+    ``DuplicateTable``): an instance whose first read found no schema waits for the schema lock
+    while another creates the tables; once it has the lock it must see them. (``to_regclass``
+    answered from the session's cache of the earlier miss, and both created the tables.)"""
+    import threading
+
+    import psycopg
+
+    from procsched._store._postgres import _SCHEMA_LOCK_ID, PostgresStore
+
+    creator = psycopg.connect(pg_url, autocommit=True)
+    waiter = psycopg.connect(pg_url, autocommit=True)
+    try:
+        assert waiter.execute("SELECT to_regclass('procsched_version')").fetchone()[0] is None  # its first read
+        creator.execute("BEGIN")
+        creator.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
+        creator.execute("CREATE TABLE procsched_version (id INTEGER)")
+        seen: list[bool] = []
+
+        def wait_then_check() -> None:
+            waiter.execute("BEGIN")
+            seen.append(PostgresStore._has_schema(None, waiter.cursor()))  # type: ignore[arg-type]
+            waiter.execute("COMMIT")
+
+        thread = threading.Thread(target=wait_then_check)
+        thread.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        wait_until(lambda: creator.execute(waiting).fetchone()[0] == 1, 30, "the second to wait for the lock")
+        creator.execute("COMMIT")
+        thread.join(30)
+        assert seen == [True]
+    finally:
+        creator.close()
+        waiter.close()

@@ -206,12 +206,21 @@ def test_a_real_instance_over_a_store_output_traceback_and_workers_in_the_browse
         page.goto(f"{served.url}/jobs/fails")
         page.wait_for_selector("#job-runs p.bad:text('ValueError: bad luck')")
         details = page.locator("#job-runs details:has(summary:text('traceback'))").first
+        key = details.get_attribute("data-keep")
         details.locator("summary").click()
-        assert 'raise ValueError("bad luck")' in details.locator("pre").inner_text()
+        opened = page.locator(f"#job-runs details[data-keep='{key}']")
+        assert 'raise ValueError("bad luck")' in opened.locator("pre").text_content()
+        # runs keep coming (every 0.3 s) and the live list is fetched again: what was opened stays open
+        before = page.locator("#job-runs tr.run").first.inner_text()
+        page.wait_for_function(
+            "before => document.querySelector('#job-runs tr.run').innerText !== before", arg=before, timeout=15_000
+        )
+        assert opened.evaluate("d => d.open"), "the opened traceback closed when the live list was fetched again"
+        assert 'raise ValueError("bad luck")' in opened.locator("pre").inner_text()
         page.goto(f"{served.url}/jobs/chatty")
         details = page.locator("#job-runs details:has(summary:text('output'))").first
         details.locator("summary").click()
-        assert details.locator("pre").inner_text().strip() == "hello from chatty\nto stderr"
+        assert details.locator("pre").text_content().strip() == "hello from chatty\nto stderr"
         shown = set(page.locator("#job-runs td[data-label=worker]").all_inner_texts())
         assert shown and shown <= pids, (shown, pids)
         page.goto(f"{served.url}/workers")
