@@ -89,6 +89,7 @@ class KeyEvent:
     at: float
     via: str  # the life label that carried it out
     version: int = 0
+    asked: float | None = None  # when it was asked (a resume: runs may start from then, before its answer)
 
 
 @dataclass
@@ -497,12 +498,13 @@ class Campaign:
             if key not in self.paused:
                 return
             via = self._via(target)
+            asked = time.time()
             at = self._control("resume", key, via, False) if via else None
             if via is None or at is None:
                 self._later(0.3, "resume", target, **params)  # not there yet (or down): again soon
                 return
             del self.paused[key]
-            self.key_events.append(KeyEvent("resume", key, at, self.life[via].label, self.versions[key]))
+            self.key_events.append(KeyEvent("resume", key, at, self.life[via].label, self.versions[key], asked))
         elif kind == "readd":
             key = params["key"]
             via = self._via(target)

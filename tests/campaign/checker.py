@@ -376,7 +376,9 @@ def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
         until = h.end
         if e.kind in ("pause", "cancel"):
             back = "resume" if e.kind == "pause" else "readd"
-            until = next((b.at for b in events if b.key == e.key and b.kind == back and b.at > e.at), h.end)
+            # (a run may start once the resume is asked: the answer can come after it, e.g. from an
+            # instance whose store was locked meanwhile)
+            until = next((b.asked or b.at for b in events if b.key == e.key and b.kind == back and b.at > e.at), h.end)
 
         def late(a: Attempt, e: Any = e) -> bool:
             return a.start > (e.at + SAME if a.inst == e.via else e.at + SETTLE)

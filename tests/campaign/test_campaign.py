@@ -29,10 +29,10 @@ SEEDS = {"sqlite": 10, "postgresql": 11}
 @pytest.mark.xfail(
     strict=False,
     reason="issue 20, open: r1's lost slots (a retry taken back by a clean shutdown, or realigned to "
-    "by a take-over, moved its grid) are fixed (0 violations in 10 SQLite and 6 PostgreSQL runs, "
-    "from ~1 in 4); a 'paused' violation of d1 around a resume asked during a store lock was seen "
-    "twice in ~18 SQLite runs before and is not explained. It runs every time; a violation is "
-    "reported, not hidden",
+    "by a take-over, moved its grid) are fixed (0 violations in 15 SQLite and 6 PostgreSQL runs, "
+    "from ~1 in 4); the 'paused' violations of d1 were the checker's (a run may start once a resume "
+    "is asked, before its answer); not yet seen clean over many runs beside the suite. It runs "
+    "every time; a violation is reported, not hidden",
 )
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_seeded_fault_campaign_finds_no_violation(store, tmp_path, request) -> None:
