@@ -225,7 +225,7 @@ class SchedulerCore(ControlMixin, LimitsMixin):
         ``start_wall_ns`` for a calendar task, ``now`` (the call's time) for
         the others. ``retry``: a failed run is tried again
         by this policy; ``retry_on``: the exception classes it names, as the
-        runner carries them (opaque here).
+        runner carries them (opaque here; without ``retry`` it means nothing).
 
         Raises ValueError (nothing changes) for a calendar task without a
         slot before its until, and for a ``task_id`` a live task holds.
@@ -243,10 +243,10 @@ class SchedulerCore(ControlMixin, LimitsMixin):
         task.payload = payload
         task.name = name
         if schedule is ONCE_SCHEDULE:  # a one-shot (the per-task path: no attribute of the schedule read)
-            kind = task.kind = ONCE
-            extra = None if retry is None and retry_on is None else TaskExtra(None, retry, retry_on)
-        elif retry is None and retry_on is None and not schedule.limited:
-            kind = task.kind = schedule.kind
+            task.kind = ONCE
+            extra = None if retry is None else TaskExtra(None, retry, retry_on)
+        elif retry is None and not schedule.limited:
+            task.kind = schedule.kind
             extra = None
         else:
             kind = task.kind = schedule.kind
@@ -276,7 +276,7 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             # the record, the rare id already held is seen by what it returns.
             if tasks.setdefault(tid, task) is not task:
                 self._reuse_id(tid, task)
-        if extra is not None and kind is CALENDAR:
+        if extra is not None and task.kind is CALENDAR:
             self.calendars += 1
         # _push, inlined (the per-task path)
         if self._due_first:

@@ -26,6 +26,9 @@ class StoreAccess(Protocol):
     keep_runs: int
     #: The secrets that sign and check definitions.
     _keyring: Keyring
+    #: Skipped slots this store object wrote per task since it last trimmed
+    #: the task's (``_writes._skip_group``: trimmed every ``keep_runs // 2``).
+    _untrimmed: dict[str, int]
 
     @property
     def _pg(self) -> bool:

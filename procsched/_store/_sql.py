@@ -212,6 +212,7 @@ class SQLStore:
         self.keep_runs = keep_runs
         self._clock = clock
         self._keyring = Keyring(secret)
+        self._untrimmed: dict[str, int] = {}  # skipped slots written per task since its last trim (_writes)
 
     def _use_secret(self, secret: Secret) -> None:
         """Sign and check with ``secret`` from now on (the constructor's

@@ -237,9 +237,11 @@ def skipped(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[Skipp
         rows = store._x(
             cur, f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns DESC, key DESC LIMIT ?", (n,)
         ).fetchall()
-    else:
+    else:  # (a task's rows are trimmed to keep_runs now and then: see _writes._skip_group)
         rows = store._x(
-            cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
+            cur,
+            f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?",
+            (key, min(n, store.keep_runs)),
         ).fetchall()
     return [SkippedSlot(*r) for r in reversed(rows)]
 

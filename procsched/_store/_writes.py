@@ -806,9 +806,17 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
             store._q(f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?"),
             [(n, key) for (key, r), n in sorted(new.items()) if r == reason],
         )
-    keys = sorted({key for key, _ in new})
-    if keys:
-        cur.executemany(store._q(_TRIM_SKIPPED), [(key, key, store.keep_runs - 1) for key in keys])
+    # Trimmed every keep_runs // 2 slots written, not at each batch: the trim
+    # walks keep_runs index entries, and a late task writes a few slots a
+    # batch. A task keeps at most 1.5 x keep_runs rows; reads return keep_runs.
+    untrimmed, every, trim = store._untrimmed, max(1, store.keep_runs // 2), []
+    for (key, _), n in sorted(new.items()):
+        count = untrimmed[key] = untrimmed.get(key, 0) + n
+        if count >= every:
+            trim.append((key, key, store.keep_runs - 1))
+            untrimmed[key] = 0
+    if trim:
+        cur.executemany(store._q(_TRIM_SKIPPED), list(dict.fromkeys(trim)))
 
 
 def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
