@@ -303,6 +303,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                     handle = TaskHandle(
                         self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
                     )
+                    if row.paused:
+                        handle._on_paused(True)  # (as the dispatcher will say: known from the call on)
                     handles[task_id] = handle
                     keys[row.key] = handle
                     chunk.append(
@@ -468,12 +470,14 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             d = definition(spec, fn, payload[1], time.time_ns())  # TypeError: not importable
             known = self._adopted.pop(spec.key, None)
             holder = self._keys.get(spec.key)
+            paused = False
             if known is not None and holder is not None and not holder.done():
                 if known == d.def_hash:
                     return holder  # the same definition: the stored task goes on
                 logger.warning("keyed task %r: its definition changed; the new one replaces the stored one", spec.key)
                 spec = spec._replace(replace_existing=True)
-            define = m.Define.wire(0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash)
+                paused = holder.state is TaskState.PAUSED  # a deploy leaves a paused task paused
+            define = m.Define.wire(0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, paused)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
             payload = self._backend.with_options(payload, spec.ray_options)
         retry_on = carried_classes(spec.retry, self._backend.pickled)

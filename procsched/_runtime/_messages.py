@@ -170,6 +170,8 @@ class Define(NamedTuple):
     """``Schedule.to_record()``."""
     options: dict[str, Any]
     def_hash: str
+    paused: bool
+    """It replaces a paused stored task (a deploy that changed it): it starts paused."""
 
     @staticmethod
     def wire(
@@ -180,8 +182,9 @@ class Define(NamedTuple):
         schedule: dict[str, Any],
         options: dict[str, Any],
         def_hash: str,
+        paused: bool = False,
     ) -> Message:
-        return (DEFINE, task_id, key, fn_ref, args, schedule, options, def_hash)
+        return (DEFINE, task_id, key, fn_ref, args, schedule, options, def_hash, paused)
 
 
 class AdoptShape(NamedTuple):

@@ -112,11 +112,12 @@ class SQLiteStore(SQLStore):
                 self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
                 check_schema(self)
                 return
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreError(f"{self.describe}: cannot use WAL mode (journal_mode is {mode})")
-            self.conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._init_schema()
+            with _one_opener(self.path):
+                mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.describe}: cannot use WAL mode (journal_mode is {mode})")
+                self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+                self._init_schema()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             if "not a database" in str(exc) or "malformed" in str(exc):
@@ -249,6 +250,27 @@ def _create_private(path: str) -> None:
         os.fchmod(fd, 0o600)  # a umask removes bits from open()'s mode, and only that
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _one_opener(db: str) -> Iterator[None]:
+    """Processes opening the store ``db`` set it up one at a time, queued on
+    the kernel lock of its gate file (``gate_writes``): two that made a new
+    store at once both switched it to WAL, and the switch does not wait for
+    a lock: "database is locked" (a start of two instances, in the suite).
+    Without the file (a read-only directory), SQLite's own wait."""
+    import fcntl
+
+    try:
+        gate = _open_beside(db, db + "-procsched.lock")
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(gate)  # (unlocks)
 
 
 def _open_beside(db: str, path: str) -> int:

@@ -628,14 +628,15 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     st = s or TaskState()
     # A stored state is replaced only by a writer that saw every claim
     # (several schedulers: one that adopted the task before another
-    # claimed a run must not set the run count back).
+    # claimed a run must not set the run count back); its pause never is (a
+    # deploy with a changed definition leaves a paused task paused).
     state_update = (
         ""
         if s is None
         else "".join(
             f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
             f"THEN excluded.{col} ELSE procsched_tasks.{col} END"
-            for col in ("next_due_ns", "next_attempt", "paused", "run_count")
+            for col in ("next_due_ns", "next_attempt", "run_count")
         )
     )
     # A row made anew goes on from the key's history: its run count is never

@@ -64,7 +64,7 @@ class Violation:
 
     def render(self) -> str:
         head = f"[{self.kind}] {self.key + ': ' if self.key else ''}{self.what}"
-        return "\n      ".join([head, *self.evidence[:6]])
+        return "\n      ".join([head, *self.evidence[:8]])
 
 
 @dataclass
@@ -408,11 +408,13 @@ def _health(h: Any) -> list[Violation]:
     out += [Violation("unresponsive", None, x) for x in h.unresponsive]
     for life in h.lives:
         if "Traceback" in life.stderr:
-            first = life.stderr[life.stderr.index("Traceback") :]
-            lines = [x for x in first.splitlines() if x.strip()]
+            # The last traceback's innermost frames of procsched and its last lines (where it escaped).
+            last = life.stderr[life.stderr.rindex("Traceback") :]
+            lines = [x for x in last.splitlines() if x.strip()]
+            frames = [x.strip() for x in lines if x.strip().startswith("File ") and "procsched" in x]
             out.append(
                 Violation(
-                    "traceback", None, f"{life.label} printed a traceback ({life.how})", tuple(lines[:2] + lines[-3:])
+                    "traceback", None, f"{life.label} printed a traceback ({life.how})", tuple(frames[-4:] + lines[-3:])
                 )
             )
         if life.how == "died":

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import procsched
-from procsched._store import open_store
+from procsched._store import StoredTask, open_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -205,6 +205,34 @@ def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
         w.until(lambda: len(_lines(out)) >= n + 2)
     runs = [r for r, _a, _s in _lines(out)]
     assert sorted(runs) == list(range(1, len(runs) + 1))
+
+
+def test_a_paused_keyed_task_stays_paused_across_a_deploy_that_changes_it(tmp_path):
+    """A restart that schedules a paused key again with a changed definition
+    (a deploy) keeps the store's pause: the new definition runs once resumed
+    (it wrote "not paused" over the pause: the fault campaign, issue 20)."""
+    db, out, out2 = str(tmp_path / "s.db"), str(tmp_path / "out"), str(tmp_path / "out2")
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="p")
+        w.until(lambda: len(_lines(out)) >= 1)
+        assert h.pause()
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+    first = open_store(db).get("p").definition.def_hash
+
+    def stored() -> StoredTask | None:
+        task = open_store(db).get("p")
+        return task if task is not None and task.definition.def_hash != first else None
+
+    with procsched.Scheduler(1, store=db) as s:
+        w = Waiter(s)
+        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out2,), key="p")  # changed: another file
+        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+        assert w.until(stored).state.paused  # the new definition written, the pause kept
+        assert not os.path.exists(out2)
+        assert h.resume()
+        w.until(lambda: len(_lines(out2)) >= 2)
+    assert not open_store(db).get("p").state.paused
 
 
 def test_sqlite_is_normal_by_default_full_on_request(tmp_path):

@@ -236,3 +236,39 @@ def test_a_schema_created_while_this_instance_waited_for_the_lock_is_seen(pg_url
     finally:
         creator.close()
         waiter.close()
+
+
+_OPEN_AT_ONCE = """
+import sys
+from procsched._store import open_store
+print("ready", flush=True)
+sys.stdin.read(1)  # all start together: released once every one is ready
+open_store(sys.argv[1]).close()
+"""
+
+
+def test_processes_making_one_new_sqlite_store_at_once_all_open_it(tmp_path) -> None:
+    """Two instances started together on a new SQLite file: each opens it
+    (both switched it to WAL at once: "database is locked", now and then)."""
+    import subprocess
+    import sys
+
+    for round_ in range(8):
+        path = str(tmp_path / f"s{round_}.db")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _OPEN_AT_ONCE, path],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(4)
+        ]
+        for p in procs:
+            assert p.stdout.readline() == b"ready\n"
+        for p in procs:
+            p.stdin.write(b"g")
+            p.stdin.flush()
+        for p in procs:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err.decode()[-2000:]

@@ -239,9 +239,12 @@ class Journal(Durable):
         known = self.runs.get(key)
         runs = known or 0
         stored = None
+        paused = False  # the store's pause stands (an operator's, or another instance's: a deploy keeps it)
         try:
+            row = self.store.get(key)
+            paused = row is not None and row.state.paused
             if known is None:  # the key's first task here: it may be stored already
-                stored = self.store.get(key)
+                stored = row
             # A replacement goes on from the store's runs too: what this
             # scheduler counted is stale if another one claimed the task's
             # runs meanwhile (it was on standby here).
@@ -272,7 +275,13 @@ class Journal(Durable):
             define.def_hash,
             group=define.schedule.get("group"),  # the store counts its claims against the group's limit
         )
-        self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))
+        self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))  # (never the pause of a stored row)
+        if paused:  # the stored row is paused: so is the task (not written back: the store's already)
+            self.sync(engine.events)
+            engine.pause(task_id)
+            self.pass_over(engine.events)
+        elif define.paused:  # it replaces a paused task whose row its cancel deleted: the pause is written
+            engine.pause(task_id)
 
     def _remember(self, engine: Engine, task_id: int) -> None:
         """Keep a keyed task's schedule: its slot after a run stopped by
@@ -773,5 +782,7 @@ def _split_started(events: list[m.Message], runs: set[tuple[int, int]]) -> tuple
 
 def bound_idle_transactions(store: SQLStore, lease_ns: int) -> None:
     """PostgreSQL: a stopped scheduler's transactions (its row locks) end
-    with half its lease. (SQLite holds no lock between transactions.)"""
-    store.bound_idle_transactions(max(1, lease_ns // 2_000_000))  # (a no-op on SQLite)
+    with half its lease. (SQLite holds no lock between transactions.)
+    Patiently: a connection dropped as the dispatcher starts must not end it
+    (a traceback and a dead dispatcher in the fault campaign, pg_drop)."""
+    patiently(lambda: store.bound_idle_transactions(max(1, lease_ns // 2_000_000)))  # (a no-op on SQLite)

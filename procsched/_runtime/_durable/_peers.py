@@ -144,15 +144,21 @@ class Peers:
     # -- a lost claim ------------------------------------------------------------
 
     def lost(self, engine: Engine, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
-        """Another scheduler won this run's claim: skip it, then realign the task from its row."""
+        """Another scheduler won this run's claim: skip it, then realign the
+        task from its row. What that changes here is the store's already: not
+        written back (the skip's next due time, "not paused", written by the
+        loser, undid a pause the holder had stored: the fault campaign)."""
+        journal = self.journal
+        journal.sync(engine.events)  # the engine's own changes are journalled first; ours below are not
         engine.skip(worker, run, now)
         try:
-            task = self.journal.store.get(key)
+            task = journal.store.get(key)
             if task is not None:
                 self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
                 self.stand_by(engine, run.task_id, task)
         except Exception as exc:  # noqa: BLE001 - the next re-read tries again
             engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
+        journal.pass_over(engine.events)
 
     # -- standby: one claimer per task -----------------------------------------------
 
