@@ -255,22 +255,23 @@ def _create_private(path: str) -> None:
 @contextlib.contextmanager
 def _one_opener(db: str) -> Iterator[None]:
     """Processes opening the store ``db`` set it up one at a time, queued on
-    the kernel lock of its gate file (``gate_writes``): two that made a new
-    store at once both switched it to WAL, and the switch does not wait for
-    a lock: "database is locked" (a start of two instances, in the suite).
-    Without the file (a read-only directory), SQLite's own wait."""
+    a kernel lock of its directory (no file is made for it): two that made a
+    new store at once both switched it to WAL, and that switch does not
+    wait for a lock: "database is locked" (two instances started together,
+    in the suite). The directory, not the database: closing any descriptor
+    of the database would drop SQLite's own locks on it in this process."""
     import fcntl
 
     try:
-        gate = _open_beside(db, db + "-procsched.lock")
+        fd = os.open(os.path.dirname(db) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        yield
+        yield  # (SQLite's own wait)
         return
     try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(gate)  # (unlocks)
+        os.close(fd)  # (unlocks)
 
 
 def _open_beside(db: str, path: str) -> int:

@@ -143,6 +143,11 @@ class Journal(Durable):
         self.writer = Writer(target, secret)
         bound_idle_transactions(self.writer.store, lease_ns)  # its row locks too
         self.waiting: list[tuple[int, int, int]] = []  # claims whose start is in self.batch
+        #: key -> its pauses and resumes journalled here and not yet committed:
+        #: a re-read meanwhile (of the row without them) leaves its pause as
+        #: asked here (``Peers.apply``; the fault campaign: a take-over read
+        #: the row while the store was locked, and resumed a task just paused).
+        self.pausing: dict[str, int] = {}
         self.offset = 0
         self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
@@ -431,8 +436,10 @@ class Journal(Durable):
                 key = keys.get(changed.task_id)
                 if key is not None and changed.state == PAUSED:
                     self.batch.update(key, paused=True)
+                    self.pausing[key] = self.pausing.get(key, 0) + 1
                 elif key is not None:
                     self.batch.update(key, paused=False, next_due_ns=changed.next_wall_ns)
+                    self.pausing[key] = self.pausing.get(key, 0) + 1
         self.seen = len(events)
 
     def pass_over(self, events: list[m.Message]) -> None:
@@ -480,6 +487,7 @@ class Journal(Durable):
         )
         if state == PAUSED:
             self.batch.update(key, paused=True)
+            self.pausing[key] = self.pausing.get(key, 0) + 1
         elif not pending:
             if not (self.closing and state == CANCELLED) and owner == tid:  # (else replaced: the key is another's)
                 self.batch.delete(key)
@@ -676,6 +684,8 @@ class Journal(Durable):
                 self._fenced_out(engine, now)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
+            elif self.pausing:
+                self._pauses_written(batch)
         if result is not None and not isinstance(result, BaseException) and result.limited:
             told = self.limited.wait(result.limited, mine, told, now, QUEUED)  # they wait: not started, not lost
         gone = []
@@ -697,6 +707,17 @@ class Journal(Durable):
             run, key = known[1], known[2]
             self.peers.lost(engine, self._unhold(run), run, key, now, self.offset)
         self._release(carrier)
+
+    def _pauses_written(self, batch: Any) -> None:
+        """``batch`` committed: its pauses and resumes are the store's now."""
+        pausing = self.pausing
+        for op in batch.ops:
+            if op[0] == "update" and "paused" in op.fields and op.key in pausing:
+                left = pausing[op.key] - 1
+                if left > 0:
+                    pausing[op.key] = left
+                else:
+                    del pausing[op.key]
 
     def _unhold(self, run: Any) -> Any:
         """Take ``run`` out of its worker's held runs; that worker, or None."""

@@ -89,6 +89,7 @@ class Journalled(Protocol):
     owner: dict[str, int]  # key -> its latest task's id here
     hashes: dict[int, str]  # task id -> the hash of the definition it runs
     cancelled: list[int]
+    pausing: dict[str, int]  # key -> pauses and resumes journalled, not yet committed
 
     def expecting(self, key: str) -> bool: ...
 
@@ -397,10 +398,12 @@ class Peers:
                 return
             self.wake(engine, tid, now)
             state, force = engine.state(tid), True
-        if task.state.paused and state is TaskState.PENDING:
+        if self.journal.pausing.get(task.key):
+            pass  # a pause or resume asked here is on its way to the store: it stands
+        elif task.state.paused and state is TaskState.PENDING:
             engine.pause(tid)
             return
-        if not task.state.paused and state is TaskState.PAUSED:
+        elif not task.state.paused and state is TaskState.PAUSED:
             engine.resume(tid, now)
             state = engine.state(tid)
         if state is not TaskState.PENDING:
