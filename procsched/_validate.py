@@ -5,6 +5,7 @@ Every check runs before anything is scheduled, so a bad call changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import operator
@@ -73,13 +74,13 @@ def priority(value: object) -> int:
 def choice(arg: str, value: object, enum_type: type[Any]) -> Any:
     if isinstance(value, enum_type):
         return value
-    allowed = ", ".join(repr(m.value) for m in enum_type)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return enum_type(value)
+    allowed = ", ".join(repr(m.value) for m in enum_type)  # (made for the message only: a submit's cost)
     if not isinstance(value, str):
         raise TypeError(f"{arg} must be one of {allowed}, not {describe(value)}")
-    try:
-        return enum_type(value)
-    except ValueError:
-        raise ValueError(f"{arg} must be one of {allowed}, not {value!r}") from None
+    raise ValueError(f"{arg} must be one of {allowed}, not {value!r}")
 
 
 def policy(value: object) -> Policy:
@@ -167,6 +168,13 @@ def max_concurrent(value: object) -> int:
 def control(schedule: Schedule, max_concurrent_: object, overlap: object, misfire_grace: object) -> Schedule:
     """``max_concurrent=``, ``overlap=`` and ``misfire_grace=`` (seconds or
     None) into ``schedule`` (the same value when all are the defaults)."""
+    if (
+        misfire_grace is None
+        and type(max_concurrent_) is int
+        and max_concurrent_ == 1
+        and (overlap is Overlap.WAIT or (type(overlap) is str and overlap == "wait"))
+    ):
+        return schedule  # the defaults: every submit's case
     concurrent = max_concurrent(max_concurrent_)
     mode = choice("overlap", overlap, Overlap)
     grace = None if misfire_grace is None else duration_ns("misfire_grace", misfire_grace)
