@@ -501,7 +501,10 @@ def test_ctrl_c_in_a_with_block_says_what_exit_waits_for(tmp_path):
         tmp_path,
         """
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-        import threading
+        import signal, threading
+        # As started from a terminal: Python keeps a SIGINT ignored at its start
+        # (a suite run as a background job: the test then waited forever).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         started = threading.Event()
         with procsched.Scheduler(1) as s:
             s.add_listener(lambda event: started.set(), events=["run_started"])
