@@ -235,6 +235,36 @@ def test_a_paused_keyed_task_stays_paused_across_a_deploy_that_changes_it(tmp_pa
     assert not open_store(db).get("p").state.paused
 
 
+def test_a_key_another_instance_stored_meanwhile_is_taken_up_without_writing(tmp_path):
+    """A program schedules a key that another instance stored after this one
+    started, with the same definition: it goes on from the stored state and
+    writes nothing for it (it wrote "not paused, next due" back, late, and
+    undid a pause made meanwhile: the fault campaign, issue 20)."""
+    db = str(tmp_path / "s.db")
+
+    def stored(key: str) -> StoredTask | None:
+        return open_store(db).get(key)
+
+    b = procsched.Scheduler(1, store=db)
+    a = procsched.Scheduler(1, store=db)
+    try:
+        a.schedule_at_fixed_rate(jobs_mod.add, 3600.0, initial_delay=3600.0, args=(1, 2), key="k")
+        a.schedule(jobs_mod.add, 3600.0, args=(5, 6), key="a-barrier")  # written after whatever k's add wrote
+        Waiter(a).until(lambda: stored("a-barrier") is not None)
+        before = stored("k")
+        w = Waiter(b)
+        h = b.schedule_at_fixed_rate(jobs_mod.add, 3600.0, initial_delay=3600.0, args=(1, 2), key="k")  # the same
+        b.schedule(jobs_mod.add, 3600.0, args=(3, 4), key="b-barrier")
+        w.until(lambda: stored("b-barrier") is not None)
+        assert h.state is procsched.TaskState.PENDING
+        after = stored("k")
+        assert after is not None and before is not None
+        assert (after.updated_ns, after.state) == (before.updated_ns, before.state)
+    finally:
+        for s in (a, b):
+            s.shutdown(wait=True, cancel_futures=True)
+
+
 def test_sqlite_is_normal_by_default_full_on_request(tmp_path):
     store = open_store(f"{tmp_path}/n.db")
     assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL

@@ -267,9 +267,13 @@ class Journal(Durable):
             # The same task, stored after this scheduler started (another
             # scheduler sharing the store added it meanwhile): this one goes
             # on from the stored state - the same grid, the same run numbers -
-            # and writes none of its own.
+            # and writes none of its own (the realignment's "not paused, next
+            # due" written back, late, undid a pause asked meanwhile: the fault
+            # campaign, seed 239).
             now = time.monotonic_ns()
+            self.sync(engine.events)
             self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
+            self.pass_over(engine.events)
             return
         d = TaskDefinition(
             key,
