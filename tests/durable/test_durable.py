@@ -186,14 +186,20 @@ def test_sigkill_at_random_instants_loses_nothing_runs_nothing_twice(tmp_path, a
     check_exact(any_store, out, "b", 30_000, retried=True)
 
 
-def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
-    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+def _run_then_pause(db: str, out: str, runs: int) -> None:
+    """A scheduler on ``db`` runs keyed task "p" (its runs logged in ``out``)
+    ``runs`` times, pauses it and shuts down."""
     with procsched.Scheduler(1, store=db) as s:
         w = Waiter(s)
         h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="p")
-        w.until(lambda: len(_lines(out)) >= 2)
+        w.until(lambda: len(_lines(out)) >= runs)
         assert h.pause()
         w.until(lambda: h.state is procsched.TaskState.PAUSED)
+
+
+def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    _run_then_pause(db, out, 2)
     assert open_store(db).get("p").state.paused
     n = len(_lines(out))
     with procsched.Scheduler(1, store=db) as s:
@@ -212,12 +218,7 @@ def test_a_paused_keyed_task_stays_paused_across_a_deploy_that_changes_it(tmp_pa
     (a deploy) keeps the store's pause: the new definition runs once resumed
     (it wrote "not paused" over the pause: the fault campaign, issue 20)."""
     db, out, out2 = str(tmp_path / "s.db"), str(tmp_path / "out"), str(tmp_path / "out2")
-    with procsched.Scheduler(1, store=db) as s:
-        w = Waiter(s)
-        h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="p")
-        w.until(lambda: len(_lines(out)) >= 1)
-        assert h.pause()
-        w.until(lambda: h.state is procsched.TaskState.PAUSED)
+    _run_then_pause(db, out, 1)
     first = open_store(db).get("p").definition.def_hash
 
     def stored() -> StoredTask | None:
