@@ -348,7 +348,7 @@ class SchedulingAPI(abc.ABC):
         misfire_grace: object = None,
         group: object = None,
     ) -> TaskHandle:
-        once = v.control(ONCE, 1, "wait", misfire_grace)
+        once = ONCE if misfire_grace is None else v.control(ONCE, 1, "wait", misfire_grace)  # (every submit)
         spec = v.TaskSpec(
             once if group is None else self._shared(once, group),
             delay_ns,

@@ -168,13 +168,6 @@ def max_concurrent(value: object) -> int:
 def control(schedule: Schedule, max_concurrent_: object, overlap: object, misfire_grace: object) -> Schedule:
     """``max_concurrent=``, ``overlap=`` and ``misfire_grace=`` (seconds or
     None) into ``schedule`` (the same value when all are the defaults)."""
-    if (
-        misfire_grace is None
-        and type(max_concurrent_) is int
-        and max_concurrent_ == 1
-        and (overlap is Overlap.WAIT or (type(overlap) is str and overlap == "wait"))
-    ):
-        return schedule  # the defaults: every submit's case
     concurrent = max_concurrent(max_concurrent_)
     mode = choice("overlap", overlap, Overlap)
     grace = None if misfire_grace is None else duration_ns("misfire_grace", misfire_grace)

@@ -812,12 +812,13 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
     # batch. A task keeps at most 1.5 x keep_runs rows; reads return keep_runs.
     untrimmed, every, trim = store._untrimmed, max(1, store.keep_runs // 2), []
     for (key, _), n in sorted(new.items()):
-        count = untrimmed[key] = untrimmed.get(key, 0) + n
-        if count >= every:
+        untrimmed[key] = untrimmed.get(key, 0) + n
+    for key in sorted({key for key, _ in new}):
+        if untrimmed[key] >= every:
             trim.append((key, key, store.keep_runs - 1))
             untrimmed[key] = 0
     if trim:
-        cur.executemany(store._q(_TRIM_SKIPPED), list(dict.fromkeys(trim)))
+        cur.executemany(store._q(_TRIM_SKIPPED), trim)
 
 
 def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:

@@ -55,10 +55,11 @@ commit (our lease was taken over) registers again.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..._core import Kind, Run, Schedule, TaskState
@@ -217,13 +218,11 @@ class Journal(Durable):
             runs_of[key] = runs
             self._remember(engine, task_id)
             if row.down:  # slots missed while down, stored by the start-up: told, not stored again
-                self.sync(engine.events)
-                engine.events.extend(m.RunSkipped.wire(task_id, w - offset, w, "down", None) for w in row.down)
-                self.pass_over(engine.events)
+                with self.unwritten(engine.events):
+                    engine.events.extend(m.RunSkipped.wire(task_id, w - offset, w, "down", None) for w in row.down)
             if row.paused:
-                self.sync(engine.events)
-                engine.pause(task_id)
-                self.pass_over(engine.events)  # (its pause is the store's: never written back - a resume since stands)
+                with self.unwritten(engine.events):  # (its pause is the store's - a resume since stands)
+                    engine.pause(task_id)
             if row.write:
                 self.batch.update(
                     key,
@@ -271,9 +270,8 @@ class Journal(Durable):
             # due" written back, late, undid a pause asked meanwhile: the fault
             # campaign, seed 239).
             now = time.monotonic_ns()
-            self.sync(engine.events)
-            self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
-            self.pass_over(engine.events)
+            with self.unwritten(engine.events):
+                self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
             return
         d = TaskDefinition(
             key,
@@ -285,10 +283,9 @@ class Journal(Durable):
             group=define.schedule.get("group"),  # the store counts its claims against the group's limit
         )
         self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))  # (never the pause of a stored row)
-        if paused:  # the stored row is paused: so is the task (not written back: the store's already)
-            self.sync(engine.events)
-            engine.pause(task_id)
-            self.pass_over(engine.events)
+        if paused:  # the stored row is paused: so is the task
+            with self.unwritten(engine.events):
+                engine.pause(task_id)
         elif define.paused:  # it replaces a paused task whose row its cancel deleted: the pause is written
             engine.pause(task_id)
 
@@ -439,12 +436,24 @@ class Journal(Durable):
                 changed = m.view(m.TaskChanged, ev)
                 key = keys.get(changed.task_id)
                 if key is not None and changed.state == PAUSED:
-                    self.batch.update(key, paused=True)
-                    self.pausing[key] = self.pausing.get(key, 0) + 1
+                    self._pause_written(key, paused=True)
                 elif key is not None:
-                    self.batch.update(key, paused=False, next_due_ns=changed.next_wall_ns)
-                    self.pausing[key] = self.pausing.get(key, 0) + 1
+                    self._pause_written(key, paused=False, next_due_ns=changed.next_wall_ns)
         self.seen = len(events)
+
+    @contextlib.contextmanager
+    def unwritten(self, events: list[m.Message]) -> Iterator[None]:
+        """What the engine does inside is the store's already (read from
+        it): not journalled. The engine's events before it are."""
+        self.sync(events)
+        yield
+        self.pass_over(events)
+
+    def _pause_written(self, key: str, **fields: Any) -> None:
+        """Journal a pause or resume of ``key`` (counted in ``pausing``
+        until its commit)."""
+        self.batch.update(key, **fields)
+        self.pausing[key] = self.pausing.get(key, 0) + 1
 
     def pass_over(self, events: list[m.Message]) -> None:
         """The engine's events since the last ``sync`` are the store's
@@ -490,8 +499,7 @@ class Journal(Durable):
             output=ev.output or None,  # (nothing printed: nothing kept)
         )
         if state == PAUSED:
-            self.batch.update(key, paused=True)
-            self.pausing[key] = self.pausing.get(key, 0) + 1
+            self._pause_written(key, paused=True)
         elif not pending:
             if not (self.closing and state == CANCELLED) and owner == tid:  # (else replaced: the key is another's)
                 self.batch.delete(key)

@@ -30,6 +30,7 @@ Journal does not write them back (``quiet``).
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..._core import Kind, TaskState
@@ -97,6 +98,8 @@ class Journalled(Protocol):
 
     def pass_over(self, events: list[Message]) -> None: ...
 
+    def unwritten(self, events: list[Message]) -> AbstractContextManager[None]: ...
+
 
 class Peers:
     """One dispatcher's dealings with the other schedulers on its store."""
@@ -149,17 +152,15 @@ class Peers:
         task from its row. What that changes here is the store's already: not
         written back (the skip's next due time, "not paused", written by the
         loser, undid a pause the holder had stored: the fault campaign)."""
-        journal = self.journal
-        journal.sync(engine.events)  # the engine's own changes are journalled first; ours below are not
-        engine.skip(worker, run, now)
-        try:
-            task = journal.store.get(key)
-            if task is not None:
-                self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
-                self.stand_by(engine, run.task_id, task)
-        except Exception as exc:  # noqa: BLE001 - the next re-read tries again
-            engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
-        journal.pass_over(engine.events)
+        with self.journal.unwritten(engine.events):
+            engine.skip(worker, run, now)
+            try:
+                task = self.journal.store.get(key)
+                if task is not None:
+                    self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
+                    self.stand_by(engine, run.task_id, task)
+            except Exception as exc:  # noqa: BLE001 - the next re-read tries again
+                engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
     # -- standby: one claimer per task -----------------------------------------------
 
