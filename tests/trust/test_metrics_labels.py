@@ -47,6 +47,12 @@ def test_metrics_label_series_by_job_name_only(schedulers, tmp_path):
     for h in handles:
         program.add(h, {"kind": "fixed_rate", "period_ns": 20_000_000})
     wait_until(lambda: len(s.history("chatty-key")) >= 4, 30, "runs, some failed")
+    # Listeners hear of a run after the store has it: wait for the registry to count both jobs.
+    wait_until(
+        lambda: all(f'job="{j}"' in generate_latest(metrics.registry).decode() for j in ("chatty", "unkeyed")),
+        30,
+        "metrics",
+    )
     check(generate_latest(metrics.registry).decode(), {"chatty", "unkeyed"})  # --metrics-port's registry
     for source, jobs in ((program, {"chatty", "unkeyed"}), (StoreSource(open_store(db), db), {"chatty-key"})):
         console = Console(source, host="127.0.0.1", port=0, token=TOKEN)
