@@ -76,6 +76,11 @@ class FailureLog:
         if state.terminal:
             self.ended(task_id)
 
+    def __contains__(self, task_id: int) -> bool:
+        """A burst of the task's failures is going on (a run that is not an
+        error matters to this log only then)."""
+        return task_id in self._bursts
+
     def ended(self, task_id: int) -> None:
         """The task is over: its burst's failures not yet logged are summed up."""
         burst = self._bursts.pop(task_id, None)

@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ._core import TaskState
 from ._core._units import NS, wall_datetime
@@ -133,6 +133,43 @@ def skipped_slot(task_id: int, scheduled_ns: int, wall_ns: int, reason: str) -> 
     )
 
 
+class RunRecord(NamedTuple):
+    """A finished run as the event thread heard it, in the runner's ns: made
+    a ``RunInfo`` only when ``TaskHandle.runs`` is read (its floats and its
+    aware datetime cost ~2.5 µs a run; most handles' runs are never read)."""
+
+    task_id: int
+    run: int
+    scheduled_ns: int
+    started_ns: int
+    finished_ns: int
+    worker: int | str
+    outcome: RunOutcome
+    attempt: int
+    scheduled_wall_ns: int
+    output: str | None
+    cause: str
+    reason: str | None
+    error: RunError | None
+
+    def info(self) -> RunInfo:
+        return RunInfo(
+            self.task_id,
+            self.run,
+            self.scheduled_ns / NS,
+            self.started_ns / NS,
+            self.finished_ns / NS,
+            self.worker,
+            self.outcome,
+            self.attempt,
+            wall_datetime(self.scheduled_wall_ns),
+            self.output,
+            self.cause,
+            self.reason,
+            self.error,
+        )
+
+
 def run_in_progress(
     task_id: int,
     run: int,
@@ -154,6 +191,9 @@ def run_in_progress(
 _PENDING = concurrent.futures._base.PENDING
 _FINISHED = concurrent.futures._base.FINISHED
 _CONDITION_LOCK = threading.Lock()
+#: Guards every handle's run list: the event thread appends and trims it, a
+#: reader makes its records RunInfo in place (``TaskHandle.runs``).
+_RUNS_LOCK = threading.Lock()
 #: Future's instance fields are the ones TaskHandle sets itself (checked, so a
 #: Python whose Future differs gets its plain __init__).
 _LAZY_CONDITION = sorted(vars(concurrent.futures.Future())) == [
@@ -218,8 +258,9 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.name = name
         self.key = key
         self._task_state = TaskState.PENDING
-        self.runs: list[RunInfo] = []  # the newest owner.handle_runs of them
-        self.run_count = 0  # every RunInfo the task had (runs keeps the newest)
+        self._runs: list[RunInfo | RunRecord] = []  # the newest owner.handle_runs of them
+        self._unread = 0  # the last _unread of _runs may be RunRecords (see runs)
+        self.run_count = 0  # every run the task had (runs keeps the newest)
         self._slots: deque[RunInfo] | None = None  # runs and skipped slots, once a slot was skipped
         self.next_run = next_run
         self._next_wall = next_wall  # ns since the epoch
@@ -252,6 +293,18 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
     @property
     def state(self) -> TaskState:
         return self._task_state
+
+    @property
+    def runs(self) -> list[RunInfo]:
+        """The ``RunInfo`` of the newest finished runs, newest last (a copy)."""
+        with _RUNS_LOCK:
+            runs = self._runs
+            for i in range(len(runs) - self._unread, len(runs)):
+                run = runs[i]
+                if type(run) is RunRecord:
+                    runs[i] = run.info()
+            self._unread = 0
+            return runs.copy()  # type: ignore[return-value]  # (RunInfo only now)
 
     @property
     def next_run_at(self) -> datetime | None:
@@ -302,7 +355,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         if limit == 0:
             return []
         if self._slots is None:
-            return list(self.runs[-limit:])
+            return self.runs[-limit:]
         # In slot order, as history(key, skipped=True): a slot skipped while
         # a run was running is told at once, before that run's end.
         return sorted(self._slots, key=_slot_time)[-limit:]
@@ -317,16 +370,24 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         if self._task_state is TaskState.PENDING:
             self._task_state = TaskState.RUNNING
 
-    def _on_run(self, info: RunInfo, state: TaskState, next_run: float | None, next_wall: int | None = None) -> None:
+    def _on_run(
+        self, info: RunInfo | RunRecord, state: TaskState, next_run: float | None, next_wall: int | None = None
+    ) -> None:
         """A run finished; the task is now in ``state``."""
-        runs = self.runs
-        runs.append(info)
-        self.run_count += 1
-        excess = len(runs) - self._owner.handle_runs
-        if excess > 0:
-            del runs[:excess]
         if self._slots is not None:
-            self._slots.append(info)
+            if type(info) is RunRecord:
+                info = info.info()
+            self._slots.append(info)  # type: ignore[arg-type]  # (a RunInfo now)
+        with _RUNS_LOCK:
+            runs = self._runs
+            runs.append(info)
+            if self._unread or type(info) is RunRecord:
+                self._unread += 1
+            excess = len(runs) - self._owner.handle_runs
+            if excess > 0:
+                del runs[:excess]
+                self._unread = min(self._unread, len(runs))
+        self.run_count += 1
         if not self._task_state.terminal:
             self._task_state = state
             self.next_run = next_run

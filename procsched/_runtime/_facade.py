@@ -211,7 +211,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._closed = False
         self._stream_closed = False  # the event stream ended: no request can be answered any more
         self._broken: str | None = None
-        self._pid = os.getpid()  # a forked child must not use this Scheduler (see _after_fork)
+        self._fork = _forks  # a forked child must not use this Scheduler (see _after_fork_in_child)
         self._listeners = Listeners()
         self._backend: Any
         if runner == "processes":
@@ -452,7 +452,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
     # -- SchedulingAPI -------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._pid != os.getpid():
+        if self._fork != _forks:
             raise SchedulerError(_FORKED)
         if self._broken:
             raise SchedulerBrokenError(self._broken)
@@ -569,7 +569,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         ``cancel_futures`` cancels every task not yet running. With ``wait``,
         return once every task has ended and every worker has exited (a
         worker that does not exit is killed)."""
-        if self._pid != os.getpid():
+        if self._fork != _forks:
             raise SchedulerError(_FORKED)
         with self._lock:
             self._closed = True
@@ -635,7 +635,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             )
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
-            if self._pid != os.getpid():
+            if self._fork != _forks:
                 raise SchedulerError(_FORKED)
             if self._broken:
                 raise SchedulerBrokenError(self._broken)
@@ -771,7 +771,7 @@ def _at_exit() -> None:
     """
     for scheduler in list(_live):
         try:
-            if scheduler._pid != os.getpid():
+            if scheduler._fork != _forks:
                 continue
             if scheduler._closed:
                 scheduler.shutdown(wait=True)
@@ -781,12 +781,20 @@ def _at_exit() -> None:
             pass
 
 
+#: Forks between this process and the one that imported this module: a
+#: Scheduler made before a fork belongs to the parent (its ``_fork`` differs),
+#: told without a getpid() system call on every command.
+_forks = 0
+
+
 def _after_fork_in_child() -> None:
     """A forked child inherits every Scheduler of its parent but none of its
     threads. Close the child's copies of the pipe ends, so that the parent's
     death is still seen by its dispatcher while the child lives (the
     dispatcher reads EOF on the command pipe only once every write end is
     closed); the Scheduler then refuses every call in the child."""
+    global _forks
+    _forks += 1
     for scheduler in list(_live):
         try:
             scheduler._backend.forked()

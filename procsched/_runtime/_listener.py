@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._core import TaskState
-from .._core._units import NS, wall_datetime
+from .._core._units import NS
 from .._errors import SchedulerError
 from .._events import (
     RUN_END,
@@ -41,7 +41,7 @@ from .._events import (
     signal_name,
 )
 from .._failure_log import FailureLog
-from .._handle import RunError, RunInfo, TaskHandle, skipped_slot
+from .._handle import RunError, RunInfo, RunRecord, TaskHandle, skipped_slot
 from . import _messages as m
 from ._wire import unpack
 
@@ -208,24 +208,29 @@ class EventApplier:
                 # The value came back but cannot be unpickled here (a class
                 # only the worker can import): the task failed, not "ok".
                 outcome, state, error = "error", TaskState.FAILED, RunError.of(exc)
-        info = RunInfo(
+        record = RunRecord(
             ev.task_id,
             ev.run,
-            ev.scheduled_ns / NS,
-            ev.started_ns / NS,
-            ev.finished_ns / NS,
+            ev.scheduled_ns,
+            ev.started_ns,
+            ev.finished_ns,
             ev.worker,
             outcome,  # type: ignore[arg-type]  # (an outcome's name: a RunOutcome)
             ev.attempt,
-            wall_datetime(ev.scheduled_wall_ns),
+            ev.scheduled_wall_ns,
             ev.output,
             ev.cause,
             ev.reason,
             error,
         )
+        # The RunInfo is made here only for whom it is told to now; else when the handle's runs are read.
+        told = self.listeners or outcome == "error" or ev.task_id in self.failures
+        info = record.info() if told else None
         next_due = ev.next_due_ns
         if handle is not None:
-            handle._on_run(info, state, None if next_due is None else next_due / NS, ev.next_wall_ns)
+            handle._on_run(
+                record if info is None else info, state, None if next_due is None else next_due / NS, ev.next_wall_ns
+            )
             if state.terminal:
                 del self.handles[ev.task_id]
                 if ev.ended:
@@ -233,6 +238,8 @@ class EventApplier:
                         handle._on_result(state, value)
                     else:
                         handle._on_result(state, exc=exc or SchedulerError(f"run ended: {outcome}"))
+        if info is None:
+            return
         self.failures.run_ended(info, None if handle is None else handle.name or handle.key, state)
         if self.listeners:
             self._notify_run_end(info, handle, state, next_due, ev.missed)

@@ -205,6 +205,10 @@ class RemoteTraceback(Exception):
 _FN_CACHE: dict[Any, bytes] = {}
 _FN_CACHE_MAX = 1024
 _NO_ARGS = pickle.dumps(((), {}), PROTOCOL)
+#: Argument types both picklers write alike (nothing by reference or by
+#: value): positional arguments of only these are pickled without making a
+#: cloudpickle Pickler (~1.7 µs a call).
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -214,8 +218,7 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         fn_blob = _FN_CACHE.get(fn) if isinstance(fn, types.FunctionType) else None
         if fn_blob is None:
             fn_blob = _pack_fn(fn)
-        arg_blob = cloudpickle.dumps((args, kwargs), PROTOCOL) if args or kwargs else _NO_ARGS
-        return fn_blob, arg_blob
+        return fn_blob, _pack_args(args, kwargs) if args or kwargs else _NO_ARGS
     except Exception as exc:
         parts: list[tuple[str, object]] = [("fn", fn)]
         parts += [(f"args[{i}]", a) for i, a in enumerate(args)]
@@ -228,6 +231,16 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
                 culprit = f"{label} ({type(part).__name__})"
                 break
         raise TypeError(f"{culprit} cannot be pickled for a worker process: {type(exc).__name__}: {exc}") from exc
+
+
+def _pack_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    if not kwargs:
+        for arg in args:
+            if type(arg) not in _PLAIN:
+                break
+        else:
+            return pickle.dumps((args, kwargs), PROTOCOL)
+    return cloudpickle.dumps((args, kwargs), PROTOCOL)  # type: ignore[no-any-return]
 
 
 def _pack_fn(fn: Callable[..., Any]) -> bytes:
