@@ -337,7 +337,14 @@ class Engine(Holds):
 
     def _take_back_given(self, task_id: int, now: int) -> Run | None:
         """The task's run if it was given ahead (early, held for its claim,
-        or queued) and is now taken back, never started; else None."""
+        or queued) or parked (claimed while its task was held back: a store
+        outage, a crash loop) and is now taken back, never started; else None."""
+        for i, run in enumerate(self.parked):
+            if run.task_id == task_id:
+                # (a pause asked of it waited for a run that had not started: the shutdown
+                # that followed dropped the pause - the fault campaign, seed 316)
+                del self.parked[i]
+                return run
         if self.early_ns:
             for slot in self.slots:
                 if slot.run is not None and slot.run.task_id == task_id and self._is_early(slot, now):

@@ -28,3 +28,15 @@ def crash_on_first_run(path: str) -> None:
     record(path)
     if procsched.current_run().run == 1:  # type: ignore[union-attr]
         os._exit(3)
+
+
+def fail_then_wait(path: str, fifo: str) -> None:
+    """Attempt 1 fails; a later attempt records itself in ``path``, then
+    waits for a line on the FIFO ``fifo`` (the test lets it end)."""
+    run = procsched.current_run()
+    assert run is not None
+    if run.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    record(path)
+    with open(fifo) as f:
+        f.readline()

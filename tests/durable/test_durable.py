@@ -266,6 +266,57 @@ def test_a_key_another_instance_stored_meanwhile_is_taken_up_without_writing(tmp
             s.shutdown(wait=True, cancel_futures=True)
 
 
+def test_a_retry_running_at_shutdown_leaves_the_grid_of_its_run(tmp_path):
+    """A fixed-rate task stopped by shutdown while a retry of its run runs
+    is stored due at the regular slot after that run's, not a period after
+    the retry (the grid shifted, and the slots between were never run: the
+    fault campaign, seed 316)."""
+    db, out, fifo = str(tmp_path / "s.db"), str(tmp_path / "out"), str(tmp_path / "go")
+    os.mkfifo(fifo)
+    s = procsched.Scheduler(1, store=db)
+    w = Waiter(s)
+    h = s.schedule_at_fixed_rate(
+        jobs_mod.fail_then_wait, 5, args=(out, fifo), key="r", retry=procsched.Retry(attempts=2, delay=0.3)
+    )
+    w.until(lambda: _lines(out))  # attempt 2 runs, waiting on the FIFO
+    closer = threading.Thread(target=s.shutdown)  # cancels the task; the run in progress finishes
+    closer.start()
+    w.until(lambda: h.state is procsched.TaskState.CANCELLED)
+    with open(fifo, "w") as f:
+        f.write("go\n")
+    closer.join(60)
+    assert not closer.is_alive()
+    with open_store(db) as store:
+        (first,) = [r for r in store.history("r") if (r.run, r.attempt) == (1, 1)]
+        retry = [r for r in store.history("r") if (r.run, r.attempt) == (1, 2)]
+        assert retry and retry[0].scheduled_ns > first.scheduled_ns
+        assert store.get("r").state.next_due_ns == first.scheduled_ns + 5 * 10**9
+
+
+def test_a_pause_the_locked_store_refused_is_written_by_a_clean_shutdown(tmp_path):
+    """A pause acknowledged while the store could not record it (a commit
+    refused, to be tried again after a back-off), then a clean shutdown: the
+    shutdown writes it before it ends (the pause was lost when the back-off
+    outlasted the scheduler: the fault campaign, seed 316)."""
+    db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
+    failing = _Logged("could not record")
+    log = logging.getLogger("procsched")
+    log.addHandler(failing)
+    try:
+        with procsched.Scheduler(1, store=f"sqlite:///{db}?busy_timeout=0.1") as s:
+            w = Waiter(s)
+            h = s.schedule_at_fixed_rate(jobs_mod.record, 0.05, args=(out,), key="k")
+            w.until(lambda: len(_lines(out)) >= 2)
+            lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+            lock.execute("BEGIN IMMEDIATE")  # the scheduler's commits fail after 0.1 s
+            assert failing.seen.wait(30)
+            assert h.pause()  # acknowledged, not written
+            lock.execute("ROLLBACK")  # and at once the shutdown, within the back-off
+    finally:
+        log.removeHandler(failing)
+    assert open_store(db).get("k").state.paused
+
+
 def test_sqlite_is_normal_by_default_full_on_request(tmp_path):
     store = open_store(f"{tmp_path}/n.db")
     assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL

@@ -73,7 +73,7 @@ from .._store_hooks import Durable
 from ._limited import Limited
 from ._peers import DELETED, Peers
 from ._requests import Requests
-from ._stored import stored_hash
+from ._stored import HISTORY_BACK, regular_slot, stored_hash
 from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
@@ -88,6 +88,9 @@ COMMIT_WAIT_S = 0.0002
 #: After a failed commit, the next try waits this long, doubling up to RETRY_MAX_NS.
 RETRY_FIRST_NS = 50_000_000
 RETRY_MAX_NS = 2_000_000_000
+#: A clean shutdown tries a refused commit again for this long before it
+#: gives up on what the commit carried (logged).
+DRAIN_PATIENCE_NS = 30 * NS
 #: With a store, a busy worker may hold this many runs given ahead (if the
 #: carrier gives runs ahead at all): a run given ahead waits for the commit
 #: recording its start (and for the one in flight before it), so a worker
@@ -482,7 +485,7 @@ class Journal(Durable):
             # changed definition): it stays stored; a fixed-rate task keeps its grid
             schedule = self.schedules.get(tid)
             if schedule is not None and schedule.kind is Kind.FIXED_RATE:
-                next_due = schedule.next_after(ev.scheduled_wall_ns)
+                next_due = schedule.next_after(self._regular_slot(ev, key))
         self.batch.finished(
             key,
             ev.run,
@@ -508,6 +511,19 @@ class Journal(Durable):
             self.keys.pop(tid, None)
             self.schedules.pop(tid, None)
             self.hashes.pop(tid, None)
+
+    def _regular_slot(self, ev: m.RunEnded, key: str) -> int:
+        """The regular slot (UTC ns) of the run ``ev`` ended: a retry's is its
+        first attempt's (the grid goes on from it: from the retry's time it
+        shifted, and the slots between were never run - the fault campaign,
+        seed 316); the retry's own time if the store cannot say."""
+        if ev.attempt == 1:
+            return ev.scheduled_wall_ns
+        try:
+            slot = regular_slot(self.store.history(key, HISTORY_BACK), ev.run)
+        except StoreError:
+            slot = None
+        return ev.scheduled_wall_ns if slot is None else slot
 
     def turn(self, engine: Engine, carrier: Any, offset: int, now: int) -> int | None:
         """End of a dispatcher turn: hand the turn's changes to the writer,
@@ -779,13 +795,28 @@ class Journal(Durable):
         engine.hold_back(set(self.keys), self.retry_at)
 
     def drain(self, engine: Engine, carrier: Any, offset: int, now: int) -> None:
-        """A clean end: every change committed (and its events emitted) before this returns."""
+        """A clean end: every change committed (and its events emitted)
+        before this returns. A commit the store refused is tried again, at
+        its back-off, for up to DRAIN_PATIENCE_NS: a pause acknowledged while
+        the store was locked, then a restart, lost that pause (the fault
+        campaign, seed 316)."""
         self.requests.closing()
-        self.turn(engine, carrier, offset, now)
-        while self.writer.busy:
-            self.writer.wait(None)
-            self.committed(engine, carrier, now)
+        deadline = now + DRAIN_PATIENCE_NS
+        while True:
             self.turn(engine, carrier, offset, now)
+            while self.writer.busy:
+                self.writer.wait(None)
+                now = time.monotonic_ns()
+                self.committed(engine, carrier, now)
+                self.turn(engine, carrier, offset, now)
+            if self.dead or not len(self.batch) or self.retry_at is None:
+                return
+            now = time.monotonic_ns()
+            if now >= deadline:
+                engine.log(40, f"the store: shutting down with {len(self.batch)} change(s) it did not take")
+                return
+            time.sleep((min(self.retry_at, deadline) - now) / NS)  # (the last thing this process does)
+            now = max(time.monotonic_ns(), self.retry_at)
 
     def close(self, clean: bool) -> None:
         """Shutdown (clean: unregister) or the user process died (leave the
