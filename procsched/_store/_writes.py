@@ -644,14 +644,20 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     # the task on standby while another scheduler claimed runs, then replaced
     # it - must not number a run again: a claim would overwrite that run's
     # row; the issue-20 campaign found it), and a count raised so is a new run next.
+    # Its latest scheduled run (sched_run) is the history's too: the end of a
+    # run in flight under the new row reschedules it (with sched_run 0 a
+    # retry's end left the row on that retry, and no claim could ever win
+    # again: the fault campaign, seed 316).
     greatest = "GREATEST" if store._pg else "MAX"
     store._x(
         cur,
         f"""INSERT INTO procsched_tasks (key, run_count, next_due_ns, next_attempt, paused, updated_ns,
-            max_concurrent, grp, last_slot_ns, in_flight, holder, token)
+            max_concurrent, grp, last_slot_ns, sched_run, in_flight, holder, token)
             VALUES (?, {greatest}(?, {_HISTORY_RUNS}), ?,
                 CASE WHEN ? < {_HISTORY_RUNS} THEN 1 ELSE ? END, ?, ?, ?, ?,
                 (SELECT max(r.scheduled_ns) FROM procsched_runs r WHERE r.key = ?
+                AND r.attempt = 1 AND r.cause = 'schedule'),
+                (SELECT COALESCE(max(r.run), 0) FROM procsched_runs r WHERE r.key = ?
                 AND r.attempt = 1 AND r.cause = 'schedule'), {_IN_FLIGHT.format(col="count(*)", end="")},
                 {_IN_FLIGHT.format(col="r.holder", end=_LATEST)}, {_IN_FLIGHT.format(col="r.token", end=_LATEST)})
             ON CONFLICT (key) DO UPDATE SET max_concurrent = excluded.max_concurrent, grp = excluded.grp,
@@ -668,7 +674,7 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
             c.now,
             d.max_concurrent,
             d.group,
-            *(d.key,) * 4,
+            *(d.key,) * 5,
         ),
     )
 

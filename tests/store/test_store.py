@@ -138,6 +138,31 @@ def test_retry_attempts(store):
     assert [(r.run, r.attempt, r.outcome) for r in store.history("k")] == [(1, 1, "error"), (1, 2, "ok")]
 
 
+def test_a_row_made_anew_under_a_run_in_flight_is_rescheduled_by_its_retry(store):
+    """A task cancelled while its run is in flight, added again, whose run
+    then crashes (its holder died) and is retried: the retry's end
+    reschedules the task (the new row did not know its latest scheduled
+    run, stayed on that retry, and no claim could win again: the fault
+    campaign, seed 316)."""
+    add(store)
+    dead, s = store.register(lease_ns=P), store.register()
+    assert store.claim_run(dead, "k", 1, 1, T0, T0 + 1)
+    b = store.batch()
+    b.delete("k")
+    assert b.commit().ok
+    b = store.batch()
+    b.upsert(definition("k", args=b"v2"), TaskState(run_count=1, next_due_ns=T0 + P))
+    assert b.commit().ok
+    assert [(r.run, r.outcome) for r in store.take_over(dead, s, force=True)] == [(1, "crashed")]
+    b = store.batch(s)
+    b.update("k", next_attempt=2, next_due_ns=T0 + P // 2)  # the survivor retries it
+    assert b.commit().ok
+    assert store.claim_run(s, "k", 1, 2, T0 + P // 2)
+    assert store.finish_run(s, "k", 1, 2, "ok", T0 + P // 2 + 10, T0 + P)
+    assert store.get("k").state == TaskState(run_count=1, next_due_ns=T0 + P, next_attempt=1)
+    assert store.claim_run(s, "k", 2, 1, T0 + P)
+
+
 def test_history_keeps_the_last_n_runs(store_url):
     store = open_store(store_url, keep_runs=5)
     add(store)
