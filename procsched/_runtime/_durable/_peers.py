@@ -40,6 +40,7 @@ from ..._store import Batch, Holder, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import HISTORY_BACK, down_slots, regular_slot, resume_point, schedule_of, stored_hash
+from ._writer import patiently
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
 REDEFINED = -1
@@ -109,7 +110,9 @@ class Peers:
         self.interval = max(1, min(SYNC_MAX_NS, lease_ns // 3))
         self.sync_at: int | None = None  # monotonic: the next re-read (the first turn sets it)
         self.since = journal.holder.heartbeat_ns  # store clock of the last re-read
-        self.known: set[str] = journal.store.keys()  # keys in the store as of the last re-read
+        # keys in the store as of the last re-read (patiently: a connection dropped as the
+        # dispatcher starts must not end it - the fault campaign, seed 427, pg_drop)
+        self.known: set[str] = patiently(journal.store.keys)
         self.asked: set[str] = set()  # keys whose adoption was asked of the facade
         self.holders: list[Any] = []  # the registered schedulers as of the last re-read
         self.takeovers = 0
