@@ -88,9 +88,11 @@ COMMIT_WAIT_S = 0.0002
 #: After a failed commit, the next try waits this long, doubling up to RETRY_MAX_NS.
 RETRY_FIRST_NS = 50_000_000
 RETRY_MAX_NS = 2_000_000_000
-#: A clean shutdown tries a refused commit again for this long before it
-#: gives up on what the commit carried (logged).
-DRAIN_PATIENCE_NS = 30 * NS
+#: A clean shutdown tries a refused commit again (at its back-off) for this
+#: long before it gives up on what the commit carried (logged): long enough
+#: for a lock just released, short enough that shutdown returns while the
+#: store is out (issue 20).
+DRAIN_PATIENCE_NS = 3 * NS
 #: With a store, a busy worker may hold this many runs given ahead (if the
 #: carrier gives runs ahead at all): a run given ahead waits for the commit
 #: recording its start (and for the one in flight before it), so a worker
