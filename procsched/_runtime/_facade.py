@@ -343,6 +343,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         try:
             with self._store_lock:
                 task = self._store.get(key)
+                slots = {} if task is None else _recovery.retry_slots(self._store, [task], {})
             if task is not None and task.untrusted is not None:  # listed, never imported nor unpickled
                 logger.warning("stored task %r added by another scheduler is not loaded: %s", key, task.untrusted)
                 self._unloadable[key] = task.untrusted
@@ -350,7 +351,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 return
             if task is None or task.unloadable is not None:
                 return
-            plan = _recovery.plan([task], {}, {}, time.time_ns())
+            plan = _recovery.plan([task], {}, slots, time.time_ns())
             if plan.unloadable:  # it did not load here: logged, not run
                 return
             plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])

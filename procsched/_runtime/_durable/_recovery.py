@@ -126,6 +126,14 @@ def recover(store: Any) -> Recovered:
                 and last[0].scheduled_ns == st.next_due_ns
             ):
                 crashed[task.key] = last[0]
+    return Recovered(tasks, crashed, retry_slots(store, tasks, crashed), others)
+
+
+def retry_slots(store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecord]) -> dict[str, int]:
+    """key -> the regular slot (UTC ns, from the history) of the run whose
+    next attempt is a retry, for the tasks that have one: the grid goes on
+    from it (from the retry's time it shifted, and its slots were never run:
+    the fault campaign, seed 600, a task adopted from another scheduler)."""
     slots: dict[str, int] = {}
     for task in tasks:
         record = crashed.get(task.key)
@@ -138,7 +146,7 @@ def recover(store: Any) -> Recovered:
             slot = regular_slot(store.history(task.key, HISTORY_BACK), run)
             if slot is not None:
                 slots[task.key] = slot
-    return Recovered(tasks, crashed, slots, others)
+    return slots
 
 
 class Row(NamedTuple):
