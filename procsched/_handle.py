@@ -258,8 +258,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         self.name = name
         self.key = key
         self._task_state = TaskState.PENDING
-        self._runs: list[RunInfo | RunRecord] = []  # the newest owner.handle_runs of them
-        self._unread = 0  # the last _unread of _runs may be RunRecords (see runs)
+        self._runs: list[RunInfo | RunRecord] = []  # the newest owner.handle_runs of them (see runs)
         self.run_count = 0  # every run the task had (runs keeps the newest)
         self._slots: deque[RunInfo] | None = None  # runs and skipped slots, once a slot was skipped
         self.next_run = next_run
@@ -299,11 +298,9 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         """The ``RunInfo`` of the newest finished runs, newest last (a copy)."""
         with _RUNS_LOCK:
             runs = self._runs
-            for i in range(len(runs) - self._unread, len(runs)):
-                run = runs[i]
+            for i, run in enumerate(runs):  # (each record once: the copy walks them all anyway)
                 if type(run) is RunRecord:
                     runs[i] = run.info()
-            self._unread = 0
             return runs.copy()  # type: ignore[return-value]  # (RunInfo only now)
 
     @property
@@ -381,12 +378,9 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         with _RUNS_LOCK:
             runs = self._runs
             runs.append(info)
-            if self._unread or type(info) is RunRecord:
-                self._unread += 1
             excess = len(runs) - self._owner.handle_runs
             if excess > 0:
                 del runs[:excess]
-                self._unread = min(self._unread, len(runs))
         self.run_count += 1
         if not self._task_state.terminal:
             self._task_state = state

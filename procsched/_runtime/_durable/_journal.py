@@ -73,7 +73,7 @@ from .._store_hooks import Durable
 from ._limited import Limited
 from ._peers import DELETED, Peers
 from ._requests import Requests
-from ._stored import HISTORY_BACK, regular_slot, stored_hash
+from ._stored import regular_slot, stored_hash
 from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
@@ -522,7 +522,7 @@ class Journal(Durable):
         if ev.attempt == 1:
             return ev.scheduled_wall_ns
         try:
-            slot = regular_slot(self.store.history(key, HISTORY_BACK), ev.run)
+            slot = regular_slot(self.store, key, ev.run)
         except StoreError:
             slot = None
         return ev.scheduled_wall_ns if slot is None else slot

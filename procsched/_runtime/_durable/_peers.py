@@ -39,7 +39,7 @@ from ..._errors import StoreError
 from ..._store import Batch, Holder, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
-from ._stored import HISTORY_BACK, down_slots, regular_slot, resume_point, schedule_of, stored_hash
+from ._stored import down_slots, regular_slot, resume_point, schedule_of, stored_hash
 from ._writer import patiently
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
@@ -426,7 +426,7 @@ class Peers:
         calendar = schedule.kind is Kind.CALENDAR
         base = None
         if attempt > 1 and not calendar:  # a retry: its run's grid goes on from that run's regular slot
-            slot = regular_slot(self.journal.store.history(task.key, HISTORY_BACK), runs)
+            slot = regular_slot(self.journal.store, task.key, runs)
             base = None if slot is None else slot - offset
         if engine.realign(tid, runs, attempt, due_wall - offset, due_wall if calendar and attempt == 1 else None, base):
             self.journal.runs[task.key] = runs

@@ -33,7 +33,7 @@ from ..._store import Holder, RunRecord, StoredTask, TaskDefinition, dead_here, 
 from ..._validate import TaskSpec
 from .._messages import AdoptShape, Message
 from .._wire import carried_classes, pack_call
-from ._stored import HISTORY_BACK, regular_slot, resume_point, stored_hash
+from ._stored import regular_slot, resume_point, stored_hash
 
 logger = logging.getLogger("procsched")
 
@@ -143,7 +143,7 @@ def retry_slots(store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecor
             else (task.state.run_count if task.state.next_attempt > 1 else None)
         )
         if run is not None:
-            slot = regular_slot(store.history(task.key, HISTORY_BACK), run)
+            slot = regular_slot(store, task.key, run)
             if slot is not None:
                 slots[task.key] = slot
     return slots

@@ -13,12 +13,10 @@ first release's form is read too: ``Schedule.from_record``), its
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from ... import _tz
 from ..._core import Kind, Schedule
 from ..._core._schedule import upgrade_record
-from ..._store import RunRecord, SkippedSlot, StoredTask, TaskDefinition, definition_hash
+from ..._store import RunRecord, SQLStore, StoredTask, TaskDefinition, definition_hash
 
 #: Definitions whose schedule is kept decoded (``schedule_of``).
 SCHEDULES_KEPT = 1024
@@ -52,11 +50,12 @@ def stored_hash(d: TaskDefinition) -> str:
 HISTORY_BACK = 50
 
 
-def regular_slot(history: Iterable[RunRecord | SkippedSlot], run: int) -> int | None:
-    """The regular slot (UTC ns) of ``run``: its first attempt's scheduled
-    time in ``history`` (a task's newest runs), the point a retried run's
-    grid goes on from; None if that attempt is not there."""
-    for record in history:
+def regular_slot(store: SQLStore, key: str, run: int) -> int | None:
+    """The regular slot (UTC ns) of ``key``'s run ``run``: its first
+    attempt's scheduled time in the store's history (the task's newest
+    HISTORY_BACK attempts), the point a retried run's grid goes on from; None
+    if that attempt is not there. StoreError: the store could not say."""
+    for record in store.history(key, HISTORY_BACK):
         if isinstance(record, RunRecord) and record.run == run and record.attempt == 1:
             return record.scheduled_ns
     return None
