@@ -252,10 +252,12 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             handle = self._handles.get(skip.task_id)
             if handle is None:
                 continue
-            info = skipped_slot(skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason)
-            handle._on_skipped(info)
-            if self._listeners:
-                self._listeners.notify(RUN_SKIPPED, run_skipped(info, handle.name))
+            for k in range(skip.slots):
+                step = k * skip.period_ns
+                info = skipped_slot(skip.task_id, skip.scheduled_ns + step, skip.wall_ns + step, skip.reason)
+                handle._on_skipped(info)
+                if self._listeners:
+                    self._listeners.notify(RUN_SKIPPED, run_skipped(info, handle.name))
             if skip.state is TaskState.CANCELLED:
                 del self._handles[skip.task_id]
                 handle._on_cancelled()

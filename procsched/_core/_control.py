@@ -516,13 +516,30 @@ class ControlMixin:
         if ``include_first``) up to ``stop`` (excluded) as skipped, the
         newest RECORDS_PER_STEP of them. Slots in the task's base (wall
         for a calendar)."""
-        slots = regular_slots(task.schedule, first, stop, include_first)
-        calendar = task.kind is CALENDAR
+        schedule = task.schedule
         offset = self.wall_offset
-        for slot in slots:
+        if schedule.kind is Kind.FIXED_RATE:  # grid points: one record
+            span = grid_span(schedule.period_ns, first, stop, include_first)
+            if span is not None:
+                slot, slots = span
+                self.skips.append(SkipRecord(tid, slot, slot + offset, reason, None, schedule.period_ns, slots))
+            return
+        calendar = task.kind is CALENDAR
+        for slot in regular_slots(schedule, first, stop, include_first):
             self.skips.append(
                 SkipRecord(tid, slot - offset if calendar else slot, slot if calendar else slot + offset, reason)
             )
+
+
+def grid_span(period: int, first: int, stop: int, include_first: bool) -> tuple[int, int] | None:
+    """The grid points ``first + k * period`` before ``stop`` (``first``
+    itself if ``include_first``), the newest RECORDS_PER_STEP of them, as
+    (the first kept, how many); None if there are none."""
+    count = -(-(stop - first) // period)
+    start_k = max(0 if include_first else 1, count - RECORDS_PER_STEP)
+    if start_k >= count:
+        return None
+    return first + start_k * period, count - start_k
 
 
 def regular_slots(schedule: Schedule, first: int, stop: int, include_first: bool = True) -> list[int]:
@@ -530,12 +547,6 @@ def regular_slots(schedule: Schedule, first: int, stop: int, include_first: bool
     (excluded), the newest RECORDS_PER_STEP of them."""
     if first >= stop:
         return []
-    if schedule.kind is Kind.FIXED_RATE:
-        period = schedule.period_ns
-        count = -(-(stop - first) // period)
-        start_k = 0 if include_first else 1
-        start_k = max(start_k, count - RECORDS_PER_STEP)
-        return [first + k * period for k in range(start_k, count)]
     if schedule.trigger is not None:
         kept: deque[int] = deque(maxlen=RECORDS_PER_STEP)
         if include_first:

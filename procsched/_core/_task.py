@@ -202,17 +202,28 @@ class Completion(NamedTuple):
 
 
 class SkipRecord(NamedTuple):
-    """A slot that did not run (see the module docstring)."""
+    """Slots that did not run, for one reason (see the module docstring):
+    ``slots`` slots, ``period_ns`` apart from the first (a fixed-rate task's
+    grid points dropped in one step are one record; other slots one each)."""
 
     task_id: int
     scheduled_ns: int
-    """The slot on the core's (monotonic) clock."""
+    """The first slot on the core's (monotonic) clock."""
     wall_ns: int
-    """The slot on the wall clock."""
+    """The first slot on the wall clock."""
     reason: str
     """"overlap", "misfire", "late" or "paused"."""
     state: TaskState | None = None
     """The state the task ended in at this skip (its last slot), else None."""
+    period_ns: int = 0
+    """The step between the slots (0 when ``slots`` is 1)."""
+    slots: int = 1
+    """How many slots."""
+
+
+def spread(first: int, period_ns: int, slots: int) -> range:
+    """``slots`` instants ``period_ns`` apart from ``first`` (a ``SkipRecord``'s)."""
+    return range(first, first + slots * period_ns, period_ns) if slots > 1 else range(first, first + 1)
 
 
 class Flight(NamedTuple):

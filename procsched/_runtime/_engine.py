@@ -194,7 +194,11 @@ class Engine(Holds):
             if skip.state is not None:
                 self.prio.pop(skip.task_id, None)
                 self._forget_crash_loop(skip.task_id)
-            self.events.append(RunSkipped.wire(skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason, state))
+            self.events.append(
+                RunSkipped.wire(
+                    skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason, state, skip.period_ns, skip.slots
+                )
+            )
 
     def _replace_runs(self, now: int) -> None:
         """End the runs the core asked to end for a newer slot ("replace"), as

@@ -245,12 +245,16 @@ class EventApplier:
             self._notify_run_end(info, handle, state, next_due, ev.missed)
 
     def _run_skipped(self, ev: m.RunSkipped) -> None:
-        """A slot did not run: listed on the handle, told to the listeners; a
-        task that ended there (its last slot) is resolved."""
+        """Slots did not run: each listed on the handle and told to the
+        listeners; a task that ended there (its last slot) is resolved."""
         handle = self.handles.get(ev.task_id)
-        info = skipped_slot(ev.task_id, ev.scheduled_ns, ev.wall_ns, ev.reason)
+        infos = [
+            skipped_slot(ev.task_id, ev.scheduled_ns + k * ev.period_ns, ev.wall_ns + k * ev.period_ns, ev.reason)
+            for k in range(ev.slots)
+        ]
         if handle is not None:
-            handle._on_skipped(info)
+            for info in infos:
+                handle._on_skipped(info)
             if ev.state is not None:
                 del self.handles[ev.task_id]
                 self.failures.ended(ev.task_id)
@@ -259,11 +263,11 @@ class EventApplier:
                 else:
                     handle._on_result(_STATES[ev.state], None)
         if self.listeners:
-            self._notify(RUN_SKIPPED, **run_skipped(info, None if handle is None else handle.name))
+            name = None if handle is None else handle.name
+            for info in infos:
+                self._notify(RUN_SKIPPED, **run_skipped(info, name))
             if ev.state == TaskState.CANCELLED.value:
-                self._notify(
-                    TASK_CANCELLED, task_id=ev.task_id, name=None if handle is None else handle.name, running=False
-                )
+                self._notify(TASK_CANCELLED, task_id=ev.task_id, name=name, running=False)
 
     def _notify(self, kind: str, **fields: Any) -> None:
         """Deliver one event to the listeners (see ``_events.py``); never raises."""

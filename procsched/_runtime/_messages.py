@@ -708,7 +708,8 @@ class RunEnded(NamedTuple):
 
 
 class RunSkipped(NamedTuple):
-    """A slot of a task did not run (``_core/_control.py``: ``SkipRecord``)."""
+    """Slots of a task did not run (``_core/_control.py``: ``SkipRecord``):
+    ``slots`` slots ``period_ns`` apart, from the first one's times."""
 
     tag: str
     task_id: int
@@ -717,11 +718,21 @@ class RunSkipped(NamedTuple):
     reason: str
     """"overlap", "misfire", "late", "paused" (or "down", with a store)."""
     state: str | None
-    """The state the task ended in at this slot (a ``TaskState`` value), or None."""
+    """The state the task ended in at its last slot (a ``TaskState`` value), or None."""
+    period_ns: int
+    slots: int
 
     @staticmethod
-    def wire(task_id: int, scheduled_ns: int, wall_ns: int, reason: str, state: str | None) -> Message:
-        return (RUN_SKIPPED, task_id, scheduled_ns, wall_ns, reason, state)
+    def wire(
+        task_id: int,
+        scheduled_ns: int,
+        wall_ns: int,
+        reason: str,
+        state: str | None,
+        period_ns: int = 0,
+        slots: int = 1,
+    ) -> Message:
+        return (RUN_SKIPPED, task_id, scheduled_ns, wall_ns, reason, state, period_ns, slots)
 
 
 class TaskCancelled(NamedTuple):

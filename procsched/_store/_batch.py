@@ -88,6 +88,8 @@ class Skipped(NamedTuple):
     slot_ns: int
     reason: str
     recorded_ns: int | None
+    period_ns: int
+    slots: int
 
 
 class Answer(NamedTuple):
@@ -243,16 +245,31 @@ class Batch:
             )
         )
 
-    def skipped(self, key: str, slot_ns: int, reason: str, *, recorded_ns: int | None = None) -> None:
+    def skipped(
+        self,
+        key: str,
+        slot_ns: int,
+        reason: str,
+        *,
+        recorded_ns: int | None = None,
+        period_ns: int = 0,
+        slots: int = 1,
+    ) -> None:
         """Record that ``key``'s slot ``slot_ns`` was not run, and why
-        (``SKIP_REASONS``); ``recorded_ns`` defaults to the commit's store
-        clock. Kept ``keep_runs`` per task, like runs; a slot recorded twice
-        keeps its first reason."""
+        (``SKIP_REASONS``) - or ``slots`` slots ``period_ns`` apart from it,
+        as one row (a fixed-rate task's grid points dropped at once);
+        ``recorded_ns`` defaults to the commit's store clock. Kept
+        ``keep_runs`` rows per task, like runs; a row whose first slot is
+        recorded already is left out (its first reason stands)."""
         if reason not in SKIP_REASONS:
             raise ValueError(f"reason must be one of {SKIP_REASONS}, got {reason!r}")
         if type(slot_ns) is not int:
             raise TypeError(f"slot_ns must be an int (UTC ns), got {slot_ns!r}")
-        self.ops.append(Skipped("skipped", key, slot_ns, reason, recorded_ns))
+        if type(slots) is not int or slots < 1:
+            raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+        if type(period_ns) is not int or period_ns < 0 or (slots > 1 and period_ns == 0):
+            raise ValueError(f"period_ns must be an int >= 0 (> 0 when slots > 1), got {period_ns!r}")
+        self.ops.append(Skipped("skipped", key, slot_ns, reason, recorded_ns, period_ns, slots))
 
     def answer(self, request_id: int, *, result: Any = None, error: str | None = None) -> None:
         """Answer a control request this holder took (``Store.take_requests``):

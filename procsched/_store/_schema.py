@@ -1,4 +1,4 @@
-"""The store's tables (schema 2) and the migration from schema 1.
+"""The store's tables (schema 3) and the migrations from schemas 1 and 2.
 
     procsched_version      one row: the schema version, who wrote it, the fencing-token
                            counter, the change counter of writers with no registration
@@ -6,7 +6,8 @@
                            (or replaces) it, never by a run (issue 20 item 18)
     procsched_tasks        its state: what claims, run ends and control change
     procsched_runs         one row per attempt, kept ``keep_runs`` runs per task
-    procsched_skipped      slots not run and why, kept ``keep_runs`` per task
+    procsched_skipped      slots not run and why, kept ``keep_runs`` rows per task (a row:
+                           ``slots`` slots ``period_ns`` apart from ``slot_ns``, schema 3)
     procsched_schedulers   registered instances: lease, fencing token, change counter,
                            published status (workers, standby)
     procsched_limits       shared limits: at most ``lim`` runs of a group in flight
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 #: The schema this procsched writes. A store with a higher version was
 #: written by a newer procsched and is refused; a lower one is migrated.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Column lists, in the order the row readers (RunRecord, Holder) expect;
 # _RUN_COLS: schema 1's run columns (the migration and the stores' modules use them).
 SCHED_COLS = "id, token, host, pid, lease_ns, lease_until_ns, heartbeat_ns"
@@ -101,8 +102,20 @@ _NEW_TABLES = [
 ]
 
 
+# New in schema 3: a skipped row stands for a run of a fixed-rate task's grid
+# points (one row where schema 2 wrote one per slot: a late task drops them by
+# the thousand a second). A schema-2 writer's rows are single slots still.
+_SKIPPED_COLUMNS_3 = ("period_ns BIGINT NOT NULL DEFAULT 0", "slots BIGINT NOT NULL DEFAULT 1")
+
+
+def migration_3() -> list[str]:
+    """Schema 2 -> 3: the skipped rows' columns (an instance of schema 2
+    still writes and reads them right: its rows are the defaults)."""
+    return [f"ALTER TABLE procsched_skipped ADD COLUMN {col}" for col in _SKIPPED_COLUMNS_3]
+
+
 def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:
-    """The statements that create an empty store of schema 2."""
+    """The statements that create an empty store of schema 3."""
     fmt = {"blob": blob, "serial": serial, "runs_suffix": runs_suffix}
     return [
         (
@@ -119,6 +132,7 @@ def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:
             lease_ns BIGINT NOT NULL, lease_until_ns BIGINT NOT NULL, heartbeat_ns BIGINT NOT NULL,
             changes BIGINT NOT NULL DEFAULT 0, status TEXT)""",
         *(stmt.format(**fmt) for stmt in _NEW_TABLES),
+        *migration_3(),
     ]
 
 

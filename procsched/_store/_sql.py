@@ -26,14 +26,14 @@ DDL, ``_rows.py`` reads a task's row by name, ``_writes.py`` writes
 batches (the rules below are its ops'), ``_control.py`` is control from
 outside, ``_views.py`` the read model.
 
-- *Schema versions.* This release writes schema 2 and reads 1 and 2: a
-  schema-1 store is migrated at its first open, in the transaction that
+- *Schema versions.* This release writes schema 3 and reads 1 to 3: an
+  older store is migrated at its first open, in the transaction that
   read its version (two instances opening it at once: one migrates, the
-  other finds schema 2), with nothing lost (``_schema.migration_2``) - and
-  only when no instance of the older release holds a live lease on it (its
-  writes would fail from then on: stop it first). A store of a higher
-  version is refused ("upgrade procsched"), as the older release refuses a
-  schema-2 store.
+  other finds schema 3), with nothing lost (``_schema.migration_2``, then
+  ``migration_3``) - from schema 1 only when no instance of the older
+  release holds a live lease on it (its writes would fail from then on:
+  stop it first). A store of a higher version is refused ("upgrade
+  procsched"), as the older release refuses a schema-3 store.
 
 - *Claims* (``Batch.started``). A claim names (key, run, attempt) and is won
   only if it is a claim the state row allows, decided on the row itself
@@ -352,6 +352,8 @@ class SQLStore:
         if target == 2:
             self._refuse_live_instances(cur)
             return _schema.migration_2(**self._dialect(), now_ns=self._now(cur))
+        if target == 3:
+            return _schema.migration_3()
         return self.MIGRATIONS.get(target, [])
 
     def _after_migration(self, cur: Any, target: int) -> None:

@@ -231,19 +231,29 @@ def runs(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[RunRecor
 
 
 def skipped(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[SkippedSlot]:
-    """The last ``n`` skipped slots of ``key`` (every task's if None), oldest first."""
-    cols = "key, slot_ns, reason, recorded_ns, holder"
+    """The last ``n`` skipped slots of ``key`` (every task's if None; at most
+    ``keep_runs`` of one task), oldest first. A row is ``slots`` slots
+    ``period_ns`` apart: the ``n`` rows whose last slots are the newest hold
+    the newest ``n`` slots."""
+    cols = "key, slot_ns, reason, recorded_ns, holder, period_ns, slots"
     if key is None:
         rows = store._x(
-            cur, f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns DESC, key DESC LIMIT ?", (n,)
+            cur,
+            f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns + period_ns * (slots - 1) DESC, key DESC LIMIT ?",
+            (n,),
         ).fetchall()
     else:  # (a task's rows are trimmed to keep_runs now and then: see _writes._skip_group)
+        n = min(n, store.keep_runs)
         rows = store._x(
-            cur,
-            f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?",
-            (key, min(n, store.keep_runs)),
+            cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
         ).fetchall()
-    return [SkippedSlot(*r) for r in reversed(rows)]
+    slots = [
+        SkippedSlot(k, first + i * period, reason, recorded, holder)
+        for k, first, reason, recorded, holder, period, count in rows
+        for i in range(max(0, count - n), count)
+    ]
+    slots.sort(key=lambda s: (s.slot_ns, s.key))
+    return slots[-n:] if n > 0 else []
 
 
 def merge(last_runs: list[RunRecord], last_skipped: list[SkippedSlot], n: int) -> list[RunRecord | SkippedSlot]:

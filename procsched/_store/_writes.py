@@ -721,22 +721,16 @@ def _op_unloadable(store: StoreAccess, cur: Any, c: Commit, op: Unloadable) -> N
 
 def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
     h = c.holder
+    recorded = c.now if op.recorded_ns is None else op.recorded_ns
     cur = store._x(
         cur,
-        "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
-        (
-            op.key,
-            op.slot_ns,
-            op.reason,
-            c.now if op.recorded_ns is None else op.recorded_ns,
-            None if h is None else h.id,
-        ),
+        f"{_INSERT_SKIP} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
+        (op.key, op.slot_ns, op.reason, recorded, None if h is None else h.id, op.period_ns, op.slots),
     )
     if cur.rowcount != 1:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
-    store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + 1 WHERE key = ?", (op.key,))
+    store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?", (op.slots, op.key))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
 
 
@@ -745,8 +739,8 @@ _TRIM_SKIPPED = (
     "DELETE FROM procsched_skipped WHERE key = ? AND slot_ns < (SELECT s.slot_ns FROM "
     "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)"
 )
-_INSERT_SKIP = "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder)"
-#: Skipped slots inserted per statement with RETURNING (5 parameters each).
+_INSERT_SKIP = "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder, period_ns, slots)"
+#: Skipped rows inserted per statement with RETURNING (7 parameters each).
 _SKIP_ROWS = 500
 
 
@@ -772,28 +766,30 @@ def _skips_gathered(ops: list[Op]) -> list[Op]:
 
 
 def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -> None:
-    """Skipped slots set-wise: what ``_op_skipped`` does to each, with their
-    rows in one statement per ``_SKIP_ROWS`` (RETURNING the ones not recorded
-    before: a slot recorded twice keeps its first reason and is counted
-    once), then each task's counters and trim once; of more than
-    ``keep_runs`` slots of one task only the newest are written (the older
-    would be trimmed at once), the older counted unless recorded before. A
-    late fixed-rate task drops slots by the thousand a second; three
-    statements for each made recording them the store's bottleneck (keyed
-    runs/s fell ~10x, ``python -m benchmarks.durable``)."""
+    """Skipped rows set-wise: what ``_op_skipped`` does to each, in one
+    statement per ``_SKIP_ROWS`` (RETURNING the ones not recorded before: a
+    row whose first slot is recorded already keeps its first reason and is
+    not counted again), then each task's counters and trim once; of more
+    than ``keep_runs`` rows of one task only the newest are written (the
+    older would be trimmed at once), the older counted unless recorded
+    before. A late fixed-rate task drops slots by the thousand a second:
+    one row per run of them (``Batch.skipped``'s ``slots``), and three
+    statements for each made recording them the store's bottleneck
+    (keyed runs/s fell ~10x, ``python -m benchmarks.durable``)."""
     holder = None if c.holder is None else c.holder.id
     first: dict[str, dict[int, tuple[Any, ...]]] = {}
     for op in group:
-        slots = first.setdefault(op.key, {})
-        if op.slot_ns not in slots:
+        rows_of = first.setdefault(op.key, {})
+        if op.slot_ns not in rows_of:
             recorded = c.now if op.recorded_ns is None else op.recorded_ns
-            slots[op.slot_ns] = (op.key, op.slot_ns, op.reason, recorded, holder)
+            rows_of[op.slot_ns] = (op.key, op.slot_ns, op.reason, recorded, holder, op.period_ns, op.slots)
     rows: list[tuple[Any, ...]] = []
     new: dict[tuple[str, str], int] = {}
-    for key, slots in first.items():
-        kept = sorted(slots)
+    added: dict[str, int] = {}  # rows written per task
+    for key, rows_of in first.items():
+        kept = sorted(rows_of)
         older, kept = kept[: -store.keep_runs], kept[-store.keep_runs :]
-        rows += [slots[slot] for slot in kept]
+        rows += [rows_of[slot] for slot in kept]
         if older:  # trimmed as soon as written: only counted, unless recorded before
             there = store._x(
                 cur,
@@ -803,23 +799,23 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
             known = {int(r[0]) for r in there}
             for slot in older:
                 if slot not in known:
-                    reason = slots[slot][2]
-                    new[key, reason] = new.get((key, reason), 0) + 1
-    for key, reason in _insert_skips(store, cur, rows):
-        new[key, reason] = new.get((key, reason), 0) + 1
+                    _, _, reason, _, _, _, slots = rows_of[slot]
+                    new[key, reason] = new.get((key, reason), 0) + slots
+    for key, reason, slots in _insert_skips(store, cur, rows):
+        new[key, reason] = new.get((key, reason), 0) + slots
+        added[key] = added.get(key, 0) + 1
     for reason in sorted({reason for _, reason in new}):
         column = f"skipped_{reason}"  # (one of SKIP_REASONS: Batch.skipped checks)
         cur.executemany(
             store._q(f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?"),
             [(n, key) for (key, r), n in sorted(new.items()) if r == reason],
         )
-    # Trimmed every keep_runs // 2 slots written, not at each batch: the trim
-    # walks keep_runs index entries, and a late task writes a few slots a
-    # batch. A task keeps at most 1.5 x keep_runs rows; reads return keep_runs.
+    # Trimmed every keep_runs // 2 rows written, not at each batch: the trim
+    # walks keep_runs index entries, and a late task writes a row a batch.
+    # A task keeps at most 1.5 x keep_runs rows; reads return keep_runs slots.
     untrimmed, every, trim = store._untrimmed, max(1, store.keep_runs // 2), []
-    for (key, _), n in sorted(new.items()):
-        untrimmed[key] = untrimmed.get(key, 0) + n
-    for key in sorted({key for key, _ in new}):
+    for key in sorted(added):
+        untrimmed[key] = untrimmed.get(key, 0) + added[key]
         if untrimmed[key] >= every:
             trim.append((key, key, store.keep_runs - 1))
             untrimmed[key] = 0
@@ -827,28 +823,29 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
         cur.executemany(store._q(_TRIM_SKIPPED), trim)
 
 
-def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
-    """Insert skipped slots' ``rows``, a slot recorded before left as it is;
-    (key, reason) of each inserted. SQLite: one prepared statement for all
-    (``executemany``) when none was recorded before - the rule - else
-    rolled back to a savepoint and done with RETURNING."""
+def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> list[tuple[str, str, int]]:
+    """Insert skipped ``rows``, a row whose first slot is recorded already
+    left as it is; (key, reason, slots) of each inserted. SQLite: one
+    prepared statement for all (``executemany``) when none was recorded
+    before - the rule - else rolled back to a savepoint and done with
+    RETURNING."""
     if not store._pg:
         cur.execute("SAVEPOINT procsched_skips")
-        cur.executemany(_INSERT_SKIP + " VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING", rows)
+        cur.executemany(_INSERT_SKIP + " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING", rows)
         if cur.rowcount == len(rows):
             cur.execute("RELEASE SAVEPOINT procsched_skips")
-            return [(row[0], row[2]) for row in rows]
+            return [(row[0], row[2], row[6]) for row in rows]
         cur.execute("ROLLBACK TO SAVEPOINT procsched_skips")
         cur.execute("RELEASE SAVEPOINT procsched_skips")
-    inserted: list[tuple[str, str]] = []
+    inserted: list[tuple[str, str, int]] = []
     for i in range(0, len(rows), _SKIP_ROWS):
         chunk = rows[i : i + _SKIP_ROWS]
         if store._pg:
-            values, params = _values(chunk, ("text", "bigint", "text", "bigint", "text"))
+            values, params = _values(chunk, ("text", "bigint", "text", "bigint", "text", "bigint", "bigint"))
         else:
-            values, params = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)), [x for row in chunk for x in row]
-        sql = f"{_INSERT_SKIP} VALUES {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason"
-        inserted += [(r[0], r[1]) for r in store._x(cur, sql, params).fetchall()]
+            values, params = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk)), [x for row in chunk for x in row]
+        sql = f"{_INSERT_SKIP} VALUES {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason, slots"
+        inserted += [(r[0], r[1], int(r[2])) for r in store._x(cur, sql, params).fetchall()]
     return inserted
 
 

@@ -56,7 +56,7 @@ def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
     assert before["fence"][0][0] == 1
     store = open_store(old_url)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 2
+        assert store.schema_version() == SCHEMA_VERSION == 3
         loaded = store.load()
         tasks = {t.key: t for t in loaded.tasks}
         assert sorted(tasks) == [row[0] for row in before["tasks"]]
@@ -157,16 +157,16 @@ def test_a_schema_1_store_migrates_with_nothing_lost(old_url):
         assert not store.claim_run(me, "tick", nxt + 1, 1, tick.next_due_ns - 100_000_000)
     finally:
         store.close()
-    # a second open finds schema 2 and changes nothing
+    # a second open finds schema 3 and changes nothing
     again = open_store(old_url)
-    assert again.schema_version() == 2 and len(again.jobs()) == 7
+    assert again.schema_version() == 3 and len(again.jobs()) == 7
     again.close()
 
 
 def test_the_older_release_refuses_the_migrated_store(old_url):
     store = open_store(old_url)
     store.close()
-    with pytest.raises(StoreError, match=r"schema version 2 .*upgrade procsched"):
+    with pytest.raises(StoreError, match=r"schema version 3 .*upgrade procsched"):
         type("Schema1Reader", (type(store),), {"SCHEMA_VERSION": 1})(old_url)
 
 
@@ -181,7 +181,7 @@ def test_no_migration_under_a_live_older_instance(old_url):
     assert schema1.rows(old_url, "SELECT version FROM procsched_version") == [(1,)]
     schema1.shift(old_url, now)  # its lease ended a second ago
     store = open_store(old_url)
-    assert store.schema_version() == 2
+    assert store.schema_version() == 3
     store.close()
 
 
@@ -201,7 +201,7 @@ def test_two_instances_opening_a_schema_1_store_at_once(old_url):
         t.start()
     for t in threads:
         t.join(60)
-    assert results == [(2, 7), (2, 7)]
+    assert results == [(3, 7), (3, 7)]
 
 
 @pytest.mark.timeout(60)

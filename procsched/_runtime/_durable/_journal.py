@@ -466,9 +466,9 @@ class Journal(Durable):
         self.synced, self.seen = events, len(events)
 
     def _skipped(self, ev: m.RunSkipped, key: str) -> None:
-        """A slot that did not run: recorded with its reason; a task that
-        ended there (its last slot) is deleted, as after its last run."""
-        self.batch.skipped(key, ev.wall_ns, ev.reason)
+        """Slots that did not run: recorded with their reason (as one row); a
+        task that ended there (its last slot) is deleted, as after its last run."""
+        self.batch.skipped(key, ev.wall_ns, ev.reason, period_ns=ev.period_ns, slots=ev.slots)
         if ev.state is not None and not self.closing:
             self.batch.delete(key)
             self.keys.pop(ev.task_id, None)

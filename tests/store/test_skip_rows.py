@@ -1,0 +1,109 @@
+"""A run of skipped grid points is one row (schema 3): read back slot by
+slot, counted by its slots, kept and trimmed by rows; schema 2 migrates.
+On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from procsched._store import SkippedSlot, TaskDefinition, TaskState, open_store
+from procsched._store._schema import migration_3, schema
+
+P = 1_000_000_000
+T0 = 1_700_000_000 * P
+
+
+def add(store, key="k"):
+    b = store.batch()
+    b.upsert(
+        TaskDefinition(key, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {}),
+        TaskState(next_due_ns=T0),
+    )
+    assert b.commit().ok
+
+
+def slots(store, key="k", n=100):
+    return [(x.slot_ns - T0) // P for x in store.history(key, n, skipped=True) if isinstance(x, SkippedSlot)]
+
+
+def test_a_run_of_slots_reads_back_slot_by_slot_and_counts_each(store):
+    add(store)
+    h = store.register()
+    b = store.batch(h)
+    b.skipped("k", T0 + 10 * P, "misfire", period_ns=P, slots=5)
+    b.skipped("k", T0 + 20 * P, "overlap")
+    assert b.commit().ok
+    assert slots(store) == [10, 11, 12, 13, 14, 20]
+    both = store.history("k", 3, skipped=True)  # the newest 3 slots, oldest first
+    assert [(x.slot_ns - T0) // P for x in both] == [13, 14, 20]
+    assert {x.holder for x in both} == {h.id} and {x.reason for x in both} == {"misfire", "overlap"}
+    assert store.counts().skipped["misfire"] == 5 and store.counts().by_job["k"][1]["overlap"] == 1
+    # the same run again (a retried commit): recorded once, counted once
+    b = store.batch(h)
+    b.skipped("k", T0 + 10 * P, "late", period_ns=P, slots=5)
+    assert b.commit().ok
+    assert slots(store) == [10, 11, 12, 13, 14, 20]
+    assert store.counts().skipped == {"overlap": 1, "misfire": 5, "late": 0, "paused": 0, "down": 0}
+    store.close()
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one batch", "batch by batch"])
+def test_rows_are_kept_keep_runs_per_task_and_read_as_the_newest_slots(store_url, together):
+    store = open_store(store_url, keep_runs=3)
+    add(store)
+    add(store, "other")
+    h = store.register()
+    b = store.batch(h)
+    for i in range(8):  # 8 runs of 4 slots: 32 slots, 8 rows
+        if not together:
+            b = store.batch(h)
+        b.skipped("k", T0 + 10 * i * P, "misfire", period_ns=P, slots=4)
+        b.skipped("other", T0 + (10 * i + 5) * P, "overlap")
+        if not together:
+            assert b.commit().ok
+    if together:
+        assert b.commit().ok
+    # at most keep_runs (3) slots of a task are read, the newest
+    assert slots(store) == [71, 72, 73]
+    assert slots(store, n=2) == [72, 73]
+    assert store.counts().skipped["misfire"] == 32 and store.counts().skipped["overlap"] == 8
+    # every task's: the newest slots across rows that overlap in time
+    every = [((x.slot_ns - T0) // P, x.key) for x in store.history(None, 5, skipped=True)]
+    assert every == [(70, "k"), (71, "k"), (72, "k"), (73, "k"), (75, "other")]
+    store.close()
+
+
+def test_a_run_of_slots_is_checked_at_the_call(store):
+    b = store.batch()
+    for kw in ({"slots": 0}, {"slots": 2}, {"slots": 2, "period_ns": -P}, {"slots": 1.5, "period_ns": P}):
+        with pytest.raises(ValueError, match="slots|period_ns"):
+            b.skipped("k", T0, "misfire", **kw)
+    assert b.ops == []
+    store.close()
+
+
+def test_a_schema_2_store_migrates_its_skipped_rows(tmp_path):
+    """Schema 2 wrote one row per slot, without the new columns: at the
+    first open they gain them and read as single slots."""
+    path = tmp_path / "two.db"
+    con = sqlite3.connect(path)
+    three = schema("BLOB", "INTEGER PRIMARY KEY AUTOINCREMENT", " WITHOUT ROWID")
+    for stmt in three[: len(three) - len(migration_3())]:
+        con.execute(stmt)
+    con.execute("INSERT INTO procsched_version (id, version, written_by, fence) VALUES (1, 2, 'procsched 2', 0)")
+    con.execute(
+        "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder) VALUES (?, ?, ?, ?, NULL)",
+        ("k", T0 + 3 * P, "down", T0),
+    )
+    con.commit()
+    con.close()
+    store = open_store(str(path))
+    assert store.schema_version() == 3
+    add(store)
+    b = store.batch(store.register())
+    b.skipped("k", T0 + 4 * P, "misfire", period_ns=P, slots=2)
+    assert b.commit().ok
+    assert slots(store) == [3, 4, 5]
+    store.close()
