@@ -80,6 +80,11 @@ class Finished(NamedTuple):
     reason: str | None = None
     worker_pid: int | None = None
     output: str | None = None
+    # The misfire slots this end dropped, written on its run's row (the store
+    # folds a "misfire" Skipped op that follows its end into it: _writes).
+    skip_first_ns: int | None = None
+    skip_period_ns: int = 0
+    skip_slots: int = 0
 
 
 class Skipped(NamedTuple):

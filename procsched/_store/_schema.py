@@ -5,7 +5,8 @@
     procsched_definitions  a keyed task's definition: written when the program schedules
                            (or replaces) it, never by a run (issue 20 item 18)
     procsched_tasks        its state: what claims, run ends and control change
-    procsched_runs         one row per attempt, kept ``keep_runs`` runs per task
+    procsched_runs         one row per attempt, kept ``keep_runs`` runs per task (with the
+                           misfire slots its end dropped, schema 3)
     procsched_skipped      slots not run and why, kept ``keep_runs`` rows per task (a row:
                            ``slots`` slots ``period_ns`` apart from ``slot_ns``, schema 3)
     procsched_schedulers   registered instances: lease, fencing token, change counter,
@@ -104,14 +105,24 @@ _NEW_TABLES = [
 
 # New in schema 3: a skipped row stands for a run of a fixed-rate task's grid
 # points (one row where schema 2 wrote one per slot: a late task drops them by
-# the thousand a second). A schema-2 writer's rows are single slots still.
+# the thousand a second), and the misfire slots a run's end dropped are kept on
+# its run's row (no row, no page of their own: a late task's every commit had
+# them). A schema-2 writer's rows are single slots still, its runs drop none.
 _SKIPPED_COLUMNS_3 = ("period_ns BIGINT NOT NULL DEFAULT 0", "slots BIGINT NOT NULL DEFAULT 1")
+_RUN_COLUMNS_3 = (
+    "skip_first_ns BIGINT",
+    "skip_period_ns BIGINT NOT NULL DEFAULT 0",
+    "skip_slots BIGINT NOT NULL DEFAULT 0",
+)
 
 
 def migration_3() -> list[str]:
-    """Schema 2 -> 3: the skipped rows' columns (an instance of schema 2
-    still writes and reads them right: its rows are the defaults)."""
-    return [f"ALTER TABLE procsched_skipped ADD COLUMN {col}" for col in _SKIPPED_COLUMNS_3]
+    """Schema 2 -> 3: the skipped rows' and the runs' new columns (an
+    instance of schema 2 still writes and reads them right: its rows get
+    the defaults)."""
+    return [f"ALTER TABLE procsched_skipped ADD COLUMN {col}" for col in _SKIPPED_COLUMNS_3] + [
+        f"ALTER TABLE procsched_runs ADD COLUMN {col}" for col in _RUN_COLUMNS_3
+    ]
 
 
 def schema(blob: str, serial: str, runs_suffix: str) -> list[str]:

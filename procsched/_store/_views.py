@@ -230,30 +230,46 @@ def runs(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[RunRecor
     return [RunRecord(*r) for r in reversed(rows)]
 
 
+#: A skipped slot's row, and the misfire slots a run's end dropped (on its
+#: run's row: recorded when it ended, by its holder), as the same columns.
+_OWN = "key, slot_ns, reason, recorded_ns, holder, period_ns, slots"
+_ON_RUNS = "key, skip_first_ns, 'misfire', finished_ns, holder, skip_period_ns, skip_slots"
+
+
 def skipped(store: StoreAccess, cur: Any, key: str | None, n: int) -> list[SkippedSlot]:
     """The last ``n`` skipped slots of ``key`` (every task's if None; at most
     ``keep_runs`` of one task), oldest first. A row is ``slots`` slots
-    ``period_ns`` apart: the ``n`` rows whose last slots are the newest hold
-    the newest ``n`` slots."""
-    cols = "key, slot_ns, reason, recorded_ns, holder, period_ns, slots"
+    ``period_ns`` apart: of each table, the ``n`` rows whose last slots are
+    the newest hold its newest ``n`` slots. A slot found twice is listed once."""
     if key is None:
         rows = store._x(
             cur,
-            f"SELECT {cols} FROM procsched_skipped ORDER BY slot_ns + period_ns * (slots - 1) DESC, key DESC LIMIT ?",
+            f"SELECT {_OWN} FROM procsched_skipped ORDER BY slot_ns + period_ns * (slots - 1) DESC, key DESC LIMIT ?",
             (n,),
         ).fetchall()
-    else:  # (a task's rows are trimmed to keep_runs now and then: see _writes._skip_group)
+        rows += store._x(
+            cur,
+            f"SELECT {_ON_RUNS} FROM procsched_runs WHERE skip_slots > 0 "
+            "ORDER BY skip_first_ns + skip_period_ns * (skip_slots - 1) DESC, key DESC LIMIT ?",
+            (n,),
+        ).fetchall()
+    else:  # (a task's rows are trimmed to keep_runs now and then: see _writes)
         n = min(n, store.keep_runs)
         rows = store._x(
-            cur, f"SELECT {cols} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
+            cur, f"SELECT {_OWN} FROM procsched_skipped WHERE key = ? ORDER BY slot_ns DESC LIMIT ?", (key, n)
         ).fetchall()
-    slots = [
-        SkippedSlot(k, first + i * period, reason, recorded, holder)
-        for k, first, reason, recorded, holder, period, count in rows
-        for i in range(max(0, count - n), count)
-    ]
-    slots.sort(key=lambda s: (s.slot_ns, s.key))
-    return slots[-n:] if n > 0 else []
+        rows += store._x(
+            cur,
+            f"SELECT {_ON_RUNS} FROM procsched_runs WHERE key = ? AND skip_slots > 0 "
+            "ORDER BY run DESC, attempt DESC LIMIT ?",
+            (key, n),
+        ).fetchall()
+    slots: dict[tuple[str, int], SkippedSlot] = {}
+    for k, first, reason, recorded, holder, period, count in rows:
+        for i in range(max(0, count - n), count):
+            slots.setdefault((k, first + i * period), SkippedSlot(k, first + i * period, reason, recorded, holder))
+    newest = sorted(slots, key=lambda ks: (ks[1], ks[0]))[-n:] if n > 0 else []
+    return [slots[ks] for ks in newest]
 
 
 def merge(last_runs: list[RunRecord], last_skipped: list[SkippedSlot], n: int) -> list[RunRecord | SkippedSlot]:

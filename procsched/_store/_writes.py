@@ -40,7 +40,7 @@ _REPLACE_RUN = (
     "ON CONFLICT (key, run, attempt) DO UPDATE SET scheduled_ns = excluded.scheduled_ns, "
     "started_ns = excluded.started_ns, finished_ns = NULL, host = excluded.host, pid = excluded.pid, "
     "outcome = NULL, error_type = NULL, error_message = NULL, holder = excluded.holder, "
-    "token = excluded.token"
+    "token = excluded.token, skip_first_ns = NULL, skip_period_ns = 0, skip_slots = 0"
 )
 
 # A claimed run's row: it replaces one left by an earlier task of the same key
@@ -52,7 +52,8 @@ _INSERT_RUN = f"""INSERT INTO procsched_runs ({RUN_COLS})
 _RUN_COUNTER_SETS = ", ".join(f"{c} = {c} + ?" for c in _schema.RUN_COUNTERS)
 # The end of a run: its row (fenced), then the task's state (see "Finishing").
 _END_RUN = """UPDATE procsched_runs SET finished_ns = ?, outcome = ?, error_type = ?, error_message = ?,
-    error_traceback = ?, reason = ?, worker_pid = COALESCE(?, worker_pid), output = ?, retry_due_ns = ?
+    error_traceback = ?, reason = ?, worker_pid = COALESCE(?, worker_pid), output = ?, retry_due_ns = ?,
+    skip_first_ns = ?, skip_period_ns = ?, skip_slots = ?
     WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL AND holder = ? AND token = ?"""
 _OTHER_HOLDER = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = procsched_tasks.key AND r.outcome IS NULL
     AND NOT (r.run = ? AND r.attempt = ?) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
@@ -61,7 +62,7 @@ _RESCHEDULE = f"""UPDATE procsched_tasks SET next_due_ns = CASE WHEN sched_run =
     in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END,
     holder = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="holder")} END,
     token = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="token")} END,
-    last_outcome = ?, {_RUN_COUNTER_SETS}, updated_ns = ? WHERE key = ?"""
+    last_outcome = ?, {_RUN_COUNTER_SETS}, skipped_misfire = skipped_misfire + ?, updated_ns = ? WHERE key = ?"""
 _TRIM = "DELETE FROM procsched_runs WHERE key = ? AND run <= ? AND outcome IS NOT NULL"
 # The set-wise claim (SQLite: executemany): a new scheduled run of a task with
 # no group and no retry due - the claims of a busy turn. Anything else, and any
@@ -149,7 +150,7 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     (status, holder.id, holder.token),
                 )
         _lock_keys(store, cur, ops, isolate)
-        for kind, group in _groups(_skips_gathered(ops)):
+        for kind, group in _groups(_skips_gathered(_misfires_folded(ops))):
             if isolate:
                 for op in group:
                     _isolated(store, cur, c, op)
@@ -463,6 +464,9 @@ def _end_params(op: Finished, h: Holder) -> tuple[Any, ...]:
         op.worker_pid,
         op.output,
         retry_due,
+        op.skip_first_ns,
+        op.skip_period_ns,
+        op.skip_slots,
         op.key,
         op.run,
         op.attempt,
@@ -476,7 +480,8 @@ def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
     next_due = (op.run, op.next_due_ns)  # CASE WHEN sched_run = ? THEN ? ...
     next_attempt = (op.run, op.run, op.attempt + 1 if op.retry else 1)  # ... AND run_count = ? THEN ? ...
     other_holder = (op.run, op.attempt) * 2  # the holder and token of another run in flight
-    return (*next_due, *next_attempt, *other_holder, op.outcome, *_outcome_counts(op.outcome), now, op.key)
+    counts = (*_outcome_counts(op.outcome), op.skip_slots)
+    return (*next_due, *next_attempt, *other_holder, op.outcome, *counts, now, op.key)
 
 
 def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
@@ -537,10 +542,13 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             op.worker_pid,
             op.output,
             op.next_due_ns if op.retry else None,
+            op.skip_first_ns,
+            op.skip_period_ns,
+            op.skip_slots,
         )
         for op in group
     ]
-    types = "text bigint int text bigint bigint int text text text text int text bigint"
+    types = "text bigint int text bigint bigint int text text text text int text bigint bigint bigint bigint"
     values, params = _values(rows, tuple(types.split()))
     counters = ", ".join(
         f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
@@ -553,12 +561,13 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
         for r in store._x(
             cur,
             f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
-            next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns)
-            AS (VALUES {values}),
+            next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns,
+            skip_first_ns, skip_period_ns, skip_slots) AS (VALUES {values}),
         done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
             error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
             reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
-            retry_due_ns = v.retry_due_ns
+            retry_due_ns = v.retry_due_ns, skip_first_ns = v.skip_first_ns, skip_period_ns = v.skip_period_ns,
+            skip_slots = v.skip_slots
             FROM v WHERE r.key = v.key AND r.run = v.run AND r.attempt = v.attempt AND r.outcome IS NULL
             AND r.holder = ? AND r.token = ? RETURNING r.key, r.run, r.attempt),
         resched AS (UPDATE procsched_tasks t SET
@@ -568,7 +577,7 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             next_due_ns = CASE WHEN t.sched_run = v.run THEN v.next_due_ns ELSE t.next_due_ns END,
             next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
                 ELSE t.next_attempt END,
-            last_outcome = v.outcome, {counters}, updated_ns = ?
+            last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots, updated_ns = ?
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
         SELECT key, run, attempt FROM done""",
             [*params, h.id, h.token, c.now],
@@ -742,6 +751,30 @@ _TRIM_SKIPPED = (
 _INSERT_SKIP = "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder, period_ns, slots)"
 #: Skipped rows inserted per statement with RETURNING (7 parameters each).
 _SKIP_ROWS = 500
+
+
+def _misfires_folded(ops: list[Op]) -> list[Op]:
+    """``ops`` with each "misfire" skip that follows its task's run end
+    (the engine reports the slots a run's end dropped right after it) put
+    on that end: written on the run's row, in the statements the end runs
+    anyway. A separate row cost a B-tree page per task a commit (a late
+    task's every commit: ~20 pages written instead of ~12). A skip whose
+    end is not in the batch, or was given one already, stays an op."""
+    if not any(isinstance(op, Skipped) and op.reason == "misfire" for op in ops):
+        return ops
+    out: list[Op] = []
+    ends: dict[str, int] = {}  # key -> the index in ``out`` of its last end with nothing folded in
+    for op in ops:
+        if isinstance(op, Finished):
+            ends[op.key] = len(out)
+        elif isinstance(op, Skipped) and op.reason == "misfire" and op.recorded_ns is None and op.key in ends:
+            i = ends.pop(op.key)
+            end = out[i]
+            assert isinstance(end, Finished)
+            out[i] = end._replace(skip_first_ns=op.slot_ns, skip_period_ns=op.period_ns, skip_slots=op.slots)
+            continue
+        out.append(op)
+    return out
 
 
 def _skips_gathered(ops: list[Op]) -> list[Op]:

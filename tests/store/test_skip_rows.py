@@ -107,3 +107,41 @@ def test_a_schema_2_store_migrates_its_skipped_rows(tmp_path):
     assert b.commit().ok
     assert slots(store) == [3, 4, 5]
     store.close()
+
+
+def test_the_misfire_slots_a_run_end_dropped_go_on_its_run_row(store):
+    """The engine reports the slots a run's end dropped right after the end:
+    the store writes them on the run's row, in the end's statements - read
+    back, counted and trimmed as any skipped slot; a stale end records neither."""
+    add(store)
+    add(store, "other")
+    h = store.register()
+    b = store.batch(h)
+    b.started("k", 1, 1, T0)
+    b.started("other", 1, 1, T0)
+    assert b.commit().ok
+    b = store.batch(h)
+    b.finished("k", 1, 1, "ok", T0 + P // 2, T0 + 4 * P)
+    b.finished("other", 1, 1, "ok", T0 + P // 2, T0 + 2 * P)
+    b.skipped("k", T0 + P, "misfire", period_ns=P, slots=3)
+    b.skipped("k", T0 + 9 * P, "misfire")  # a second one for that end: a row of its own
+    b.skipped("other", T0 + P, "overlap")  # another reason: a row of its own
+    b.started("k", 2, 1, T0 + 4 * P)
+    assert b.commit().ok
+    assert slots(store) == [1, 2, 3, 9] and slots(store, "other") == [1]
+    three = store.history("k", 100, skipped=True)[1]
+    assert (three.slot_ns, three.reason, three.holder, three.recorded_ns) == (T0 + P, "misfire", h.id, T0 + P // 2)
+    assert store.counts().skipped["misfire"] == 4 and store.counts().skipped["overlap"] == 1
+    assert _own_rows(store, "k") == 1  # the 3 slots are on run 1's row
+    # an end this holder does not hold (run 5 was never claimed): neither it nor its slots are recorded
+    b = store.batch(h)
+    b.finished("k", 5, 1, "ok", T0 + 5 * P, T0 + 8 * P)
+    b.skipped("k", T0 + 5 * P, "misfire", period_ns=P, slots=3)
+    assert b.commit().stale == [("k", 5, 1)]
+    assert slots(store) == [1, 2, 3, 9] and store.counts().skipped["misfire"] == 4
+    store.close()
+
+
+def _own_rows(store, key):
+    with store._tx("counting", write=False) as cur:
+        return store._x(cur, "SELECT count(*) FROM procsched_skipped WHERE key = ?", (key,)).fetchone()[0]
