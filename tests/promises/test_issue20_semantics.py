@@ -24,9 +24,10 @@ import psutil
 import pytest
 
 import procsched
+from procsched._store import open_store
 from tests.campaign import storesql
 from tests.promises import tasks
-from tests.promises.helpers import ROOT, make_fifo, release, starts, wait_until
+from tests.promises.helpers import ROOT, log, make_fifo, release, starts, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 TASKS = "tests.promises.tasks"
@@ -85,6 +86,57 @@ def test_a_store_outage_stops_keyed_runs_only_and_shutdown_still_returns(schedul
     finally:
         lock.execute("ROLLBACK")
         lock.close()
+
+
+def test_a_store_out_for_everyone_past_the_lease_takes_over_no_one(schedulers, tmp_path) -> None:
+    """The store refuses every instance's writes for longer than the lease
+    (a lock here; a database restart, a dropped network): every lease
+    expires at once. The first instance to write again must not take over
+    the others - their runs, done meanwhile and waiting to be recorded,
+    would be recorded crashed and run again (the fault campaign, seed 726:
+    a one-shot ran to completion twice). Each waits a lease after it can
+    write again, and the others renew theirs meanwhile."""
+    db = str(tmp_path / "store.db")
+    out = str(tmp_path / "runs.log")
+    url = f"sqlite:///{db}?busy_timeout=0.1"
+    handles = {}
+    for name in ("a", "b"):
+        s = schedulers(1, store=url, lease=1.0)
+        fifo = make_fifo(str(tmp_path / f"hold-{name}"))
+        retry = procsched.Retry(attempts=2, delay=0, on=["crashed"])
+        handles[name] = (s.schedule(tasks.hold, 0, args=(out, fifo, name), key=name, retry=retry), fifo)
+    wait_until(lambda: {x.tag for x in starts(out)} == {"a", "b"}, 30, "both runs to start (they hold)")
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")  # another process holds the write lock: the store is out for both
+    try:
+        for _, fifo in handles.values():
+            release(fifo)  # each run ends while its end cannot be recorded
+        wait_until(lambda: len([x for x in log(out) if x.ev == "end"]) == 2, 30, "both runs to end")
+        reader = sqlite3.connect(db)  # (WAL: reads go on beside the lock)
+
+        def expired() -> bool:
+            rows = reader.execute("SELECT lease_until_ns FROM procsched_schedulers").fetchall()
+            return len(rows) == 2 and all(until < time.time_ns() for (until,) in rows)
+
+        wait_until(expired, 30, "both leases to expire")
+        reader.close()
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    store = open_store(db)
+    try:
+        wait_until(
+            lambda: all(r.outcome for k in ("a", "b") for r in store.history(k)) and len(store.history(None)) >= 2,
+            30,
+            "both runs' ends to be recorded",
+        )
+        for name in ("a", "b"):
+            assert [(r.attempt, r.outcome) for r in store.history(name)] == [(1, "ok")], name
+    finally:
+        store.close()
+    assert sorted((x.tag, x.attempt) for x in starts(out)) == [("a", 1), ("b", 1)]
+    for h, _ in handles.values():
+        assert h.result(timeout=30) is None
 
 
 # -- item 15: the forkserver's death ----------------------------------------------

@@ -165,6 +165,10 @@ class Journal(Durable):
         self.status_at = 0  # when to publish this instance's status next (its workers, its standby)
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
         self.retry_at: int | None = None  # not before: the next try of a failed commit
+        #: Since when (the dispatcher's clock) this scheduler can write to
+        #: the store: its start, or its first write after one that failed.
+        #: None while its writes fail. See ``may_take_over``.
+        self.writable_since: int | None = time.monotonic_ns()
         self.peers = Peers(self, lease_ns)
         self.limited = Limited()  # claims the store found over their group's shared limit: they wait
         self.requests = Requests(self, self.peers.interval, self.peers.standby)  # run now, backfill from outside
@@ -596,10 +600,14 @@ class Journal(Durable):
                 engine.take_back_given()
                 if self.renew_at:  # (not the first turn: nothing was read yet)
                     self.peers.sync_soon()
+                    self.writable_since = None  # (stopped with the others, e.g. a whole VM: see may_take_over)
             try:
-                if not self.store.renew_lease(self.holder, status=self.status(engine, now)):
+                if self.store.renew_lease(self.holder, status=self.status(engine, now)):
+                    self._wrote(now)
+                else:
                     self._fenced_out(engine, now)
             except StoreError as exc:
+                self.writable_since = None
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + self.lease_ns // 3
         if self.cancelled:
@@ -614,6 +622,25 @@ class Journal(Durable):
             return min(wake, self.retry_at)
         return wake
 
+    def may_take_over(self, now: int) -> bool:
+        """Whether this scheduler may take over another whose lease expired:
+        only once it has itself been able to write for a whole lease. A
+        store that refused every instance's writes (a lock, a database
+        restart, a dropped network) let every lease expire at once; the
+        first to write again would take over all the others and record
+        their runs crashed - runs still going, or done and waiting to be
+        recorded - to run them again (the fault campaign, seed 726: a
+        one-shot ran to completion twice). The same after a turn late by a
+        third of the lease (stopped, maybe with the others: a whole VM).
+        Within the lease the others renew theirs, if they are alive."""
+        since = self.writable_since
+        return since is not None and now - since >= self.lease_ns
+
+    def _wrote(self, now: int) -> None:
+        """A write to the store succeeded (a commit, a lease renewal)."""
+        if self.writable_since is None:
+            self.writable_since = now
+
     def recheck(self, engine: Engine, now: int) -> None:
         """A worker was stopped and continued (this scheduler too, likely):
         take back the runs given ahead that no worker has started and renew
@@ -624,10 +651,12 @@ class Journal(Durable):
         self.peers.sync_soon()  # what other schedulers changed meanwhile is followed before more runs start
         try:
             if self.store.renew_lease(self.holder):
+                self._wrote(now)
                 self.renew_at = now + self.lease_ns // 3
             else:
                 self._fenced_out(engine, now)
         except StoreError as exc:
+            self.writable_since = None
             engine.log(40, f"the store: renewing the lease failed ({exc})")
 
     def _fenced_out(self, engine: Engine, now: int) -> None:
@@ -654,6 +683,7 @@ class Journal(Durable):
             engine.log(40, f"the store: registering again failed ({exc})")
             return
         self.batch.holder = self.holder
+        self.writable_since = now  # (away for a lease or more: the others get one to renew theirs)
         self.peers.sync_soon()
 
     def status(self, engine: Engine, now: int) -> InstanceStatus:
@@ -702,6 +732,7 @@ class Journal(Durable):
             self._retry(engine, batch, mine, told, StoreError(f"{type(result).__name__}: {result}"), now)
             return
         else:
+            self._wrote(now)
             if self.retry_ns:
                 engine.log(30, "the store records again; the keyed runs that waited for it go on")
                 self.retry_ns = 0
@@ -774,6 +805,7 @@ class Journal(Durable):
         the batch is tried again with the next one, after a back-off (50 ms,
         doubling to 2 s). The user hears the rest of what happened (unkeyed
         tasks and the ends of runs go on; their records follow the store)."""
+        self.writable_since = None
         if not self.retry_ns:
             engine.log(
                 40,

@@ -95,6 +95,8 @@ class Journalled(Protocol):
 
     def expecting(self, key: str) -> bool: ...
 
+    def may_take_over(self, now: int) -> bool: ...
+
     def sync(self, events: list[Message]) -> None: ...
 
     def pass_over(self, events: list[Message]) -> None: ...
@@ -282,7 +284,7 @@ class Peers:
                     engine.emit(AdoptKey.wire(key))
             me = journal.holder
             for dead in holders:
-                if dead.id != me.id and dead.lease_until_ns < store_now:
+                if dead.id != me.id and dead.lease_until_ns < store_now and journal.may_take_over(now):
                     self.take_over(engine, dead, now, offset, by_key)
             for tid, due in list(self.standby.items()):
                 if engine.state(tid) is None:  # cancelled here, or ended
