@@ -25,6 +25,11 @@ from typing import Any
 
 import procsched
 
+if os.environ.get("CAMPAIGN_LOG_INFO"):  # (a replay's diagnosis: the procsched logger at INFO on stderr)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
 
 def resolve(ref: str) -> Any:
     module, _, name = ref.partition(":")

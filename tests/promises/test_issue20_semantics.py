@@ -139,6 +139,39 @@ def test_a_store_out_for_everyone_past_the_lease_takes_over_no_one(schedulers, t
         assert h.result(timeout=30) is None
 
 
+def test_a_row_due_at_a_slot_claimed_before_does_not_stall_its_task(schedulers, tmp_path) -> None:
+    """A task row whose due time is a slot claimed before (written stale:
+    the fault campaign, seed 807, a changed definition stored while that
+    slot ran elsewhere) refuses the claim made from it. With another
+    scheduler on the store, the loser went on standby for it - as did
+    every other, each waiting for another to run the task: it never ran
+    again. A claim the row still expects, refused with no run in flight,
+    is not another scheduler's: the loser takes the next slot not before now."""
+    db = str(tmp_path / "store.db")
+    out = str(tmp_path / "runs.log")
+    first = schedulers(1, store=db)
+    first.schedule_at_fixed_rate(tasks.mark, 0.2, args=(out, "k"), key="k")
+    wait_until(lambda: len(starts(out)) >= 2, 30, "two runs")
+    first.shutdown(wait=True)
+    store = open_store(db)
+    try:
+        other = store.register(lease_ns=120 * 10**9)  # another scheduler on the store, alive, running nothing
+        row = store.get("k")
+        assert row is not None and row.state.next_due_ns is not None
+        run, slot = row.state.run_count + 1, row.state.next_due_ns
+        b = store.batch(other)
+        b.started("k", run, 1, slot)
+        assert b.commit().ok
+        b = store.batch(other)
+        b.finished("k", run, 1, "ok", slot + 1, slot)  # its next due time: the slot it just ran (stale)
+        assert b.commit().ok
+        s = schedulers(1, store=db)
+        wait_until(lambda: any(x.run > run for x in starts(out)), 15, "the task to run again")
+        s.shutdown(wait=True)
+    finally:
+        store.close()
+
+
 # -- item 15: the forkserver's death ----------------------------------------------
 
 

@@ -80,6 +80,12 @@ def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
     return st.run_count, st.next_attempt, st.next_due_ns
 
 
+def next_claim(task: StoredTask) -> tuple[int, int]:
+    """The (run, attempt) the store's row of ``task`` allows next."""
+    st = task.state
+    return (st.run_count + 1, 1) if st.next_attempt == 1 else (st.run_count, st.next_attempt)
+
+
 class Journalled(Protocol):
     """What peers read and change of the dispatcher's journal (``_journal.Journal``)."""
 
@@ -153,17 +159,25 @@ class Peers:
     # -- a lost claim ------------------------------------------------------------
 
     def lost(self, engine: Engine, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
-        """Another scheduler won this run's claim: skip it, then realign the
+        """The store refused this run's claim: skip it, then realign the
         task from its row. What that changes here is the store's already: not
         written back (the skip's next due time, "not paused", written by the
-        loser, undid a pause the holder had stored: the fault campaign)."""
+        loser, undid a pause the holder had stored: the fault campaign).
+        Standby follows only if another scheduler won it: a row that still
+        expects this very claim, with no run in flight, refused its slot (a
+        slot claimed before: the row's due time was written stale, e.g. by a
+        definition stored while that slot ran elsewhere) - every scheduler
+        realigned to that due time lost it, and all of them on standby
+        waited for each other forever (the fault campaign, seed 807). The
+        realignment takes the next slot not before now instead."""
         with self.journal.unwritten(engine.events):
             engine.skip(worker, run, now)
             try:
                 task = self.journal.store.get(key)
                 if task is not None:
                     self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
-                    self.stand_by(engine, run.task_id, task)
+                    if task.holder is not None or next_claim(task) != (run.run, run.attempt):
+                        self.stand_by(engine, run.task_id, task)
             except Exception as exc:  # noqa: BLE001 - the next re-read tries again
                 engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
