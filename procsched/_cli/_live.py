@@ -90,11 +90,16 @@ class LiveView:
         used = sum(
             len(self.console.render_lines(p, self.console.options.update(width=width), pad=False)) for p in parts
         )
-        lines = recent_lines(recent, width, max(0, height - used - 1))
+        outputs = self.board.recent_outputs()
+        room = max(0, height - used - 1)
+        # With runs' output to show, the log lines take half the room at most:
+        # a busy log (a crash, skipped slots, each a line) must not push every
+        # job's output off the screen.
+        lines = recent_lines(recent, width, room // 2 if outputs else room)
         if lines:
             parts.append(Text("\n".join(lines), style="dim"))
             used += len(lines)
-        pane = _output_pane(self.board.recent_outputs(), height - used - 1, width)
+        pane = _output_pane(outputs, height - used - 1, width)
         if pane is not None:
             parts.append(pane)
         return Group(*parts)

@@ -126,6 +126,18 @@ def test_the_output_pane_gives_way_on_a_short_terminal() -> None:
     assert "workers" in screen  # the tables come first
 
 
+def test_a_busy_log_leaves_the_output_pane_room() -> None:
+    """The log lines take at most half the rows left: a burst of them (a
+    crash, skipped slots) once pushed every run's output off a 24-line
+    terminal under load."""
+    board = _board()
+    long = "heartbeat: 14 slots skipped (misfire), the last 12:00:00.100; " * 3
+    board.recent.extend(f"{i}: {long}" for i in range(5))
+    screen = _render(80, 30, board)
+    assert len(screen.splitlines()) <= 30
+    assert "recent" in screen and "│ Fatal Python error: Segmentation fault" in screen
+
+
 def test_after_shutdown_no_worker_is_busy() -> None:
     board = _board()
     board.stopped()
