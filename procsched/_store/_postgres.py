@@ -115,6 +115,9 @@ class PostgresStore(SQLStore):
     def __repr__(self) -> str:
         return f"<PostgresStore {redact(self.url)}{' read-only' if self.read_only else ''}>"
 
+    def _dropped(self) -> bool:
+        return self.conn is not None and (self.conn.closed or self.conn.broken)
+
     def _cursor(self) -> Any:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self._connect()

@@ -258,6 +258,11 @@ class SQLStore:
     def _after_error(self) -> None:
         """Called after a failed transaction was rolled back."""
 
+    def _dropped(self) -> bool:
+        """Did the last failure break an established connection (a network
+        drop, a server restart), so that a new one may do better? SQLite: never."""
+        return False
+
     def _row_fault(self, exc: BaseException) -> bool:
         """Is ``exc`` a refusal of one op's own data (isolate it), rather
         than a fault of the store (fail the batch)?"""
@@ -395,12 +400,23 @@ class SQLStore:
         # A store of this schema already is opened with a read: no writer's
         # lock to wait for (a SQLite file another process keeps locked for
         # a while opens at once; the writes that follow wait their turn).
-        with self._tx("opening the store", write=False) as cur:
-            row = (
-                self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()
-                if (self._has_schema(cur))
-                else None
-            )
+        # A connection dropped while it reads (made a moment ago: the server
+        # is there) is read again on a new one, twice at most: a drop at the
+        # instant a program starts must not stop it (the fault campaign, seed
+        # 917: Scheduler() raised StoreError). A store that cannot be reached
+        # fails at the connect, at once, as before.
+        for tries_left in (2, 1, 0):
+            try:
+                with self._tx("opening the store", write=False) as cur:
+                    row = (
+                        self._x(cur, "SELECT version FROM procsched_version WHERE id = 1").fetchone()
+                        if (self._has_schema(cur))
+                        else None
+                    )
+                break
+            except StoreError:
+                if not tries_left or not self._dropped():
+                    raise
         if row is not None and row[0] == self.SCHEMA_VERSION:
             self._keyring.told(self.describe)
             return

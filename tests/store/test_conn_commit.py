@@ -112,3 +112,18 @@ def test_a_scheduler_goes_on_after_a_commit_whose_answer_was_lost(proxy, pg_url,
             numbers = [r.run for r in runs]
             assert numbers == list(range(1, len(runs) + 1)), numbers  # none lost, none twice
             assert {r.outcome for r in runs[:-1]} == {"ok"}, [(r.run, r.outcome) for r in runs]
+
+
+def test_a_connection_dropped_while_the_store_opens_is_read_again(proxy, pg_url):
+    """A program that starts at the instant its connection drops (the fault
+    campaign, seed 917: Scheduler() raised StoreError) opens the store on a
+    new connection: the opening read is read again."""
+    url = proxy.url_for(_dbname(pg_url))
+    open_store(url).close()  # the schema is there: opening is a read
+    proxy.lose_next_commit(after=b"SELECT version FROM procsched_version")
+    store = open_store(url)
+    try:
+        assert proxy.cut.is_set()  # the first read's connection was cut
+        assert store.schema_version() == procsched._store.SCHEMA_VERSION
+    finally:
+        store.close()
