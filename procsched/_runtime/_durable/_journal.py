@@ -669,8 +669,8 @@ class Journal(Durable):
         for run in engine.take_back_given():
             claim = (run.task_id, run.run, run.attempt)
             known = self.claims.pop(claim, None)
-            if known is not None:
-                self.peers.lost(engine, None, run, known[2], now, self.offset)
+            if known is not None:  # (not recorded: the store never saw it, the task goes on from its row)
+                self.peers.lost(engine, None, run, known[2], now, self.offset, refused=known[0] == RECORDED)
         engine.log(
             40,
             f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
@@ -749,12 +749,14 @@ class Journal(Durable):
                 self._pauses_written(batch)
         if result is not None and not isinstance(result, BaseException) and result.limited:
             told = self.limited.wait(result.limited, mine, told, now, QUEUED)  # they wait: not started, not lost
-        gone = []
+        fenced = result is not None and not isinstance(result, BaseException) and result.fenced_out
+        gone, realign = [], []
         for claim, known in mine:
             if known[0] == QUEUED:
                 continue  # limited: claimed again later
             if (known[2], claim[1], claim[2]) in lost:
-                claims.pop(claim, None)
+                if claims.pop(claim, None) is not None:  # (else taken back and realigned by _fenced_out)
+                    realign.append(known)
                 gone.append(known)
             else:
                 known[0] = RECORDED
@@ -764,9 +766,9 @@ class Journal(Durable):
             self.told = _split_started(self.told, ids)[0]
         if told:
             self.emit(told)
-        for known in gone:  # another scheduler has it: the next slot
+        for known in realign:  # another scheduler has it: the next slot (fenced out: the store never saw it)
             run, key = known[1], known[2]
-            self.peers.lost(engine, self._unhold(run), run, key, now, self.offset)
+            self.peers.lost(engine, self._unhold(run), run, key, now, self.offset, refused=not fenced)
         self._release(carrier)
 
     def _pauses_written(self, batch: Any) -> None:

@@ -158,7 +158,9 @@ class Peers:
 
     # -- a lost claim ------------------------------------------------------------
 
-    def lost(self, engine: Engine, worker: Any, run: Any, key: str, now: int, offset: int) -> None:
+    def lost(
+        self, engine: Engine, worker: Any, run: Any, key: str, now: int, offset: int, refused: bool = True
+    ) -> None:
         """The store refused this run's claim: skip it, then realign the
         task from its row. What that changes here is the store's already: not
         written back (the skip's next due time, "not paused", written by the
@@ -169,12 +171,18 @@ class Peers:
         definition stored while that slot ran elsewhere) - every scheduler
         realigned to that due time lost it, and all of them on standby
         waited for each other forever (the fault campaign, seed 807). The
-        realignment takes the next slot not before now instead."""
+        realignment takes the next slot not before now instead.
+        ``refused`` False: the store never saw the claim (taken back here
+        when this scheduler found itself fenced out): the task goes on from
+        the row as it is, its slot included (catch_up runs the slots missed
+        meanwhile; the fault campaign, seed 913: they were dropped)."""
         with self.journal.unwritten(engine.events):
             engine.skip(worker, run, now)
             try:
                 task = self.journal.store.get(key)
-                if task is not None:
+                if task is not None and not refused:
+                    self.apply(engine, run.task_id, task, now, offset, force=True)
+                elif task is not None:
                     self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
                     if task.holder is not None or next_claim(task) != (run.run, run.attempt):
                         self.stand_by(engine, run.task_id, task)
