@@ -18,7 +18,8 @@ The checks (each a function below, each violation with its evidence):
   every attempt the store says ended ``ok`` ran;
 - ``in flight``: nothing is left in flight once every instance has shut down;
 - ``slot lost``: every slot of a ``catch_up`` task either ran or is in the
-  store with a reason. Today's store records runs only, so a slot it does not
+  store with a reason (``procsched_skipped``, or the misfire slots on a
+  run's row: ``storesql.skipped``). Today's store records runs only, so a slot it does not
   hold is accepted where a fault legitimately skips slots (a crashed run
   behaves as ``skip``; a take-over after a kill or a stop; a pause); a clean
   restart and a store outage excuse nothing. When the store records skipped
@@ -293,6 +294,7 @@ def _excuses(h: Any, key: str, attempts: list[Attempt], rows: list[storesql.RunR
 
 def _slots(h: Any, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[Violation]:
     skips = _recorded_skips(rows)
+    stored = storesql.skipped(h.url)  # slots recorded skipped with their reason: never lost
     out = []
     for key, spec in h.specs.items():
         if spec.get("misfire") != "catch_up" or spec["kind"] not in ("rate", "cron"):
@@ -302,7 +304,7 @@ def _slots(h: Any, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list
         seen = sorted({slot for _v, slot in mine} | held)
         tol = min(round(spec.get("period", 1.0) * 1e6) // 4, 50_000)
         excuses = [] if skips is not None else _excuses(h, key, attempts, rows)
-        recorded = skips.get(key, set()) if skips is not None else set()
+        recorded = (skips.get(key, set()) if skips is not None else set()) | stored.get(key, set())
         versions: dict[int, list[int]] = defaultdict(list)
         for version, slot in mine:
             versions[version].append(slot)

@@ -105,3 +105,23 @@ def has_table(url: str, name: str) -> bool:
     if url.startswith("postgresql://"):
         return query(url, "SELECT to_regclass(?)::text", (name,))[0][0] is not None
     return bool(query(url, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
+
+def skipped(url: str) -> dict[str, set[int]]:
+    """Slots (UTC µs) the store records as skipped, by key (issue 22): the
+    rows of ``procsched_skipped`` (schema 3: a row is ``slots`` slots
+    ``period_ns`` apart) and the misfire slots a run's end dropped, on its
+    run's row. Empty for a store older than schema 3."""
+    out: dict[str, set[int]] = {}
+    if not has_table(url, "procsched_skipped"):
+        return out
+    try:
+        rows = query(url, "SELECT key, slot_ns, period_ns, slots FROM procsched_skipped")
+        rows += query(
+            url, "SELECT key, skip_first_ns, skip_period_ns, skip_slots FROM procsched_runs WHERE skip_slots > 0"
+        )
+    except Exception:  # noqa: BLE001 - an older schema: no ranges to read
+        return out
+    for key, first, period, n in rows:
+        out.setdefault(key, set()).update((first + i * period) // 1000 for i in range(n))
+    return out
