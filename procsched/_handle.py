@@ -115,6 +115,14 @@ class RunInfo:
     error: RunError | None = None
 
 
+def skipped_slots(
+    task_id: int, scheduled_ns: int, wall_ns: int, reason: str, period_ns: int, slots: int
+) -> list[RunInfo]:
+    """The ``RunInfo`` of each of ``slots`` slots ``period_ns`` apart from the
+    first (a ``RunSkipped`` event, a core ``SkipRecord``)."""
+    return [skipped_slot(task_id, scheduled_ns + k * period_ns, wall_ns + k * period_ns, reason) for k in range(slots)]
+
+
 def skipped_slot(task_id: int, scheduled_ns: int, wall_ns: int, reason: str) -> RunInfo:
     """The ``RunInfo`` of a slot that did not run."""
     return RunInfo(

@@ -36,7 +36,7 @@ from ._events import (
     run_started,
 )
 from ._failure_log import FailureLog
-from ._handle import HANDLE_RUNS, RunError, RunInfo, TaskHandle, run_in_progress, skipped_slot
+from ._handle import HANDLE_RUNS, RunError, RunInfo, TaskHandle, run_in_progress, skipped_slots
 from ._handle import handle_runs as checked_handle_runs
 
 
@@ -252,9 +252,9 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
             handle = self._handles.get(skip.task_id)
             if handle is None:
                 continue
-            for k in range(skip.slots):
-                step = k * skip.period_ns
-                info = skipped_slot(skip.task_id, skip.scheduled_ns + step, skip.wall_ns + step, skip.reason)
+            for info in skipped_slots(
+                skip.task_id, skip.scheduled_ns, skip.wall_ns, skip.reason, skip.period_ns, skip.slots
+            ):
                 handle._on_skipped(info)
                 if self._listeners:
                     self._listeners.notify(RUN_SKIPPED, run_skipped(info, handle.name))

@@ -216,14 +216,9 @@ class SkipRecord(NamedTuple):
     state: TaskState | None = None
     """The state the task ended in at this skip (its last slot), else None."""
     period_ns: int = 0
-    """The step between the slots (0 when ``slots`` is 1)."""
+    """The step between the slots (its task's period; unused when ``slots`` is 1)."""
     slots: int = 1
     """How many slots."""
-
-
-def spread(first: int, period_ns: int, slots: int) -> range:
-    """``slots`` instants ``period_ns`` apart from ``first`` (a ``SkipRecord``'s)."""
-    return range(first, first + slots * period_ns, period_ns) if slots > 1 else range(first, first + 1)
 
 
 class Flight(NamedTuple):

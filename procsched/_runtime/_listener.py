@@ -41,7 +41,7 @@ from .._events import (
     signal_name,
 )
 from .._failure_log import FailureLog
-from .._handle import RunError, RunInfo, RunRecord, TaskHandle, skipped_slot
+from .._handle import RunError, RunInfo, RunRecord, TaskHandle, skipped_slots
 from . import _messages as m
 from ._wire import unpack
 
@@ -248,10 +248,7 @@ class EventApplier:
         """Slots did not run: each listed on the handle and told to the
         listeners; a task that ended there (its last slot) is resolved."""
         handle = self.handles.get(ev.task_id)
-        infos = [
-            skipped_slot(ev.task_id, ev.scheduled_ns + k * ev.period_ns, ev.wall_ns + k * ev.period_ns, ev.reason)
-            for k in range(ev.slots)
-        ]
+        infos = skipped_slots(ev.task_id, ev.scheduled_ns, ev.wall_ns, ev.reason, ev.period_ns, ev.slots)
         if handle is not None:
             for info in infos:
                 handle._on_skipped(info)

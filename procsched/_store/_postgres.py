@@ -119,7 +119,7 @@ class PostgresStore(SQLStore):
         return self.conn is not None and (self.conn.closed or self.conn.broken)
 
     def _cursor(self) -> Any:
-        if self.conn is None or self.conn.closed or self.conn.broken:
+        if self.conn is None or self._dropped():
             self._connect()
         return self.conn.cursor()
 

@@ -733,7 +733,7 @@ def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
     recorded = c.now if op.recorded_ns is None else op.recorded_ns
     cur = store._x(
         cur,
-        f"{_INSERT_SKIP} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING",
+        f"{_INSERT_SKIP} VALUES {_SKIP_VALUES} ON CONFLICT (key, slot_ns) DO NOTHING",
         (op.key, op.slot_ns, op.reason, recorded, None if h is None else h.id, op.period_ns, op.slots),
     )
     if cur.rowcount != 1:
@@ -749,6 +749,7 @@ _TRIM_SKIPPED = (
     "procsched_skipped s WHERE s.key = ? ORDER BY s.slot_ns DESC LIMIT 1 OFFSET ?)"
 )
 _INSERT_SKIP = "INSERT INTO procsched_skipped (key, slot_ns, reason, recorded_ns, holder, period_ns, slots)"
+_SKIP_VALUES = "(?, ?, ?, ?, ?, ?, ?)"  # (one row's)
 #: Skipped rows inserted per statement with RETURNING (7 parameters each).
 _SKIP_ROWS = 500
 
@@ -864,7 +865,7 @@ def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> 
     RETURNING."""
     if not store._pg:
         cur.execute("SAVEPOINT procsched_skips")
-        cur.executemany(_INSERT_SKIP + " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, slot_ns) DO NOTHING", rows)
+        cur.executemany(f"{_INSERT_SKIP} VALUES {_SKIP_VALUES} ON CONFLICT (key, slot_ns) DO NOTHING", rows)
         if cur.rowcount == len(rows):
             cur.execute("RELEASE SAVEPOINT procsched_skips")
             return [(row[0], row[2], row[6]) for row in rows]
@@ -876,7 +877,7 @@ def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> 
         if store._pg:
             values, params = _values(chunk, ("text", "bigint", "text", "bigint", "text", "bigint", "bigint"))
         else:
-            values, params = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk)), [x for row in chunk for x in row]
+            values, params = ", ".join([_SKIP_VALUES] * len(chunk)), [x for row in chunk for x in row]
         sql = f"{_INSERT_SKIP} VALUES {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason, slots"
         inserted += [(r[0], r[1], int(r[2])) for r in store._x(cur, sql, params).fetchall()]
     return inserted
