@@ -56,6 +56,12 @@ class StoreAccess(Protocol):
         """The store clock (UTC ns)."""
         ...
 
+    def _renewed(self, cur: Any, holder: Holder, status: str | None) -> int | None:
+        """Renew ``holder``'s lease in this transaction (and publish its
+        ``status``, if given); the store clock it was renewed at (UTC ns), or
+        None if the holder's token is no longer the store's (fenced out)."""
+        ...
+
     def _bump(self, cur: Any, holder: Holder | None) -> None:
         """Count one more write for the change mark."""
         ...

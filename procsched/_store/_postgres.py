@@ -19,10 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import StoreError
+from ._model import Holder
 from ._schema import check_schema
 from ._sql import KEEP_RUNS, SQLStore
 from ._url import lease_ns, redact, scrub, seconds
 
+#: The server's clock, UTC ns (microseconds: what PostgreSQL keeps).
+_CLOCK = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000"
 #: Serialises concurrent schema creation (CREATE TABLE races in PostgreSQL).
 _SCHEMA_LOCK_ID = 0x70726F63  # "proc"
 
@@ -142,7 +145,20 @@ class PostgresStore(SQLStore):
     def _now(self, cur: Any) -> int:
         if self._clock is not None:
             return self._clock()
-        return int(cur.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000").fetchone()[0])
+        return int(cur.execute(f"SELECT {_CLOCK}").fetchone()[0])
+
+    def _renewed(self, cur: Any, holder: Holder, status: str | None) -> int | None:
+        """The lease renewed with the clock read in the same statement (a
+        round trip fewer on every commit)."""
+        if self._clock is not None:
+            return super()._renewed(cur, holder, status)
+        row = cur.execute(
+            "UPDATE procsched_schedulers SET heartbeat_ns = c.now, lease_until_ns = c.now + lease_ns, "
+            f"changes = changes + 1, status = COALESCE(%s, status) FROM (SELECT {_CLOCK} AS now) c "
+            "WHERE id = %s AND token = %s RETURNING c.now",
+            (status, holder.id, holder.token),
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def _q(self, sql: str) -> str:
         return _pg_sql(sql)

@@ -333,6 +333,19 @@ class SQLStore:
         cur.execute(self._q(sql), params)
         return cur
 
+    _RENEW = (
+        "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
+        "changes = changes + 1, status = COALESCE(?, status) WHERE id = ? AND token = ?"
+    )
+
+    def _renewed(self, cur: Any, holder: Holder, status: str | None) -> int | None:
+        """Renew ``holder``'s lease in this transaction (and publish its
+        ``status``, if given); the store clock it was renewed at, or None if
+        its token is no longer the store's (fenced out)."""
+        now = self._now(cur)
+        cur = self._x(cur, self._RENEW, (now, now, status, holder.id, holder.token))
+        return now if cur.rowcount == 1 else None
+
     def _bump(self, cur: Any, holder: Holder | None) -> None:
         """Count one more write for the change mark (see the module docstring)."""
         if holder is not None:

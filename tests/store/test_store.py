@@ -455,3 +455,39 @@ def test_batched_history_trim(store_url):
     for k in keys:
         assert [r.run for r in store.history(k)] == [5, 6, 7]
     store.close()
+
+
+@pytest.mark.parametrize("together", [1, 3], ids=["op by op", "set-wise"])
+def test_a_run_that_ends_past_its_trim_goes_with_the_next_sweep(store_url, together):
+    """A run's end trims the one run that left the window; a run still in
+    flight then (max_concurrent 2: run 1 outlives runs 2-71) stays until the
+    next sweep, every TRIM_SWEEP-th run's end, which trims all below the window."""
+    from procsched._store._writes import TRIM_SWEEP
+
+    store = open_store(store_url, keep_runs=5)
+    keys = [f"k{i}" for i in range(together)]
+    b = store.batch()
+    for k in keys:
+        b.upsert(TaskDefinition(k, "store_funcs:plain", b"", {"kind": "fixed_rate", "period_ns": P}, {},
+                                max_concurrent=2), TaskState(next_due_ns=T0))  # fmt: skip
+    assert b.commit().ok
+    h = store.register()
+
+    def step(make):
+        b = store.batch(h)
+        for k in keys:
+            make(b, k)
+        assert b.commit().ok
+
+    step(lambda b, k: b.started(k, 1, 1, T0))
+    for run in range(2, TRIM_SWEEP + 8):
+        step(lambda b, k, run=run: b.started(k, run, 1, T0 + (run - 1) * P))
+        step(lambda b, k, run=run: b.finished(k, run, 1, "ok", T0 + run * P, T0 + run * P))
+        if run == 10:  # run 1 ends past its trim (at run 6's end): kept for now
+            step(lambda b, k: b.finished(k, 1, 1, "ok", T0 + 10 * P, None))
+            assert [r.run for r in store.history(keys[0], 100)] == [1, 6, 7, 8, 9, 10]
+        if run == TRIM_SWEEP - 1:
+            assert [r.run for r in store.history(keys[-1], 100)][0] == 1
+    for k in keys:
+        assert [r.run for r in store.history(k, 100)] == list(range(TRIM_SWEEP + 3, TRIM_SWEEP + 8))
+    store.close()
