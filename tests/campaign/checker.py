@@ -12,7 +12,10 @@ The checks (each a function below, each violation with its evidence):
 - ``overlap``: never two runs of one task at once (max_concurrent is 1 for
   every campaign task); a run under way on an instance stopped past its lease
   is the README's documented limit ("side effects are not fenced"), counted
-  apart, not a violation;
+  apart, not a violation - stopped longer than the lease, or stopped when the
+  store recorded the run crashed by another instance's take-over (which it
+  does only once the lease has run out, by its own clock: a stop shorter than
+  the lease that began a while after the last renewal);
 - ``stale attempt``: no attempt of a run starts after a later attempt of it;
 - ``unrecorded`` / ``never ran``: every attempt that ran is in the store, and
   every attempt the store says ended ``ok`` ran;
@@ -128,7 +131,7 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
     out: list[Violation] = []
     documented: list[Violation] = []
     out += _twice(attempts)
-    found, limits = _overlap(attempts, lives, h.lease)
+    found, limits = _overlap(attempts, lives, h.lease, rows)
     out += found
     documented += limits
     out += _stale_attempts(attempts)
@@ -162,8 +165,21 @@ def _stopped_past_lease(life: Any, start: float, end: float, lease: float) -> bo
     return any(a < end and b > start and b - a > lease for a, b in life.stops) if life else False
 
 
-def _overlap(attempts: list[Attempt], lives: dict[str, Any], lease: float) -> tuple[list[Violation], list[Violation]]:
+def _taken_over_while_stopped(life: Any, row: storesql.RunRow | None) -> bool:
+    """The store recorded the attempt crashed by a take-over (``SchedulerDied``:
+    another instance found its scheduler's lease run out, by the store's clock)
+    at an instant its instance was stopped (it could not renew)."""
+    if life is None or row is None or row.error_type != "SchedulerDied" or row.finished_ns is None:
+        return False
+    t = row.finished_ns / 1e9
+    return any(a <= t <= b for a, b in life.stops)
+
+
+def _overlap(
+    attempts: list[Attempt], lives: dict[str, Any], lease: float, rows: list[storesql.RunRow]
+) -> tuple[list[Violation], list[Violation]]:
     out, documented = [], []
+    by_row = {(r.key, r.run, r.attempt): r for r in rows}
     by_key: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
         by_key[a.key].append(a)
@@ -175,13 +191,21 @@ def _overlap(attempts: list[Attempt], lives: dict[str, Any], lease: float) -> tu
                     break
                 if (a.run, a.attempt) == (b.run, b.attempt) and a.pid == b.pid:
                     continue
+                row = by_row.get((a.key, a.run, a.attempt))
+                life = lives.get(a.inst)
+                ended = "none" if row is None or row.finished_ns is None else _ts(row.finished_ns / 1e9)
                 v = Violation(
                     "overlap",
                     key,
                     f"two runs at once ({b.start - a.start:.3f}s apart, the first still running)",
-                    (str(a), str(b)),
+                    (
+                        str(a),
+                        str(b),
+                        f"the first in the store: {row and row.outcome} {row and row.error_type} ended {ended}; "
+                        f"{a.inst} stopped {[(_ts(x), _ts(min(y, 4e9))) for x, y in life.stops] if life else []}",
+                    ),
                 )
-                if _stopped_past_lease(lives.get(a.inst), a.start, a.end or 0, lease):
+                if _stopped_past_lease(life, a.start, a.end or 0, lease) or _taken_over_while_stopped(life, row):
                     documented.append(
                         Violation(
                             "overlap (documented)",
