@@ -40,8 +40,11 @@ class StoreAccess(Protocol):
         """`` FOR UPDATE`` where row locks are taken (PostgreSQL), else empty."""
         ...
 
-    def _tx(self, what: str, write: bool = True) -> AbstractContextManager[Any]:
-        """One transaction (a cursor); any database error -> StoreError."""
+    def _tx(self, what: str, write: bool = True, pipelined: bool = False) -> AbstractContextManager[Any]:
+        """One transaction (a cursor); any database error -> StoreError.
+        ``pipelined``: its statements up to the first ``_now`` or
+        ``_renewed`` go with the BEGIN in one round trip (PostgreSQL): they
+        must need no result before it."""
         ...
 
     def _x(self, cur: Any, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:

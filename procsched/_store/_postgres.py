@@ -14,6 +14,7 @@ the call that saw it break raises StoreError, with nothing written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,7 @@ class PostgresStore(SQLStore):
         # Session settings, made again on every new connection (a reconnect must not drop them).
         self._session: dict[str, str] = {"default_transaction_read_only": "on"} if read_only else {}
         self.conn: Any = None
+        self._pipe: contextlib.ExitStack | None = None  # an open pipeline (see _begin)
         self._connect()
         try:
             if read_only:
@@ -126,8 +128,29 @@ class PostgresStore(SQLStore):
             self._connect()
         return self.conn.cursor()
 
-    def _begin(self, cur: Any, write: bool) -> None:
+    def _begin(self, cur: Any, write: bool, pipelined: bool = False) -> None:
+        if write and pipelined:
+            # psycopg's pipeline mode: BEGIN and what follows are sent, not
+            # waited for, until _now or _renewed needs its answer (then the
+            # pipeline ends: every later statement has its result at once).
+            self._pipe = contextlib.ExitStack()
+            self._pipe.enter_context(self.conn.pipeline())
         cur.execute("BEGIN" if write else "BEGIN READ ONLY, ISOLATION LEVEL REPEATABLE READ")  # reads: one snapshot
+
+    def _unpipe(self) -> None:
+        """End the pipeline, if one is open: what was sent is answered (an error raises here)."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
+
+    def _end(self, cur: Any, how: str) -> None:
+        try:
+            self._unpipe()
+        except BaseException:
+            if how == "ROLLBACK":  # (a COMMIT that raises here is rolled back by _tx)
+                cur.execute(how)
+            raise
+        cur.execute(how)
 
     def _has_schema(self, cur: Any) -> bool:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
@@ -144,20 +167,25 @@ class PostgresStore(SQLStore):
 
     def _now(self, cur: Any) -> int:
         if self._clock is not None:
+            self._unpipe()
             return self._clock()
-        return int(cur.execute(f"SELECT {_CLOCK}").fetchone()[0])
+        cur.execute(f"SELECT {_CLOCK}")
+        self._unpipe()
+        return int(cur.fetchone()[0])
 
     def _renewed(self, cur: Any, holder: Holder, status: str | None) -> int | None:
-        """The lease renewed with the clock read in the same statement (a
-        round trip fewer on every commit)."""
+        """The lease renewed with the clock read in the same statement (and,
+        pipelined, in the BEGIN's round trip: see ``_begin``)."""
         if self._clock is not None:
             return super()._renewed(cur, holder, status)
-        row = cur.execute(
+        cur.execute(
             "UPDATE procsched_schedulers SET heartbeat_ns = c.now, lease_until_ns = c.now + lease_ns, "
             f"changes = changes + 1, status = COALESCE(%s, status) FROM (SELECT {_CLOCK} AS now) c "
             "WHERE id = %s AND token = %s RETURNING c.now",
             (status, holder.id, holder.token),
-        ).fetchone()
+        )
+        self._unpipe()
+        row = cur.fetchone()
         return None if row is None else int(row[0])
 
     def _q(self, sql: str) -> str:

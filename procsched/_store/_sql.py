@@ -239,8 +239,14 @@ class SQLStore:
     def _cursor(self) -> Any:
         raise NotImplementedError
 
-    def _begin(self, cur: Any, write: bool) -> None:
+    def _begin(self, cur: Any, write: bool, pipelined: bool = False) -> None:
+        """Open the transaction. ``pipelined``: a write whose first statements
+        may go with the BEGIN in one round trip (PostgreSQL: see its ``_now``)."""
         raise NotImplementedError
+
+    def _end(self, cur: Any, how: str) -> None:
+        """``COMMIT`` or ``ROLLBACK`` the transaction."""
+        cur.execute(how)
 
     def _has_schema(self, cur: Any) -> bool:
         raise NotImplementedError
@@ -307,26 +313,27 @@ class SQLStore:
     # -- transactions --------------------------------------------------------
 
     @contextlib.contextmanager
-    def _tx(self, what: str, write: bool = True) -> Iterator[Any]:
+    def _tx(self, what: str, write: bool = True, pipelined: bool = False) -> Iterator[Any]:
         """One transaction; any database error -> StoreError, nothing written.
-        A read (``write=False``) reads one snapshot and never blocks writers."""
+        A read (``write=False``) reads one snapshot and never blocks writers.
+        ``pipelined``: see ``_begin`` (a batch's commit)."""
         errors = self._errors()
         cur = None
         try:
             cur = self._cursor()
-            self._begin(cur, write)
+            self._begin(cur, write, pipelined)
             yield cur
-            cur.execute("COMMIT")
+            self._end(cur, "COMMIT")
         except errors as exc:
             if cur is not None:
                 with contextlib.suppress(*errors, OSError):
-                    cur.execute("ROLLBACK")
+                    self._end(cur, "ROLLBACK")
             self._after_error()
             raise StoreError(f"{self.describe}: {what} failed: {type(exc).__name__}: {exc}".rstrip()) from exc
         except BaseException:
             if cur is not None:
                 with contextlib.suppress(*errors, OSError):
-                    cur.execute("ROLLBACK")
+                    self._end(cur, "ROLLBACK")
             raise
 
     def _x(self, cur: Any, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:

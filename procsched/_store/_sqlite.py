@@ -147,7 +147,7 @@ class SQLiteStore(SQLStore):
     def _cursor(self) -> Any:
         return self.conn.cursor()
 
-    def _begin(self, cur: Any, write: bool) -> None:
+    def _begin(self, cur: Any, write: bool, pipelined: bool = False) -> None:
         # A writer takes the lock up front (waiting busy_timeout for it); a
         # reader reads a WAL snapshot and never blocks the writer.
         cur.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
@@ -173,10 +173,10 @@ class SQLiteStore(SQLStore):
         self._flock = fcntl.flock
         self._gate_ops = (fcntl.LOCK_EX, fcntl.LOCK_UN)
 
-    def _tx(self, what: str, write: bool = True) -> Any:
+    def _tx(self, what: str, write: bool = True, pipelined: bool = False) -> Any:
         if not write or self._gate is None:
             return super()._tx(what, write)
-        return self._gated(what)
+        return self._gated(what)  # (pipelined: no round trips to save)
 
     @contextlib.contextmanager
     def _gated(self, what: str) -> Iterator[Any]:

@@ -145,16 +145,24 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
     ops = batch.ops
     holder = batch.holder
     c = Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
-    with store._tx(f"writing a batch of {len(ops)} change(s)") as cur:
+    # Pipelined (PostgreSQL): BEGIN, the row locks and the lease renewal (or
+    # the clock) in one round trip - an error among them raises at the renewal.
+    with store._tx(f"writing a batch of {len(ops)} change(s)", pipelined=not isolate) as cur:
         status = None if batch.status is None else batch.status.to_json()
-        if holder is not None and batch.fenced:
-            now = store._renewed(cur, holder, status)  # (the clock read with it: one round trip)
-            if now is None:
-                c.result.fenced_out = True
-                return c.result  # nothing written: the transaction commits no change
-            c.now = now
-        else:
-            c.now = store._now(cur)
+        _lock_keys(store, cur, ops, isolate)
+        try:
+            if holder is not None and batch.fenced:
+                now = store._renewed(cur, holder, status)  # (the clock read with it)
+                if now is None:
+                    c.result.fenced_out = True
+                    return c.result  # nothing written: the transaction commits no change
+                c.now = now
+            else:
+                c.now = store._now(cur)
+        except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+            if not isolate and store._row_fault(exc):
+                raise _RowFault(exc) from exc  # (the locks': see _lock_keys)
+            raise
         if not (holder is not None and batch.fenced) and (
             holder is not None or any(op[0] in ("delete", "skipped") for op in ops)
         ):
@@ -165,7 +173,6 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     "UPDATE procsched_schedulers SET status = ? WHERE id = ? AND token = ?",
                     (status, holder.id, holder.token),
                 )
-        _lock_keys(store, cur, ops, isolate)
         for kind, group in _groups(_skips_gathered(_misfires_folded(ops))):
             if isolate:
                 for op in group:
@@ -561,10 +568,12 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             op.skip_first_ns,
             op.skip_period_ns,
             op.skip_slots,
+            *(_trimmed(op.run, store.keep_runs) or (None, None)),
         )
         for op in group
     ]
     types = "text bigint int text bigint bigint int text text text text int text bigint bigint bigint bigint"
+    types += " bigint bigint"  # the runs it trims (see _trimmed)
     values, params = _values(rows, tuple(types.split()))
     counters = ", ".join(
         f"{col} = t.{col} + CASE WHEN v.outcome = '{o}' THEN 1 ELSE 0 END"
@@ -578,7 +587,7 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             cur,
             f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
             next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns,
-            skip_first_ns, skip_period_ns, skip_slots) AS (VALUES {values}),
+            skip_first_ns, skip_period_ns, skip_slots, trim_from, trim_to) AS (VALUES {values}),
         done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
             error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
             reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
@@ -594,24 +603,13 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
                 ELSE t.next_attempt END,
             last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots, updated_ns = ?
-            FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key)
+            FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key),
+        trimmed AS (DELETE FROM procsched_runs r USING v JOIN done USING (key, run, attempt)
+            WHERE r.key = v.key AND r.run >= v.trim_from AND r.run <= v.trim_to AND r.outcome IS NOT NULL)
         SELECT key, run, attempt FROM done""",
             [*params, h.id, h.token, c.now],
         ).fetchall()
     }
-    trim = [
-        (op.key, *span)
-        for op in group
-        if (op.key, op.run, op.attempt) in done and (span := _trimmed(op.run, store.keep_runs)) is not None
-    ]
-    if trim:
-        values, params = _values(trim, ("text", "bigint", "bigint"))
-        store._x(
-            cur,
-            f"""DELETE FROM procsched_runs r USING (VALUES {values}) AS v (key, lo, upto)
-            WHERE r.key = v.key AND r.run >= v.lo AND r.run <= v.upto AND r.outcome IS NOT NULL""",
-            params,
-        )
     return done
 
 
