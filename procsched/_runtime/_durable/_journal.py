@@ -96,11 +96,14 @@ DRAIN_PATIENCE_NS = 3 * NS
 #: With a store, a busy worker may hold this many runs given ahead (if the
 #: carrier gives runs ahead at all): a run given ahead waits for the commit
 #: recording its start (and for the one in flight before it), so a worker
-#: whose queue is as short as without a store idles for that wait. 4 hides a
-#: SQLite commit; PostgreSQL's (an fsync and a round trip per statement)
-#: would need more (2 -> 4: SQLite ~1.4x, PostgreSQL ~1.5x keyed runs/s; 8: no
-#: more for SQLite). PROCSCHED_STORE_PREFETCH overrides it, for measurements.
-STORE_PREFETCH = int(os.environ.get("PROCSCHED_STORE_PREFETCH", "4"))
+#: whose queue is as short as without a store idles for that wait: the runs a
+#: pool can have on their way are its workers' queues, each run in one for a
+#: commit and a half (20 keyed tasks at 1 ms, 2 workers, a due run waited 4.4
+#: ms for a place on PostgreSQL). 2 -> 4: SQLite ~1.4x, PostgreSQL ~1.5x keyed
+#: runs/s; 4 -> 16: SQLite 6.1k -> 7.3-7.5k, PostgreSQL 2.0k -> 3.2k (8: 7.2k,
+#: 2.9k). The price: after a kill -9, every run given ahead whose start was
+#: recorded is recorded crashed. PROCSCHED_STORE_PREFETCH overrides it, for measurements.
+STORE_PREFETCH = int(os.environ.get("PROCSCHED_STORE_PREFETCH", "16"))
 
 
 class Journal(Durable):
@@ -109,7 +112,7 @@ class Journal(Durable):
     ``_engine.Durable``) are its methods; the dispatcher drives the rest."""
 
     active = True
-    prefetch = STORE_PREFETCH  # (fewer than without a store: a kill -9 records every run given ahead crashed)
+    prefetch = STORE_PREFETCH
 
     def __init__(
         self,
