@@ -160,6 +160,7 @@ class Journal(Durable):
         self.offset = 0
         self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
+        self.quiet = 0  # inside ``unwritten`` (nested): nothing the engine does is journalled
         self.synced: list[Any] = []  # the engine.events list ``seen`` counts in
         self.told: list[Any] = []  # journalled events for the user, sent once the commit recording them is done
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
@@ -419,7 +420,11 @@ class Journal(Durable):
         return not (self.writer.busy or self.told)
 
     def sync(self, events: list[m.Message]) -> None:
-        """Journal the engine's events (its outbox, ``events``) since the last call, in order."""
+        """Journal the engine's events (its outbox, ``events``) since the last
+        call, in order - inside ``unwritten``, none (they are the store's)."""
+        if self.quiet:
+            self.pass_over(events)
+            return
         if events is not self.synced:  # flushed since (a new list): all of it is new
             self.synced, self.seen = events, 0
         keys = self.keys
@@ -456,10 +461,18 @@ class Journal(Durable):
     @contextlib.contextmanager
     def unwritten(self, events: list[m.Message]) -> Iterator[None]:
         """What the engine does inside is the store's already (read from
-        it): not journalled. The engine's events before it are."""
+        it): not journalled, even by a ``sync`` made inside (a take-over in a
+        re-read pass journalled the pauses and resumes that pass had followed
+        from the store - read before a pause from outside landed, its
+        "paused = 0" written after it undid it: the fault campaign, seed
+        1201). The engine's events before it are journalled."""
         self.sync(events)
-        yield
-        self.pass_over(events)
+        self.quiet += 1
+        try:
+            yield
+        finally:
+            self.quiet -= 1
+            self.pass_over(events)
 
     def _pause_written(self, key: str, **fields: Any) -> None:
         """Journal a pause or resume of ``key`` (counted in ``pausing``

@@ -256,9 +256,14 @@ class Peers:
     def sync(self, engine: Engine, now: int, offset: int, full: bool = False) -> None:
         """Re-read what other schedulers changed; take over expired ones."""
         journal = self.journal
-        store = journal.store
         self.sync_at = now + self.interval
-        journal.sync(engine.events)  # the engine's own changes are journalled first; ours below are not
+        # the engine's own changes are journalled first; what this pass makes it do is the store's already
+        with journal.unwritten(engine.events):
+            self._sync(engine, now, offset, full)
+
+    def _sync(self, engine: Engine, now: int, offset: int, full: bool) -> None:
+        journal = self.journal
+        store = journal.store
         try:
             changed, count, holders, store_now = store.peers_view(0 if full else self.since - OVERLAP_NS)
             self.since = store_now
@@ -321,7 +326,6 @@ class Peers:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
             engine.log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
-        journal.pass_over(engine.events)  # what this pass did to local tasks is the store's already
 
     def adopted(self, key: str, def_hash: str) -> None:
         """The facade adopted ``key`` with the definition of hash ``def_hash``
@@ -372,14 +376,12 @@ class Peers:
         runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
         if runs is None:
             return  # another survivor took it over (or we were fenced out)
-        journal = self.journal
-        journal.sync(engine.events)
+        journal = self.journal  # (inside the re-read pass: what the engine does here is not journalled)
         for key, slot in down:
             journal.batch.skipped(key, slot, "down")
             tid = by_key.get(key)
             if tid is not None:  # a task of ours too: told (stored just now, not again)
                 engine.events.append(RunSkipped.wire(tid, slot - offset, slot, "down", None))
-        journal.pass_over(engine.events)
         self.takeovers += 1
         engine.log(
             30,
