@@ -279,12 +279,15 @@ class Dispatcher:
                 journal.unloadable(unloadable.key, unloadable.why)
             elif tag == m.PAUSE or tag == m.RESUME:
                 request = m.view(m.Pause, message)  # (Resume: the same fields)
+                now = time.monotonic_ns()
                 if journal is not None:  # the user's pause or resume: not on standby any more
-                    journal.peers.wake(engine, request.task_id, time.monotonic_ns())
+                    journal.peers.controlled(engine, request.task_id, now)
                 if tag == m.PAUSE:
-                    done = engine.pause(request.task_id, time.monotonic_ns())
+                    done = engine.pause(request.task_id, now)
+                elif journal is not None:
+                    done = journal.peers.resume(engine, request.task_id, now)
                 else:
-                    done = engine.resume(request.task_id, time.monotonic_ns())
+                    done = engine.resume(request.task_id, now)
                 engine.emit(m.Answer.wire(request.request, done))
             elif tag == m.WALL_STEP:  # tests: step this process's wall clock
                 self.wall_skew += m.view(m.WallStep, message).ns
@@ -373,7 +376,7 @@ class Dispatcher:
     def wake_task(self, task_id: int) -> None:
         """A run paused or resumed a task: not on standby any more (with a store)."""
         assert self.journal is not None
-        self.journal.peers.wake(self.engine, task_id, time.monotonic_ns())
+        self.journal.peers.controlled(self.engine, task_id, time.monotonic_ns())
 
     def add_from_task(self, add: m.Add) -> m.Message:
         """A task's follow-up (``current_scheduler()`` in a worker): number

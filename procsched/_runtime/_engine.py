@@ -329,15 +329,30 @@ class Engine(Holds):
             if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
                 self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
                 self.durable.unstarted(taken, now, self.events)
+                self.events.append(self._paused_over(taken))  # its slot, recorded (the resume's start after it)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
 
-    def resume(self, task_id: int, now: int) -> bool:
-        accepted = self.core.resume(task_id, now)
+    def resume(self, task_id: int, now: int, record: bool = True) -> bool:
+        """``record``: the slots passed while paused are recorded skipped
+        (False: another scheduler ran the task's grid - see ``Peers.resume``)."""
+        accepted = self.core.resume(task_id, now, record=record)
+        if self.core.skips:  # the slots it was paused over: out now, with the resume (a store journals them)
+            self._skipped_out()
         if accepted and self.core.state(task_id) is TaskState.PENDING:
             self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
+
+    def _paused_over(self, run: Run) -> Message:
+        """``run``'s slot, skipped: its task was paused before it started."""
+        wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self.core.wall_offset
+        return RunSkipped.wire(run.task_id, run.scheduled_ns, wall, "paused", None)
+
+    def paused_over(self, run: Run) -> None:
+        """A durable store refused ``run``'s claim because its task is paused
+        there (``Peers.lost``): its slot is recorded skipped, "paused"."""
+        self.events.append(self._paused_over(run))
 
     def _take_back_given(self, task_id: int, now: int) -> Run | None:
         """The task's run if it was given ahead (early, held for its claim,

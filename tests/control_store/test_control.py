@@ -237,3 +237,30 @@ def test_a_take_over_records_the_slots_missed_while_nobody_ran_the_task(tmp_path
     finally:
         for p in peers:
             p.close()
+
+
+def test_a_pause_and_resume_from_the_cli_record_every_slot_they_skipped(store_url, tmp_path):
+    """The slots a task is paused over are recorded skipped ("paused") by the
+    instance that runs it, as it follows the resume - asked from the command
+    line, which knows nothing of the task's grid. Every slot from the first
+    run to the last is then a run or a recorded skip (it recorded none)."""
+    log = tmp_path / "tick.log"
+    period = 0.1
+    with procsched.Scheduler(workers=1, store=store_url, lease=LEASE) as s:
+        tick = s.schedule_at_fixed_rate(ctl_jobs.mark, period, args=(str(log),), key="tick")
+        wait_until(lambda: count(log) >= 2, what="tick's runs")
+        assert cli_here("pause", "tick", "--store", store_url).returncode == 0
+        wait_until(lambda: tick.state is TaskState.PAUSED, what="the holder following the pause")
+        time.sleep(0.5)  # an absence: five periods of tick paused
+        assert cli_here("resume", "tick", "--store", store_url).returncode == 0
+        wait_until(lambda: tick.state is not TaskState.PAUSED, what="the holder following the resume")
+        seen = count(log)
+        wait_until(lambda: count(log) >= seen + 2, what="runs after the resume")
+        s.shutdown(wait=True)
+        rows = s.history("tick", 1000, skipped=True)
+    ran = [r.scheduled_for for r in rows if r.outcome == "ok" and r.attempt == 1]
+    paused = [r.scheduled_for for r in rows if r.outcome == "skipped" and r.reason == "paused"]
+    assert len(paused) >= 4, rows  # the half second paused, and the re-read's second on either side
+    slots = sorted(ran + paused)
+    steps = [round((b - a) / period, 3) for a, b in zip(slots, slots[1:], strict=False)]
+    assert steps == [1.0] * len(steps), steps  # one grid, every slot once: run or recorded (none made up)

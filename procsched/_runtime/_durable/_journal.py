@@ -474,6 +474,17 @@ class Journal(Durable):
             self.quiet -= 1
             self.pass_over(events)
 
+    def record_skips(self, events: list[m.Message], start: int) -> None:
+        """Journal the skipped slots among ``events[start:]`` - even inside
+        ``unwritten``: what the engine skipped there is not in the store."""
+        keys = self.keys
+        for ev in events[start:]:
+            if ev[0] == m.RUN_SKIPPED:
+                skipped = m.view(m.RunSkipped, ev)
+                key = keys.get(skipped.task_id)
+                if key is not None:
+                    self._skipped(skipped, key)
+
     def _pause_written(self, key: str, **fields: Any) -> None:
         """Journal a pause or resume of ``key`` (counted in ``pausing``
         until its commit)."""

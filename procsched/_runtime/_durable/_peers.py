@@ -109,6 +109,8 @@ class Journalled(Protocol):
 
     def unwritten(self, events: list[Message]) -> AbstractContextManager[None]: ...
 
+    def record_skips(self, events: list[Message], start: int) -> None: ...
+
 
 class Peers:
     """One dispatcher's dealings with the other schedulers on its store."""
@@ -140,6 +142,11 @@ class Peers:
         self.unknown: dict[str, str] = {}
         #: Keys whose adopted definition is older than one a re-read saw: read again at the next re-read.
         self.recheck: set[str] = set()
+        #: Tasks paused here while another scheduler ran them (on standby):
+        #: their grid is not this one's, so their resume here records none of
+        #: the slots the pause left behind - the scheduler that ran them does,
+        #: as it follows the resume (``resume``, ``apply``).
+        self.paused_elsewhere: set[int] = set()
 
     def turn(self, engine: Engine, now: int, offset: int, dead: bool) -> int:
         """A turn of the dispatcher: re-read the store if it is time (not
@@ -184,7 +191,12 @@ class Peers:
                     self.apply(engine, run.task_id, task, now, offset, force=True)
                 elif task is not None:
                     self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
-                    if task.holder is not None or next_claim(task) != (run.run, run.attempt):
+                    if task.state.paused and engine.state(run.task_id) is TaskState.PAUSED:
+                        # refused for the pause (from outside, read only now): the slot is the pause's
+                        mark = len(engine.events)
+                        engine.paused_over(run)
+                        self.journal.record_skips(engine.events, mark)
+                    elif task.holder is not None or next_claim(task) != (run.run, run.attempt):
                         self.stand_by(engine, run.task_id, task)
             except Exception as exc:  # noqa: BLE001 - the next re-read tries again
                 engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
@@ -232,6 +244,23 @@ class Peers:
     def _note(self, tid: int, task: StoredTask) -> None:
         """What the re-read checks for a task on standby: its next due time, None while a run is in flight."""
         self.standby[tid] = None if task.holder is not None else task.state.next_due_ns
+
+    def controlled(self, engine: Engine, tid: int, now: int) -> None:
+        """The user pauses or resumes ``tid`` here: off standby (a task it
+        was on standby for is paused with a grid another scheduler kept)."""
+        if self.wake(engine, tid, now):
+            self.paused_elsewhere.add(tid)
+
+    def resume(self, engine: Engine, tid: int, now: int) -> bool:
+        """Resume ``tid`` (the user's here, or followed from the store): the
+        slots its pause left behind are recorded skipped ("paused") by the
+        scheduler whose grid it was - this one, unless it was paused here while
+        another one ran it. (Recorded by whoever resumed it, they were either
+        missing - a resume from the command line or the console records
+        nothing - or counted from a grid that was not the task's.)"""
+        record = tid not in self.paused_elsewhere
+        self.paused_elsewhere.discard(tid)
+        return engine.resume(tid, now, record=record)
 
     def wake(self, engine: Engine, tid: int, now: int) -> bool:
         """Take ``tid`` off standby (quietly: the core resumes it; the caller
@@ -422,26 +451,36 @@ class Peers:
         state = engine.state(tid)
         if state is None or task.holder == self.journal.holder.id:
             return
+        elsewhere = False  # on standby: another scheduler ran it
         if tid in self.standby:
             if store_now is not None and self._kept_up(task, store_now):
                 self._note(tid, task)
                 return
-            self.wake(engine, tid, now)
+            elsewhere = self.wake(engine, tid, now)
             state, force = engine.state(tid), True
+        resumed = None
         if self.journal.pausing.get(task.key):
             pass  # a pause or resume asked here is on its way to the store: it stands
         elif task.state.paused and state is TaskState.PENDING:
+            if elsewhere:
+                self.paused_elsewhere.add(tid)
             engine.pause(tid)
             return
         elif not task.state.paused and state is TaskState.PAUSED:
-            engine.resume(tid, now)
+            mark = len(engine.events)
+            self.resume(engine, tid, now)
+            # (in the re-read pass: the resume is the store's already, the slots it skipped are not)
+            self.journal.record_skips(engine.events, mark)
             state = engine.state(tid)
+            resumed = engine.next_wall(tid)  # its next slot from now: the row's due is the one before the pause
         if state is not TaskState.PENDING:
             return
         point = store_next(task, now + offset)
         if point is None:
             return
         runs, attempt, due_wall = point
+        if resumed is not None and attempt == 1 and due_wall < resumed:
+            due_wall = resumed  # (realigned to the row's due, a catch_up task made up every slot it was paused over)
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
         if engine.next_claim(tid) == claim and not force:
             return  # the same claim next: leave its due time (clock readings differ by microseconds)
