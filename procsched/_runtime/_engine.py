@@ -328,8 +328,8 @@ class Engine(Holds):
             taken = self._take_back_given(task_id, now)
             if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
                 self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
-                self.durable.unstarted(taken, now, self.events)
-                self.events.append(self._paused_over(taken))  # its slot, recorded (the resume's start after it)
+                if not self.durable.unstarted(taken, now, self.events):  # (else the store records it cancelled)
+                    self.events.append(self._paused_over(taken))  # its slot, recorded (the resume's start after it)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted

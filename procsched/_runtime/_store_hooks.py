@@ -32,9 +32,11 @@ class Durable:
         held, wherever it is in the worker's queue."""
         return False
 
-    def unstarted(self, run: Run, now: int, events: list[Message]) -> None:
+    def unstarted(self, run: Run, now: int, events: list[Message]) -> bool:
         """A claimed run that never started ends cancelled (``events``: the
-        engine's, to record first what happened before it)."""
+        engine's, to record first what happened before it). True if the
+        store records it so (its start was written): its slot is accounted for."""
+        return False
 
 
 NO_STORE: Durable = Durable()

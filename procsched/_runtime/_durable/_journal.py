@@ -366,7 +366,7 @@ class Journal(Durable):
                 break
         self.runs[key] = claim[1] - (claim[2] == 1)  # the run count the store keeps
 
-    def unstarted(self, run: Run, now: int, events: list[m.Message]) -> None:
+    def unstarted(self, run: Run, now: int, events: list[m.Message]) -> bool:
         """A claimed run, taken back before it started, ends cancelled.
         Recorded so if its start was written (see the module docstring);
         stopped by shutdown, its slot stays its task's next (a retry's: the
@@ -375,12 +375,12 @@ class Journal(Durable):
         claim = (run.task_id, run.run, run.attempt)
         known = self.claims.pop(claim, None)
         if known is None:
-            return
+            return False
         stage, key = known[0], known[2]
         if stage == BATCHED:
             self._unbatch(claim, key)
         if stage in (QUEUED, BATCHED):
-            return
+            return False
         self.sync(events)  # what happened before it is journalled first
         wall = run.wall_ns if run.wall_ns is not None else run.scheduled_ns + self.offset
         self.batch.finished(
@@ -395,6 +395,7 @@ class Journal(Durable):
             retry=self.closing and run.attempt > 1,
             error_message="given ahead to a worker and cancelled before it started",
         )
+        return True
 
     def _release(self, carrier: Any) -> None:
         """Send each worker's held runs from the front while their starts are recorded."""
