@@ -23,6 +23,8 @@ SCHEDULES_KEPT = 1024
 #: Slots missed while down recorded per task at a restart, at most (the newest): as the core's skipped slots.
 DOWN_KEPT = 100
 _schedules: dict[str, Schedule] = {}
+#: A first release's stored hash -> the hash this version gives its definition (``stored_hash``).
+_hashes: dict[str, str] = {}
 
 
 def schedule_of(d: TaskDefinition) -> Schedule:
@@ -39,11 +41,19 @@ def schedule_of(d: TaskDefinition) -> Schedule:
 def stored_hash(d: TaskDefinition) -> str:
     """The hash of ``d`` as this version writes it: equal for the same task
     whether its record was written now or by the first release (whose
-    hash was taken over the older form)."""
+    hash was taken over the older form). The first release's are computed
+    once per stored hash (the same old hash, the same old record: a restart
+    over 100,000 such tasks of one definition hashed each one anew, 1.9 of
+    its 4.8 s under cProfile)."""
     if "v" in d.schedule:
         return d.def_hash
-    schedule, options = upgrade_record(d.schedule, d.options)
-    return definition_hash(d.fn_ref, d.args, schedule, options)
+    known = _hashes.get(d.def_hash)
+    if known is None:
+        if len(_hashes) >= SCHEDULES_KEPT:
+            _hashes.clear()
+        schedule, options = upgrade_record(d.schedule, d.options)
+        known = _hashes[d.def_hash] = definition_hash(d.fn_ref, d.args, schedule, options)
+    return known
 
 
 #: Runs read back to find a retried run's first attempt (``regular_slot``).
@@ -117,7 +127,7 @@ def _resume(
     runs, attempt, due = st.run_count, st.next_attempt, st.next_due_ns
     if crashed is None and task.holder is not None and attempt == 1 and due is not None and kind is not Kind.ONCE:
         due = schedule.next_after(due)  # its run in flight is another scheduler's: the slot after it
-    retry = upgrade_record(d.schedule, d.options)[1].get("retry")
+    retry = d.options.get("retry")  # (the first release's record keeps it there too: upgrade_record moves others)
     if crashed is not None:
         base = crashed.scheduled_ns if slot is None else slot
         if retry is not None and "crashed" in retry[5] and crashed.attempt < retry[0]:
