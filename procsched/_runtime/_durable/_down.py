@@ -39,8 +39,9 @@ def record_down(
     recorded: dict[str, tuple[int, ...]] = {}
     for task in tasks:
         key = task.key
-        if key not in adopted:
-            continue
+        due = task.state.next_due_ns
+        if key not in adopted or (key not in crashed and (due is None or due >= wall)):
+            continue  # (due from now on, nothing crashed: it missed nothing - a restart's usual case, cheaply)
         missed = down_slots(task, crashed.get(key), wall, slots.get(key))
         for slot in missed:
             batch.skipped(key, slot, "down")
