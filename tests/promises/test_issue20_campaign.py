@@ -226,3 +226,29 @@ def test_a_resume_made_while_another_instance_adopts_the_paused_task_stands(inst
     wait_until(lambda: len([x for x in starts(out) if x.t > resumed + SETTLE]) >= 5, 30, "k to run on after the resume")
     for inst in (a, b):
         assert inst.quit()["closed"]
+
+
+def test_a_deploy_that_replaces_a_paused_task_keeps_a_resume_made_since(store_url, tmp_path) -> None:
+    """5. A program that adopted a paused task, then scheduled it again with
+    a changed definition (a deploy), wrote the pause it had adopted - its
+    handle's state - with the new definition, over a resume stored since
+    (the replaced task's cancel deletes the row, so the pause travels with
+    the definition): the task stayed paused for good (the fault campaign,
+    seed 1413). The deploy reads the row: a resume stands."""
+    import procsched
+    from procsched import TaskState as State
+    from tests.promises import tasks
+
+    out = str(tmp_path / "runs.log")
+    with procsched.Scheduler(1, store=store_url) as s:
+        h = s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v1"), key="k")
+        wait_until(lambda: starts(out), 30, "k to run")
+        assert h.pause()
+        s.shutdown(wait=True)
+    with procsched.Scheduler(1, store=store_url, lease=3.0) as s:
+        assert s.get("k").state is State.PAUSED  # adopted paused
+        assert open_store(store_url).resume("k")  # an operator's resume, as the deploy starts
+        s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v2"), key="k")  # the changed definition
+        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 30, "the new definition to run")
+        assert not storesql.tasks(store_url)["k"].paused
+        s.shutdown(wait=True)
