@@ -257,8 +257,10 @@ class Journal(Durable):
         runs = known or 0
         stored = None
         paused = False  # the store's pause stands (an operator's, or another instance's: a deploy keeps it)
+        read = False  # the row is there: it says whether the task is paused
         try:
             row = self.store.get(key)
+            read = row is not None
             paused = row is not None and row.state.paused
             if known is None:  # the key's first task here: it may be stored already
                 stored = row
@@ -299,7 +301,10 @@ class Journal(Durable):
         if paused:  # the stored row is paused: so is the task
             with self.unwritten(engine.events):
                 engine.pause(task_id)
-        elif define.paused:  # it replaces a paused task whose row its cancel deleted: the pause is written
+        elif define.paused and not read:  # it replaces a paused task whose row its cancel deleted: the pause is written
+            # (a row that is there says it itself: the pause the program adopted may be older
+            # than a resume written since - the fault campaign, seed 1413, replayed: this
+            # "paused = 1" was written 14 ms after another instance's resume)
             engine.pause(task_id)
 
     def _remember(self, engine: Engine, task_id: int) -> None:
