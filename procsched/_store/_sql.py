@@ -782,17 +782,13 @@ class SQLStore:
         task between the crash and its reschedule (several schedulers, issue 11).
         """
         with self._tx("taking over a scheduler") as cur:
-            now = self._now(cur)
             if by is not None:
-                cur = self._x(
-                    cur,
-                    "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
-                    "changes = changes + 1 WHERE id = ? AND token = ?",
-                    (now, now, by.id, by.token),
-                )
-                if cur.rowcount != 1:
+                renewed = self._renewed(cur, by, None)
+                if renewed is None:
                     return None
+                now = renewed
             else:
+                now = self._now(cur)
                 self._bump(cur, None)
             cur = self._x(
                 cur,

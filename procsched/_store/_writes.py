@@ -150,8 +150,10 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
     with store._tx(f"writing a batch of {len(ops)} change(s)", pipelined=not isolate) as cur:
         status = None if batch.status is None else batch.status.to_json()
         _lock_keys(store, cur, ops, isolate)
+        renew = holder is not None and batch.fenced
         try:
-            if holder is not None and batch.fenced:
+            if renew:
+                assert holder is not None
                 now = store._renewed(cur, holder, status)  # (the clock read with it)
                 if now is None:
                     c.result.fenced_out = True
@@ -163,9 +165,7 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
             if not isolate and store._row_fault(exc):
                 raise _RowFault(exc) from exc  # (the locks': see _lock_keys)
             raise
-        if not (holder is not None and batch.fenced) and (
-            holder is not None or any(op[0] in ("delete", "skipped") for op in ops)
-        ):
+        if not renew and (holder is not None or any(op[0] in ("delete", "skipped") for op in ops)):
             store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
             if holder is not None and status is not None:
                 store._x(
