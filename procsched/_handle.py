@@ -401,12 +401,13 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
             self._slots = deque(self.runs[-SLOTS_KEPT:], maxlen=SLOTS_KEPT)
         self._slots.append(info)
 
-    def _on_paused(self, paused: bool) -> None:
-        if paused and self._task_state is TaskState.PENDING:
+    def _on_paused(self) -> None:
+        """The scheduler says the task is paused: no run of it is running
+        (a run told started that a pause took back before it began, given
+        ahead to a busy worker, never ends: it was skipped instead)."""
+        if not self._task_state.terminal:
             self._task_state = TaskState.PAUSED
             self.next_run = None
-        elif not paused and self._task_state is TaskState.PAUSED:
-            self._task_state = TaskState.PENDING
 
     def _on_resumed(self, next_run: float | None, next_wall: int | None) -> None:
         if self._task_state is TaskState.PAUSED:

@@ -145,8 +145,8 @@ class InlineScheduler(LiveTasks, SchedulingAPI):
         task_id = v.task_id(task_id)
         paused = self._core.pause(task_id)
         handle = self._handles.get(task_id)
-        if paused and handle is not None:
-            handle._on_paused(True)
+        if paused and handle is not None and self._core.state(task_id) is TaskState.PAUSED:
+            handle._on_paused()  # (a running task pauses when its run ends)
         return paused
 
     def resume(self, task_id: int) -> bool:

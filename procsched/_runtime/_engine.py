@@ -396,7 +396,7 @@ class Engine(Holds):
             return True
         decision = self.core.cancel(task_id, interrupt)
         if decision.accepted:
-            self.events.append(TaskCancelled.wire(task_id))
+            self.events.append(TaskCancelled.wire(task_id, decision is not CancelResult.CANCELLED))
         if decision is CancelResult.CANCELLED:
             self._forget_crash_loop(task_id)
         if decision is CancelResult.INTERRUPT:
@@ -578,7 +578,7 @@ class Engine(Holds):
                 self.events.append(TaskCancelled.wire(run.task_id))
         for task_id, decision in self.core.cancel_all(periodic_only=not cancel_futures):
             if decision.accepted:
-                self.events.append(TaskCancelled.wire(task_id))
+                self.events.append(TaskCancelled.wire(task_id, decision is not CancelResult.CANCELLED))
             if decision is CancelResult.CANCELLED:
                 self._forget_crash_loop(task_id)
 

@@ -304,7 +304,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                         self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
                     )
                     if row.paused:
-                        handle._on_paused(True)  # (as the dispatcher will say: known from the call on)
+                        handle._on_paused()  # (as the dispatcher will say: known from the call on)
                     handles[task_id] = handle
                     keys[row.key] = handle
                     chunk.append(

@@ -132,11 +132,10 @@ class EventApplier:
         elif tag == m.RUN_SKIPPED:
             self._run_skipped(m.view(m.RunSkipped, event))
         elif tag == m.TASK_CANCELLED:
-            task_id = m.view(m.TaskCancelled, event).task_id
+            cancelled = m.view(m.TaskCancelled, event)
+            task_id, was_running = cancelled.task_id, cancelled.running
             handle = self.handles.get(task_id)
-            was_running = False
             if handle is not None:
-                was_running = handle.state is TaskState.RUNNING
                 handle._on_cancelled()
                 if not was_running:  # else its last run's event comes later
                     del self.handles[task_id]
@@ -170,7 +169,7 @@ class EventApplier:
             handle = self.handles.get(changed.task_id)
             if handle is not None:
                 if changed.state == TaskState.PAUSED.value:
-                    handle._on_paused(True)
+                    handle._on_paused()
                 else:
                     due = changed.next_due_ns
                     handle._on_resumed(None if due is None else due / NS, changed.next_wall_ns)

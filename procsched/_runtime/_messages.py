@@ -736,14 +736,17 @@ class RunSkipped(NamedTuple):
 
 
 class TaskCancelled(NamedTuple):
-    """The task was cancelled (its last run may still be in flight)."""
+    """The task was cancelled; ``running``: its last run is still in
+    flight (its end comes later). A run given ahead and taken back was
+    told started but never began: not running."""
 
     tag: str
     task_id: int
+    running: bool
 
     @staticmethod
-    def wire(task_id: int) -> Message:
-        return (TASK_CANCELLED, task_id)
+    def wire(task_id: int, running: bool = False) -> Message:
+        return (TASK_CANCELLED, task_id, running)
 
 
 class TaskAdded(NamedTuple):

@@ -14,12 +14,16 @@ from typing import Any
 
 import pytest
 
+from procsched import TaskState
 from procsched._core import ONCE, Policy, Run, Schedule
 from procsched._errors import TaskTimeoutError, WorkerCrashedError
+from procsched._events import Listeners
+from procsched._handle import TaskHandle
 from procsched._runtime import _messages as m
 from procsched._runtime._carrier import Carrier
 from procsched._runtime._engine import Engine
 from procsched._runtime._holds import BACKOFF_FIRST_NS
+from procsched._runtime._listener import EventApplier
 
 MS = 1_000_000
 
@@ -303,3 +307,57 @@ def test_a_periodic_task_that_crashes_every_run_is_held_back() -> None:
     assert idle.given == []  # a free worker, and the run waits
     engine.tick(hold_ends)
     assert [r.run for w in fake.workers for r in w.given][-1] == 3
+
+
+# -- what the user process hears of a run taken back ------------------------------------------
+
+
+def _heard() -> tuple[TaskHandle, list[dict[str, Any]], EventApplier]:
+    """The user process's side: task 1's handle, what its listeners are
+    told, and the applier the engine's events are fed to."""
+
+    class Owner:
+        handle_runs = 100
+
+    told: list[dict[str, Any]] = []
+    listeners = Listeners()
+    listeners.add(told.append)
+    handle = TaskHandle(Owner(), 1, "t1", 0.0, None, None)
+    return handle, told, EventApplier(Owner(), {1: handle}, {}, {}, listeners, None, lambda key: None)
+
+
+def _feed(engine: Engine, applier: EventApplier) -> None:
+    for event in engine.take_events():
+        if event[0] != m.WORKER_CHANGED:  # (the backend's: no backend here)
+            applier.apply(event)
+
+
+def test_a_pause_that_takes_back_a_run_given_early_leaves_the_handle_paused() -> None:
+    """The run given early was told started (it starts at its due time on
+    its own); the pause takes it back before it begins: no end comes for
+    it, so the handle must hear it paused, not stay RUNNING for good (the
+    flaky test_pause_and_resume: ~1 run in 12, the pause landed in the
+    ~3 ms between the early hand-off and the due time)."""
+    engine, fake = make(prefetch=2, early_ns=3 * MS)
+    add(engine, 1, 10 * MS, Schedule.fixed_rate(50 * MS))
+    handle, told, applier = _heard()
+    engine.tick(7 * MS)
+    _feed(engine, applier)
+    assert handle.state is TaskState.RUNNING  # told started (given early)
+    assert engine.pause(1, 8 * MS) is True
+    _feed(engine, applier)
+    assert fake.log[-1] == ("revoke", fake.workers[0].ident, 1, 1)
+    assert handle.state is TaskState.PAUSED and handle.next_run is None
+    assert (told[-1]["event"], told[-1]["reason"]) == ("run_skipped", "paused")
+
+
+def test_a_cancel_that_takes_back_a_run_given_early_says_no_run_is_left() -> None:
+    engine, _ = make(prefetch=2, early_ns=3 * MS)
+    add(engine, 1, 10 * MS, Schedule.fixed_rate(50 * MS))
+    handle, told, applier = _heard()
+    engine.tick(7 * MS)
+    _feed(engine, applier)
+    assert engine.cancel(1, False, 8 * MS) is True
+    _feed(engine, applier)
+    assert handle.state is TaskState.CANCELLED
+    assert told[-1] == {"event": "task_cancelled", "task_id": 1, "name": "t1", "running": False}
