@@ -404,6 +404,11 @@ class SchedulingAPI(abc.ABC):
             replace_existing=v.flag("replace_existing", replace_existing),
         )
 
+    def _cancel_replaced(self, task_id: int) -> bool:
+        """Cancel a task that a new one of its key replaces (see ``_claim_key``;
+        a scheduler with a store keeps the key's row for the new one)."""
+        return self.cancel(task_id)
+
     def _claim_key(self, keys: dict[str, TaskHandle], spec: v.TaskSpec) -> None:
         """Before adding ``spec``: its key must be free, or replaced (the holder cancelled)."""
         key = spec.key
@@ -414,7 +419,7 @@ class SchedulingAPI(abc.ABC):
             return
         if not spec.replace_existing:
             raise ValueError(f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it")
-        if not self.cancel(holder.id):
+        if not self._cancel_replaced(holder.id):
             raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")
 
 

@@ -54,6 +54,7 @@ import shutil
 import signal
 import time
 import traceback
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -293,7 +294,11 @@ class Dispatcher:
                 self.wall_skew += m.view(m.WallStep, message).ns
             elif tag == m.CANCEL:
                 cancel = m.view(m.Cancel, message)
-                accepted = engine.cancel(cancel.task_id, cancel.interrupt, time.monotonic_ns())
+                now = time.monotonic_ns()
+                if cancel.replaced and journal is not None:  # its row stays for the task on its way
+                    accepted = journal.replaced(cancel.task_id, partial(engine.cancel, cancel.task_id, False, now))
+                else:
+                    accepted = engine.cancel(cancel.task_id, cancel.interrupt, now)
                 engine.emit(m.Answer.wire(cancel.request, accepted))
             elif tag == m.RUN_NOW:
                 run_now = m.view(m.RunNow, message)

@@ -36,7 +36,7 @@ from .._clock import MonotonicClock
 from .._core import TaskState
 from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
-from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError, StoreError
+from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
 from .._events import Listeners
 from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot, stored_error
 from .._handle import handle_runs as checked_handle_runs
@@ -326,19 +326,6 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
 
-    def _still_paused(self, key: str) -> bool:
-        """Is the stored task ``key``, adopted paused, paused still? A resume
-        written since (by an operator, another instance) stands: the deploy
-        that replaces it must not write back the pause it adopted (the fault
-        campaign, seed 1413: the task stayed paused for good). Its row is read
-        now; if it cannot be, the pause stands."""
-        assert self._store is not None
-        try:
-            row = self._store.get(key)
-        except StoreError:
-            return True
-        return row is None or row.state.paused
-
     def _adopt_stored(self, key: str) -> None:
         """Another scheduler on the store added the keyed task ``key``: run it
         here too (its runs are claimed like ours; issue 11). Listener thread.
@@ -490,9 +477,9 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                     return holder  # the same definition: the stored task goes on
                 logger.warning("keyed task %r: its definition changed; the new one replaces the stored one", spec.key)
                 spec = spec._replace(replace_existing=True)
-                paused = holder.state is TaskState.PAUSED  # a deploy leaves a paused task paused
-                if paused:
-                    paused = self._still_paused(d.key)
+                # A deploy leaves a paused task paused: the row says so (it stays for the new
+                # definition); the adopted handle's pause counts only if the row is gone.
+                paused = holder.state is TaskState.PAUSED
             define = m.Define.wire(0, d.key, d.fn_ref, d.args, d.schedule, d.options, d.def_hash, paused)
         if spec.ray_options is not None:  # validated: only a Ray scheduler gets here with them
             payload = self._backend.with_options(payload, spec.ray_options)
@@ -555,8 +542,14 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             raise TypeError(f"task_id must be an int, not {type(task_id).__name__} {task_id!r}")
         if task_id not in self._handles:
             return False  # finished, cancelled, or never ours: nothing to ask
+        return self._cancel(task_id, interrupt, False)
+
+    def _cancel_replaced(self, task_id: int) -> bool:
+        return self._cancel(task_id, False, True)
+
+    def _cancel(self, task_id: int, interrupt: bool, replaced: bool) -> bool:
         try:
-            return bool(self._request(m.Cancel, task_id, interrupt))
+            return bool(self._request(m.Cancel, task_id, interrupt, replaced))
         except SchedulerError:
             return False  # the dispatcher is gone: the handle has been failed
 

@@ -315,10 +315,13 @@ class Cancel(NamedTuple):
     request: int
     task_id: int
     interrupt: bool
+    #: A task of its key replaces it (``replace_existing``, a deploy's
+    #: changed definition): with a store its row stays for the new one.
+    replaced: bool = False
 
     @staticmethod
-    def wire(request: int, task_id: int, interrupt: bool) -> Message:
-        return (CANCEL, request, task_id, interrupt)
+    def wire(request: int, task_id: int, interrupt: bool, replaced: bool = False) -> Message:
+        return (CANCEL, request, task_id, interrupt, replaced)
 
 
 class RunNow(NamedTuple):

@@ -252,3 +252,31 @@ def test_a_deploy_that_replaces_a_paused_task_keeps_a_resume_made_since(store_ur
         wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 30, "the new definition to run")
         assert not storesql.tasks(store_url)["k"].paused
         s.shutdown(wait=True)
+
+
+def test_a_replaced_task_keeps_its_row_for_the_new_definition(store_url, tmp_path) -> None:
+    """6. The cancel a replacement makes first (``replace_existing``, a
+    deploy's changed definition) deleted the key's row, and the new
+    definition wrote it again when its add reached the dispatcher: a resume
+    written in between (an operator's, another instance's) found no row and
+    was lost - the new task took the pause the program had adopted and
+    stayed paused for good (the fault campaign, seed 1413, replayed: the
+    resume landed in that window). The row now stays through the replacement."""
+    import procsched
+    from tests.promises import tasks
+
+    out = str(tmp_path / "runs.log")
+    with procsched.Scheduler(1, store=store_url) as s:
+        h = s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v1"), key="k")
+        wait_until(lambda: starts(out), 30, "k to run")
+        assert h.pause()
+        assert s._cancel_replaced(h.id)  # what a replacement does first (the window opens)
+        # A keyed task scheduled after it: its row is committed with the cancel or after it.
+        s.schedule_at_fixed_rate(tasks.mark, 3600, args=(out, "z"), key="z")
+        wait_until(lambda: "z" in storesql.tasks(store_url), 30, "z to be stored")
+        assert "k" in storesql.tasks(store_url)  # (before: deleted)
+        assert open_store(store_url).resume("k")  # an operator's resume, in the window
+        s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v2"), key="k")  # the window closes
+        wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 30, "the new definition to run")
+        assert not storesql.tasks(store_url)["k"].paused
+        s.shutdown(wait=True)

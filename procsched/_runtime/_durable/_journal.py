@@ -71,7 +71,7 @@ from .. import _messages as m
 from .._engine import Engine
 from .._store_hooks import Durable
 from ._limited import Limited
-from ._peers import DELETED, Peers
+from ._peers import DELETED, REDEFINED, Peers
 from ._requests import Requests
 from ._stored import regular_slot, stored_hash
 from ._writer import Writer, open_patiently, patiently
@@ -184,6 +184,27 @@ class Journal(Durable):
 
     def expect(self, define: m.Define) -> None:
         self.expected[define.task_id] = define
+
+    def replaced(self, task_id: int, cancel: Callable[[], bool]) -> bool:
+        """``cancel`` the keyed task ``task_id``, which a task of its key on
+        its way replaces: its row is not deleted - the new definition is
+        written over it. Deleted (by the cancel, or by the end of the old
+        task's run in flight), the key had no row until the new task's add
+        arrived, and a resume written meanwhile (an operator's, another
+        instance's) was lost: the new task took the pause the program had
+        adopted and stayed paused for good (the fault campaign, seed 1413)."""
+        key = self.keys.get(task_id)
+        if key is None:
+            return cancel()
+        before = self.owner.get(key)
+        self.owner[key] = REDEFINED  # (as when another scheduler stores a new definition)
+        accepted = cancel()
+        if not accepted:  # refused (a one-shot's only run is running): nothing is replaced
+            if before is None:
+                self.owner.pop(key, None)
+            else:
+                self.owner[key] = before
+        return accepted
 
     def adopt(self, engine: Engine, shapes: list[m.Message], rows: list[m.Message], offset: int) -> None:
         """A restart's stored tasks (the facade's ``_recover`` / ``_adopt``):

@@ -42,7 +42,9 @@ from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import down_slots, regular_slot, resume_point, schedule_of, stored_hash
 from ._writer import patiently
 
-#: ``Journalled.owner``'s mark of a key whose definition another scheduler changed.
+#: ``Journalled.owner``'s mark of a key whose definition is replaced: by
+#: another scheduler's changed one, or by a task of the key on its way here
+#: (``Journal.replaced``). The old task's cancel and its run's end delete nothing.
 REDEFINED = -1
 #: ``Journalled.owner``'s mark of a key whose row is deleted (cancelled here,
 #: or by another scheduler): the end of a run of its task in flight deletes
