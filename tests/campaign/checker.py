@@ -34,7 +34,11 @@ The checks (each a function below, each violation with its evidence):
 - ``paused`` / ``cancelled`` / ``old definition``: no run starts after a
   pause or a cancel was acknowledged, or with a definition older than one
   acknowledged, on the instance that acknowledged it (at once) or on the
-  others (after the re-read interval, 1 s, plus 1 s of slack);
+  others (after the re-read interval, 1 s, plus 1 s of slack). Two deploys
+  of one key within seconds are concurrent: each is the store's at its
+  instance's next commit, and the one committed last is the task from then
+  on - its runs are counted apart as documented ("last deploy wins"), the
+  store's definitions table saying which was written last;
 - ``processes``, ``traceback``, ``died``, ``unresponsive``: every process
   gone at the end, no traceback in an instance's stderr, no instance dead
   or silent unless the nemesis did it.
@@ -145,7 +149,9 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
     found, limits = _stalled(h, attempts, tasks, lives)
     out += found
     documented += limits
-    out += _after_events(h, attempts)
+    found, limits = _after_events(h, attempts, storesql.definitions(h.url))
+    out += found
+    documented += limits
     out += _health(h)
     return out, documented, len(attempts)
 
@@ -421,9 +427,36 @@ def _stalled(
     return out, documented
 
 
-def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
-    """No start after an acknowledged pause / cancel / newer definition."""
-    out = []
+#: Two deploys of one key this close (their acknowledgements, s) are
+#: concurrent: either may be stored last (each is the store's at its
+#: instance's next commit, which a store fault or a stop delays).
+CONCURRENT_DEPLOYS = 5.0
+
+
+def _overwritten(h: Any, e: Any, stored: dict[str, tuple[int, float]]) -> tuple[int, float] | None:
+    """The definition (version, written) stored over ``e``'s, if another
+    deploy acknowledged before ``e`` committed after it: the README's
+    "the store has it after the dispatcher's next commit" - the last commit
+    wins, and its runs are the stored definition's, not an older one's."""
+    final = stored.get(e.key)
+    if final is None or final[0] == e.version or final[1] <= e.at:
+        return None
+    deploys = ("add", "readd", "replace", "redefine")
+    if any(
+        d.key == e.key and d.kind in deploys and d.version == final[0] and 0 <= e.at - d.at <= CONCURRENT_DEPLOYS
+        for d in h.key_events
+    ):
+        return final
+    return None
+
+
+def _after_events(
+    h: Any, attempts: list[Attempt], stored: dict[str, tuple[int, float]]
+) -> tuple[list[Violation], list[Violation]]:
+    """No start after an acknowledged pause / cancel / newer definition
+    (violations, documented limits seen); ``stored``: each key's stored
+    definition at the end (``storesql.definitions``)."""
+    out, documented = [], []
     events = sorted(h.key_events, key=lambda e: e.at)
     for e in events:
         if e.kind not in ("pause", "cancel", "replace", "redefine", "readd"):
@@ -449,9 +482,23 @@ def _after_events(h: Any, attempts: list[Attempt]) -> list[Violation]:
                 f"({e.kind} by {e.via} at {_ts(e.at)})"
             )
             kind = "old definition"
+            over = _overwritten(h, e, stored)
+            if over is not None:  # a concurrent deploy's commit came last: its runs are the stored task's
+                last = [a for a in bad if a.version == over[0] and a.start >= over[1]]
+                bad = [a for a in bad if a not in last]
+                if last:
+                    documented.append(
+                        Violation(
+                            "last deploy wins (documented)",
+                            e.key,
+                            f"v{over[0]}, acknowledged before v{e.version}, was stored after it "
+                            f"(at {_ts(over[1])}): {len(last)} run(s) of it after that",
+                            tuple(map(str, last[:4])),
+                        )
+                    )
         if bad:
             out.append(Violation(kind, e.key, what, tuple(map(str, bad[:4]))))
-    return out
+    return out, documented
 
 
 def _health(h: Any) -> list[Violation]:

@@ -7,6 +7,7 @@ or ``postgresql://...``.
 
 from __future__ import annotations
 
+import pickle
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -94,6 +95,17 @@ def tasks(url: str) -> dict[str, TaskRow]:
         "FROM procsched_tasks t JOIN procsched_definitions d ON d.key = t.key",
     )
     return {r[0]: TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in rows}
+
+
+def definitions(url: str) -> dict[str, tuple[int, float]]:
+    """key -> (the version its stored definition carries, when it was
+    written: epoch s). The version travels in the arguments (see
+    ``campaign.spec_for``): the campaign's own rows, unpickled here only."""
+    out = {}
+    for key, args, written_ns in query(url, "SELECT key, args, written_ns FROM procsched_definitions"):
+        (call_args, _kwargs) = pickle.loads(bytes(args))
+        out[key] = (int(call_args[2]), written_ns / 1e9)
+    return out
 
 
 def schedulers(url: str) -> list[tuple[str, str, int]]:

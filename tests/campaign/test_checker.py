@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from tests.campaign.campaign import Life
-from tests.campaign.checker import Attempt, _overlap
+from types import SimpleNamespace
+
+from tests.campaign.campaign import KeyEvent, Life
+from tests.campaign.checker import Attempt, _after_events, _overlap
 from tests.campaign.storesql import RunRow
 
 LEASE = 1.0
@@ -37,3 +39,31 @@ def test_an_overlap_with_no_take_over_during_a_stop_is_a_violation() -> None:
     assert [v.kind for v in found] == ["overlap"] and not documented
     found, _ = _case(crash_at=None)
     assert [v.kind for v in found] == ["overlap"]
+
+
+def _deploys(stored_version: int, written: float, v2_acked: float) -> tuple[list, list]:
+    """B deploys c1 v2 (acknowledged at ``v2_acked``), A replaces it with v3
+    at 11.8; the store ends with ``stored_version`` written at ``written``;
+    C runs v2 from 14.0 (the fault campaign, seed 805: B's commit came 4 ms
+    after A's, B having been slowed by a dropped connection)."""
+    h = SimpleNamespace(
+        end=30.0,
+        key_events=[
+            KeyEvent("redefine", "c1", v2_acked, "B.2", 2),
+            KeyEvent("replace", "c1", 11.8, "A.2", 3),
+        ],
+    )
+    attempts = [Attempt("c1", n, 1, "C.1", 2, None, 333, start=13.0 + n, end=13.1 + n, x="ok") for n in (1, 2, 3)]
+    return _after_events(h, attempts, {"c1": (stored_version, written)})
+
+
+def test_a_concurrent_deploy_stored_last_is_the_task_from_then_on() -> None:
+    found, documented = _deploys(stored_version=2, written=11.805, v2_acked=11.5)
+    assert not found and [v.kind for v in documented] == ["last deploy wins (documented)"]
+
+
+def test_an_older_definition_run_after_a_newer_one_is_stored_is_a_violation() -> None:
+    found, _ = _deploys(stored_version=3, written=11.801, v2_acked=11.5)  # v3 stored last: v2's runs are stale
+    assert [v.kind for v in found] == ["old definition"]
+    found, _ = _deploys(stored_version=2, written=11.805, v2_acked=2.0)  # v2 written again long after its deploy
+    assert [v.kind for v in found] == ["old definition"]
