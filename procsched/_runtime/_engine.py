@@ -39,6 +39,7 @@ from typing import Any
 from .. import _tz
 from .._core import ONCE, CancelResult, Kind, Policy, RetryPolicy, Run, Schedule, SchedulerCore, TaskState
 from .._core._state import OUTCOMES
+from .._core._task import SkipRecord
 from .._core._units import NS
 from .._errors import TaskTimeoutError, WorkerCrashedError
 from .._events import signal_name
@@ -187,9 +188,16 @@ class Engine(Holds):
         events, self.events = self.events, []
         return events
 
-    def _skipped_out(self) -> None:
-        """The core's skipped slots, as RunSkipped events (in order)."""
+    def _skipped_out(self, after: tuple[int, int] | None = None) -> None:
+        """The core's skipped slots, as RunSkipped events (in order);
+        ``after``: (task id, wall ns) - that task's paused slots up to that
+        time are left out (see ``resume``)."""
         for skip in self.core.take_skips():
+            if after is not None and skip.task_id == after[0] and skip.reason == "paused":
+                later = _slots_after(skip, after[1])
+                if later is None:
+                    continue
+                skip = later
             state = None if skip.state is None else skip.state.value
             if skip.state is not None:
                 self.prio.pop(skip.task_id, None)
@@ -324,6 +332,8 @@ class Engine(Holds):
 
     def pause(self, task_id: int, now: int | None = None) -> bool:
         accepted = self.core.pause(task_id)
+        if accepted and self.core.state(task_id) is TaskState.RUNNING:
+            self.durable.pause_asked(task_id, self.events, True)
         if accepted and now is not None and self.core.state(task_id) is TaskState.RUNNING:
             taken = self._take_back_given(task_id, now)
             if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
@@ -334,12 +344,15 @@ class Engine(Holds):
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
 
-    def resume(self, task_id: int, now: int, record: bool = True) -> bool:
+    def resume(self, task_id: int, now: int, record: bool = True, after_wall: int | None = None) -> bool:
         """``record``: the slots passed while paused are recorded skipped
-        (False: another scheduler ran the task's grid - see ``Peers.resume``)."""
+        (False: another scheduler ran the task's grid - see ``Peers.resume``);
+        ``after_wall``: only those after it (the store accounts for the rest)."""
         accepted = self.core.resume(task_id, now, record=record)
+        if accepted and self.core.state(task_id) is TaskState.RUNNING:  # the pause asked of its run, taken back
+            self.durable.pause_asked(task_id, self.events, False)
         if self.core.skips:  # the slots it was paused over: out now, with the resume (a store journals them)
-            self._skipped_out()
+            self._skipped_out(None if after_wall is None else (task_id, after_wall))
         if accepted and self.core.state(task_id) is TaskState.PENDING:
             self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
@@ -918,3 +931,18 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return a if a < b else b
+
+
+def _slots_after(skip: SkipRecord, wall: int) -> SkipRecord | None:
+    """``skip`` without its slots at or before ``wall`` (None if none is
+    left). A grid point within half a period of ``wall`` is that slot: two
+    schedulers' wall readings of one slot differ by microseconds."""
+    period = skip.period_ns
+    bound = wall + period // 2
+    if skip.wall_ns > bound:
+        return skip
+    drop = 1 if not period else (bound - skip.wall_ns) // period + 1
+    if drop >= skip.slots:
+        return None
+    shift = drop * period
+    return skip._replace(scheduled_ns=skip.scheduled_ns + shift, wall_ns=skip.wall_ns + shift, slots=skip.slots - drop)

@@ -38,5 +38,12 @@ class Durable:
         store records it so (its start was written): its slot is accounted for."""
         return False
 
+    def pause_asked(self, task_id: int, events: list[Message], paused: bool) -> None:
+        """The task's pause was asked while a run of it is running (it
+        pauses when that run ends), or taken back by a resume before that
+        (``paused`` False): a store has it now, not at the run's end - a
+        shutdown or a kill before it would lose it (``events``: the
+        engine's, recorded first)."""
+
 
 NO_STORE: Durable = Durable()

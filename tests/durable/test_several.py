@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from procsched._store import open_store
+from procsched._store import RunRecord, SkippedSlot, open_store
 from tests.durable.peers import Peer, check_once, lines, wait_for
 from tests.store.conftest import store_url as store_url
 
@@ -338,3 +338,42 @@ def test_a_scheduler_that_lost_a_task_stands_by_until_its_claimer_stops(store_ur
     assert not standby(idle)
     idle.quit()
     check_once(lines(out), 50_000)
+
+
+@pytest.mark.timeout(120)
+def test_a_resume_on_the_standby_once_the_claimer_left_records_the_slots_paused_over(
+    store_url, tmp_path, peers
+) -> None:
+    """The slots a pause leaves behind are recorded by the scheduler that ran
+    the task, as it follows the resume. Paused on a scheduler that only stood
+    by for it, and resumed there after the one that ran it had shut down,
+    nobody recorded them (the resumer left them to the runner): the resumer
+    records them when the runner is gone."""
+    out = str(tmp_path / "s")
+    period = 0.02
+    cfg = {"store": store_url, "lease": 1.5, "tasks": [{"kind": "rate", "key": "s", "period": period, "out": out}]}
+    a, b = _start(peers, "a", cfg, tmp_path), _start(peers, "b", cfg, tmp_path)
+
+    def standby(p: Peer) -> bool:
+        return p.ask("stats")["store"]["standby"] == ["s"]
+
+    idle = wait_for(lambda: next((p for p in (a, b) if standby(p)), None), 20, "a scheduler to stand by", [a, b])
+    busy = b if idle is a else a
+    n = len(lines(out))
+    wait_for(lambda: len(lines(out)) >= n + 3, 20, "s to run")
+    assert idle.ask("pause s")  # the user's pause, said on the standby
+    wait_for(lambda: busy.ask("stats")["keys"]["s"] == "paused", 10, "the claimer to see s paused", [a, b])
+    busy.quit()  # the scheduler that ran s leaves while s is paused (slots pass meanwhile)
+    wait_for(lambda: not idle.ask("stats")["store"]["peers"], 20, "the standby to see it gone", [idle])
+    assert idle.ask("resume s")
+    n = len(lines(out))
+    wait_for(lambda: len(lines(out)) >= n + 3, 20, "s to run again", [idle])
+    idle.quit()
+    rows = open_store(store_url).history("s", 1000, skipped=True)
+    ran = [r.scheduled_ns for r in rows if isinstance(r, RunRecord) and r.outcome == "ok" and r.attempt == 1]
+    skipped = [r for r in rows if isinstance(r, SkippedSlot) and r.reason == "paused"]
+    assert len(skipped) >= 2, rows  # (before: none - nobody recorded them)
+    slots = sorted(ran + [r.slot_ns for r in skipped])
+    # (each scheduler reads a slot's wall time a few µs apart from the others)
+    steps = {round((y - x) / (period * 1e9), 2) for x, y in zip(slots, slots[1:], strict=False)}
+    assert steps == {1.0}, sorted(steps)  # one grid, every slot once: a run or a recorded skip

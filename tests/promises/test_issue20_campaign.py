@@ -280,3 +280,54 @@ def test_a_replaced_task_keeps_its_row_for_the_new_definition(store_url, tmp_pat
         wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 30, "the new definition to run")
         assert not storesql.tasks(store_url)["k"].paused
         s.shutdown(wait=True)
+
+
+def test_a_pause_asked_during_a_run_outlives_a_shutdown_before_the_run_ends(store_url, tmp_path) -> None:
+    """7. A pause asked while the task's run runs takes effect when that run
+    ends; the store was told only then (the run's end, state PAUSED). A
+    shutdown before it cancels the task first: the run ended cancelled, the
+    pause was never written, and the next start adopted the task running
+    (seen as a flaky test_a_deploy_that_replaces_a_paused_task_keeps_a_resume_made_since
+    beside the suite: the pause landed during the task's first run). The
+    store has the pause once it is asked."""
+    import procsched
+    from procsched import TaskState as State
+    from tests.promises import tasks
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    cancelled = threading.Event()
+    s = procsched.Scheduler(1, store=store_url)
+    s.add_listener(lambda event: cancelled.set(), ["task_cancelled"])
+    h = s.schedule_at_fixed_rate(tasks.hold_first, 0.1, args=(out, fifo, "v1"), key="k")
+    wait_until(lambda: starts(out), 30, "run 1 to start (it holds)")
+    assert h.pause() and h.state is State.RUNNING  # asked: it pauses when run 1 ends
+    closing = threading.Thread(target=s.shutdown, kwargs={"wait": True})
+    closing.start()
+    assert cancelled.wait(30), "the shutdown to stop k"  # stopped before its run ends
+    release(fifo)
+    closing.join(60)
+    assert not closing.is_alive()
+    assert storesql.tasks(store_url)["k"].paused
+    with procsched.Scheduler(1, store=store_url) as again:
+        assert again.get("k").state is State.PAUSED
+        again.shutdown(wait=True)
+
+
+def test_a_pause_taken_back_during_the_run_leaves_the_stored_task_running(store_url, tmp_path) -> None:
+    """7b. The pause asked during a run is the store's at once; a resume
+    before the run ends takes it back there too."""
+    import procsched
+    from tests.promises import tasks
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    with procsched.Scheduler(1, store=store_url) as s:
+        h = s.schedule_at_fixed_rate(tasks.hold_first, 0.1, args=(out, fifo, "v1"), key="k")
+        wait_until(lambda: starts(out), 30, "run 1 to start (it holds)")
+        assert h.pause() and h.resume()  # both while run 1 holds
+        release(fifo)
+        wait_until(lambda: len(starts(out)) >= 3, 30, "k to go on")
+        assert not storesql.tasks(store_url)["k"].paused
+        s.shutdown(wait=True)
+    assert not storesql.tasks(store_url)["k"].paused

@@ -512,6 +512,17 @@ class Journal(Durable):
                 if key is not None:
                     self._skipped(skipped, key)
 
+    def pause_asked(self, task_id: int, events: list[m.Message], paused: bool) -> None:
+        """A keyed task's pause asked while its run runs, or taken back
+        (``Durable``): written now - the run's end would write it, but a
+        shutdown cancels the task first (a test saw the pause lost at the
+        next start), and a kill loses it. Not inside ``unwritten``: a pause
+        followed from the store is the store's already."""
+        key = self.keys.get(task_id)
+        if key is not None and not self.quiet:
+            self.sync(events)  # (what came before it first)
+            self._pause_written(key, paused=paused)
+
     def _pause_written(self, key: str, **fields: Any) -> None:
         """Journal a pause or resume of ``key`` (counted in ``pausing``
         until its commit)."""

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from ..._core import Kind, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import Batch, Holder, SQLStore, StoredTask
+from ..._store import Batch, Holder, SkippedSlot, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import down_slots, regular_slot, resume_point, schedule_of, stored_hash
@@ -257,12 +257,45 @@ class Peers:
         """Resume ``tid`` (the user's here, or followed from the store): the
         slots its pause left behind are recorded skipped ("paused") by the
         scheduler whose grid it was - this one, unless it was paused here while
-        another one ran it. (Recorded by whoever resumed it, they were either
-        missing - a resume from the command line or the console records
-        nothing - or counted from a grid that was not the task's.)"""
-        record = tid not in self.paused_elsewhere
-        self.paused_elsewhere.discard(tid)
-        return engine.resume(tid, now, record=record)
+        another one ran it and that one is still there to follow the resume.
+        (Recorded by whoever resumed it, they were either missing - a resume
+        from the command line or the console records nothing - or counted
+        from a grid that was not the task's.)"""
+        record, after = True, None
+        if tid in self.paused_elsewhere:
+            self.paused_elsewhere.discard(tid)
+            record, after = self._left_by_runner(tid)
+        return engine.resume(tid, now, record=record, after_wall=after)
+
+    def _left_by_runner(self, tid: int) -> tuple[bool, int | None]:
+        """A task paused here while another scheduler ran it, resumed: are
+        the slots its pause left behind this scheduler's to record, and
+        after which slot (wall ns)? Only if the one that ran it (its last
+        claimer) is gone - shut down, or its lease run out by the store's
+        clock: it will not follow the resume, and nobody recorded them. Then
+        from after the newest slot the store accounts for (a run, or a skip:
+        the runner recorded the slot of the run it had given ahead and the
+        pause took back). (False, None) if the store cannot say (as before:
+        the runner's to record). Read now: a rare call."""
+        store, key = self.journal.store, self.journal.keys.get(tid)
+        if key is None:
+            return False, None
+        try:
+            task = store.get(key)
+            runner = None if task is None else task.last_holder
+            if task is None:
+                return False, None
+            if runner is not None and runner != self.journal.holder.id:
+                expired = {h.id for h in store.expired_holders()}
+                if runner in {h.id for h in store.schedulers()} and runner not in expired:
+                    return False, None  # it follows the resume and records them
+            newest = store.history(key, 1, skipped=True)
+        except StoreError:
+            return False, None
+        if not newest:
+            return True, None
+        last = newest[-1]
+        return True, last.slot_ns if isinstance(last, SkippedSlot) else last.scheduled_ns
 
     def wake(self, engine: Engine, tid: int, now: int) -> bool:
         """Take ``tid`` off standby (quietly: the core resumes it; the caller
