@@ -263,10 +263,11 @@ def test_a_replaced_task_keeps_its_row_for_the_new_definition(store_url, tmp_pat
     stayed paused for good (the fault campaign, seed 1413, replayed: the
     resume landed in that window). The row now stays through the replacement."""
     import procsched
+    from procsched import TaskState as State
     from tests.promises import tasks
 
     out = str(tmp_path / "runs.log")
-    with procsched.Scheduler(1, store=store_url) as s:
+    with procsched.Scheduler(1, store=store_url, lease=0.6) as s:
         h = s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v1"), key="k")
         wait_until(lambda: starts(out), 30, "k to run")
         assert h.pause()
@@ -276,6 +277,17 @@ def test_a_replaced_task_keeps_its_row_for_the_new_definition(store_url, tmp_pat
         wait_until(lambda: "z" in storesql.tasks(store_url), 30, "z to be stored")
         assert "k" in storesql.tasks(store_url)  # (before: deleted)
         assert open_store(store_url).resume("k")  # an operator's resume, in the window
+        # Re-reads follow other writers' changes: three of them, told by z's pause,
+        # resume and pause from outside. The row k kept must not be taken for a
+        # task another scheduler added: adopted in the window, its old definition
+        # ran beside the new one (the fault campaign, seed 1822).
+        for pause in (True, False, True):
+            store = open_store(store_url)
+            assert store.pause("z") if pause else store.resume("z")
+            state = State.PAUSED if pause else State.PENDING
+            wait_until(lambda state=state: s.get("z").state is state, 30, "the re-read to follow z")
+        s.stats()  # (a round trip: every event before its answer is applied)
+        assert s.get("k") is None  # (before: adopted anew, with v1)
         s.schedule_at_fixed_rate(tasks.mark, 0.1, args=(out, "v2"), key="k")  # the window closes
         wait_until(lambda: len([x for x in starts(out) if x.tag == "v2"]) >= 3, 30, "the new definition to run")
         assert not storesql.tasks(store_url)["k"].paused

@@ -71,7 +71,7 @@ from .. import _messages as m
 from .._engine import Engine
 from .._store_hooks import Durable
 from ._limited import Limited
-from ._peers import DELETED, REDEFINED, Peers
+from ._peers import DELETED, REPLACING, Peers
 from ._requests import Requests
 from ._stored import regular_slot, stored_hash
 from ._writer import Writer, open_patiently, patiently
@@ -197,7 +197,7 @@ class Journal(Durable):
         if key is None:
             return cancel()
         before = self.owner.get(key)
-        self.owner[key] = REDEFINED  # (as when another scheduler stores a new definition)
+        self.owner[key] = REPLACING
         accepted = cancel()
         if not accepted:  # refused (a one-shot's only run is running): nothing is replaced
             if before is None:

@@ -42,14 +42,19 @@ from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import down_slots, regular_slot, resume_point, schedule_of, stored_hash
 from ._writer import patiently
 
-#: ``Journalled.owner``'s mark of a key whose definition is replaced: by
-#: another scheduler's changed one, or by a task of the key on its way here
-#: (``Journal.replaced``). The old task's cancel and its run's end delete nothing.
+#: ``Journalled.owner``'s mark of a key whose definition another scheduler
+#: changed. The old task's cancel and its run's end delete nothing.
 REDEFINED = -1
 #: ``Journalled.owner``'s mark of a key whose row is deleted (cancelled here,
 #: or by another scheduler): the end of a run of its task in flight deletes
 #: nothing - the key may be declared again meanwhile, here or elsewhere.
 DELETED = -2
+#: ``Journalled.owner``'s mark of a key whose task is being replaced here: the
+#: new one is on its way (``Journal.replaced``). As ``REDEFINED``, and the key
+#: is never asked of the facade to adopt meanwhile: the row, kept for the new
+#: definition, still holds the old one (the fault campaign, seed 1822: it was
+#: adopted in that window, and the old definition ran beside the new one).
+REPLACING = -3
 
 #: The longest interval between two re-reads of the store.
 SYNC_MAX_NS = NS
@@ -351,6 +356,7 @@ class Peers:
                     (task.unloadable is None or task.untrusted is not None)  # an untrusted one: the facade lists it
                     and task.key not in self.asked
                     and not journal.expecting(task.key)
+                    and journal.owner.get(task.key) != REPLACING
                 ):
                     self.asked.add(task.key)
                     engine.emit(AdoptKey.wire(task.key))
