@@ -38,7 +38,9 @@ The checks (each a function below, each violation with its evidence):
   of one key within seconds are concurrent: each is the store's at its
   instance's next commit, and the one committed last is the task from then
   on - its runs are counted apart as documented ("last deploy wins"), the
-  store's definitions table saying which was written last;
+  store's definitions table saying which was written last. A deploy whose
+  instance was killed before its next commit is lost with it (documented,
+  as for a one-shot's add): stored only if a later deploy of it wrote it;
 - ``processes``, ``traceback``, ``died``, ``unresponsive``: every process
   gone at the end, no traceback in an instance's stderr, no instance dead
   or silent unless the nemesis did it.
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -149,7 +151,7 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
     found, limits = _stalled(h, attempts, tasks, lives)
     out += found
     documented += limits
-    found, limits = _after_events(h, attempts, storesql.definitions(h.url))
+    found, limits = _after_events(h, attempts, storesql.definitions(h.url), lives)
     out += found
     documented += limits
     out += _health(h)
@@ -381,12 +383,20 @@ def _killed_before_stored(h: Any, key: str, lives: dict[str, Any], tasks: dict[s
     if key in tasks:
         return False
     add = next((e for e in h.key_events if e.kind == "add" and e.key == key), None)
-    life = None if add is None else lives.get(add.via)
-    if add is None or life is None or life.how not in ("kill", "kill_user") or life.ended is None:
+    return add is not None and _killed_before_commit(h, add, lives)
+
+
+def _killed_before_commit(h: Any, e: Any, lives: dict[str, Any]) -> bool:
+    """Was the instance that acknowledged ``e`` killed before its next
+    commit could store it: within half a second of the answer, or while
+    the store refused commits (a store fault from 3 s before the answer to
+    the kill)?"""
+    life = lives.get(e.via)
+    if life is None or life.how not in ("kill", "kill_user") or life.ended is None:
         return False
-    if life.ended - add.at < 0.5:
+    if life.ended - e.at < 0.5:
         return True
-    return any(f.kind in STORE_FAULTS and f.at is not None and add.at - 3 <= f.at <= life.ended for f in h.faults)
+    return any(f.kind in STORE_FAULTS and f.at is not None and e.at - 3 <= f.at <= life.ended for f in h.faults)
 
 
 def _stalled(
@@ -451,16 +461,33 @@ def _overwritten(h: Any, e: Any, stored: dict[str, tuple[int, float]]) -> tuple[
 
 
 def _after_events(
-    h: Any, attempts: list[Attempt], stored: dict[str, tuple[int, float]]
+    h: Any, attempts: list[Attempt], stored: dict[str, tuple[int, float]], lives: dict[str, Any]
 ) -> tuple[list[Violation], list[Violation]]:
     """No start after an acknowledged pause / cancel / newer definition
     (violations, documented limits seen); ``stored``: each key's stored
-    definition at the end (``storesql.definitions``)."""
+    definition at the end (``storesql.definitions``). A definition whose
+    instance was killed before its next commit is lost with it (the
+    README's documented limit): stored only when a later deploy of it
+    wrote it, if one did."""
     out, documented = [], []
     events = sorted(h.key_events, key=lambda e: e.at)
     for e in events:
         if e.kind not in ("pause", "cancel", "replace", "redefine", "readd"):
             continue
+        if e.kind in ("replace", "redefine", "readd") and _killed_before_commit(h, e, lives):
+            final = stored.get(e.key)
+            written = final[1] if final is not None and final[0] == e.version and final[1] > e.at else None
+            documented.append(
+                Violation(
+                    "killed before stored (documented)",
+                    e.key,
+                    f"v{e.version} ({e.kind} by {e.via} at {_ts(e.at)}) was lost with its instance"
+                    + ("" if written is None else f"; stored by a later deploy at {_ts(written)}"),
+                )
+            )
+            if written is None:
+                continue
+            e = replace(e, at=written, via="")  # stored then: older definitions may run until the re-read after it
         until = h.end
         if e.kind in ("pause", "cancel"):
             back = "resume" if e.kind == "pause" else "readd"

@@ -54,7 +54,7 @@ def _deploys(stored_version: int, written: float, v2_acked: float) -> tuple[list
         ],
     )
     attempts = [Attempt("c1", n, 1, "C.1", 2, None, 333, start=13.0 + n, end=13.1 + n, x="ok") for n in (1, 2, 3)]
-    return _after_events(h, attempts, {"c1": (stored_version, written)})
+    return _after_events(h, attempts, {"c1": (stored_version, written)}, {})
 
 
 def test_a_concurrent_deploy_stored_last_is_the_task_from_then_on() -> None:
@@ -66,4 +66,18 @@ def test_an_older_definition_run_after_a_newer_one_is_stored_is_a_violation() ->
     found, _ = _deploys(stored_version=3, written=11.801, v2_acked=11.5)  # v3 stored last: v2's runs are stale
     assert [v.kind for v in found] == ["old definition"]
     found, _ = _deploys(stored_version=2, written=11.805, v2_acked=2.0)  # v2 written again long after its deploy
+    assert [v.kind for v in found] == ["old definition"]
+
+
+def test_a_redefinition_lost_with_its_killed_instance_is_the_documented_limit() -> None:
+    """Seed 1803: A.2 acknowledged r1 v2 at 41.523 and was killed at 41.559,
+    before its next commit; C ran v1 (the store's) until A.3's deploy of v2
+    stored it at 44.818, and v2 from the re-read after."""
+    a2 = Life("A", 2, "A.2", started=40.8, ended=41.559, how="kill")
+    h = SimpleNamespace(end=60.0, faults=[], key_events=[KeyEvent("redefine", "r1", 41.523, "A.2", 2)])
+    v1 = [Attempt("r1", n, 1, "C.4", 1, None, 444, start=42.0 + n / 4, end=42.1 + n / 4, x="ok") for n in range(10)]
+    found, documented = _after_events(h, v1, {"r1": (2, 44.818)}, {"A.2": a2})
+    assert not found and [v.kind for v in documented] == ["killed before stored (documented)"]
+    late = [Attempt("r1", 40, 1, "C.4", 1, None, 444, start=47.0, end=47.1, x="ok")]  # past its store + settle
+    found, _ = _after_events(h, v1 + late, {"r1": (2, 44.818)}, {"A.2": a2})
     assert [v.kind for v in found] == ["old definition"]
