@@ -351,8 +351,11 @@ class Journal(Durable):
                 pid = worker.ident if isinstance(worker.ident, int) else None
                 self.claims[claim] = [QUEUED, run, self.keys[run.task_id], pid]
                 self.held.append(claim)
-            elif known[0] == RECORDED:  # given ahead before, taken back: recorded already
+            elif known[0] == RECORDED and self.writable_since is not None:  # given ahead, taken back: recorded
                 claim = None
+            # (else recorded, but the lease is not known to be ours: taken back after a stall whose lease
+            # renewal failed, it waits for a write to succeed - fenced out meanwhile, it never starts here:
+            # sent at once, it started beside another scheduler's retry of it - the fault campaign, seed 1919)
         fifo = self.fifo.get(worker)
         if claim is None and not fifo:
             return False
@@ -424,7 +427,10 @@ class Journal(Durable):
         return True
 
     def _release(self, carrier: Any) -> None:
-        """Send each worker's held runs from the front while their starts are recorded."""
+        """Send each worker's held runs from the front while their starts are
+        recorded - none while the lease is not known to be ours (see ``hold``)."""
+        if self.writable_since is None:
+            return
         claims = self.claims
         for worker in list(self.fifo):
             fifo = self.fifo[worker]
@@ -675,6 +681,8 @@ class Journal(Durable):
                 self.writable_since = None
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + self.lease_ns // 3
+            if self.fifo:  # a renewal that succeeded sends what waited for it (see hold)
+                self._release(carrier)
         if self.cancelled:
             self.cancelled = [t for t in self.cancelled if engine.state(t) is not None]
             for tid in list(self.keys):

@@ -1,0 +1,62 @@
+"""A keyed run whose start the store recorded, taken back from its worker
+after a stall (``Journal.recheck``, or a turn late by a third of the lease),
+is given again only once the lease is known to be this scheduler's: while
+the renewal fails, it waits; fenced out meanwhile, it never starts here.
+Given again at once, it started beside another scheduler's retry of it (the
+fault campaign, seed 1919, PostgreSQL: the renewal after SIGCONT failed on a
+dropped connection, the run went to another worker of the same scheduler,
+and the fencing was found 10 ms later, after its worker had taken it). A
+real journal on a real SQLite store; the carrier is a recorder (the
+engine's side of it is not under test)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from procsched._core import Run
+from procsched._runtime._durable._journal import RECORDED, Journal
+
+
+class Worker:
+    ident = 4242
+
+
+class Carrier:
+    def __init__(self) -> None:
+        self.sent: list[Run] = []
+
+    def send_run(self, worker: Any, run: Run) -> None:
+        self.sent.append(run)
+
+
+def _journal(tmp_path) -> tuple[Journal, Run]:
+    journal = Journal(str(tmp_path / "s.db"), os.getpid(), emit=lambda events: None)
+    journal.keys[7] = "k"
+    run = Run(7, 3, 0, None, None, "k")
+    journal.claims[(7, 3, 1)] = [RECORDED, run, "k", 4242]  # its start is the store's
+    return journal, run
+
+
+def test_a_recorded_run_given_again_waits_while_the_lease_is_unknown(tmp_path) -> None:
+    journal, run = _journal(tmp_path)
+    carrier = Carrier()
+    try:
+        journal.writable_since = None  # the renewal after the stall failed
+        assert journal.hold(Worker(), run)  # held, not sent
+        journal._release(carrier)
+        assert carrier.sent == []
+        journal._wrote(time.monotonic_ns())  # a write succeeded: the lease is ours
+        journal._release(carrier)
+        assert carrier.sent == [run]
+    finally:
+        journal.close(clean=True)
+
+
+def test_a_recorded_run_given_again_goes_at_once_while_the_lease_is_known(tmp_path) -> None:
+    journal, run = _journal(tmp_path)
+    try:
+        assert not journal.hold(Worker(), run)  # sent now: nothing to wait for
+    finally:
+        journal.close(clean=True)
