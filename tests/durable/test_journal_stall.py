@@ -60,3 +60,24 @@ def test_a_recorded_run_given_again_goes_at_once_while_the_lease_is_known(tmp_pa
         assert not journal.hold(Worker(), run)  # sent now: nothing to wait for
     finally:
         journal.close(clean=True)
+
+
+def test_a_start_recorded_under_a_registration_taken_over_is_forgotten(tmp_path) -> None:
+    """Fenced out (another scheduler took the registration over and
+    recorded its runs crashed), the journal forgets the starts it had
+    recorded under it: a run of them given again later is claimed anew -
+    and refused by the store - instead of going out as "recorded" (seed
+    1919: it started beside the other scheduler's retry of it)."""
+    from procsched._core import Policy
+    from procsched._runtime._engine import Engine
+    from tests.runtime.test_engine import FakeCarrier
+
+    journal, run = _journal(tmp_path)
+    try:
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        journal._fenced_out(engine, time.monotonic_ns())
+        assert (7, 3, 1) not in journal.claims
+        assert journal.hold(Worker(), run)  # given again: a new claim, held until the store says
+        assert journal.claims[(7, 3, 1)][0] != RECORDED
+    finally:
+        journal.close(clean=True)

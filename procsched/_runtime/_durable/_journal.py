@@ -744,6 +744,16 @@ class Journal(Durable):
             known = self.claims.pop(claim, None)
             if known is not None:  # (not recorded: the store never saw it, the task goes on from its row)
                 self.peers.lost(engine, None, run, known[2], now, self.offset, refused=known[0] == RECORDED)
+        # The starts recorded under the registration taken over are another
+        # scheduler's now: none of those runs may start here. One taken back
+        # before (a late turn, a worker's stall check) and given again after
+        # this re-registration went out at once as "recorded" and started
+        # beside the other scheduler's retry of it (the fault campaign, seed
+        # 1919). Forgotten, such a run is claimed anew if given again, and
+        # the store refuses it; a run under way ends unrecorded, as said.
+        held = {claim for fifo in self.fifo.values() for _, claim in fifo}  # (taken back above: none, normally)
+        for claim in [c for c, known in self.claims.items() if known[0] == RECORDED and c not in held]:
+            del self.claims[claim]
         engine.log(
             40,
             f"this scheduler's store registration {self.holder.id} was taken over (its lease expired): "
