@@ -85,7 +85,10 @@ def pool_whole(scheduler: procsched.Scheduler) -> bool:
     for w in stats["workers"]:
         if w["pid"] is None or w["state"] != "idle":
             return False
-        if not alive([psutil.Process(w["pid"])] if psutil.pid_exists(w["pid"]) else []):
+        try:
+            if not alive([psutil.Process(w["pid"])]):
+                return False
+        except psutil.NoSuchProcess:  # killed since the stats were read (the chaos tests kill at random)
             return False
     return len(stats["workers"]) == scheduler.workers
 
