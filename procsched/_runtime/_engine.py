@@ -334,9 +334,8 @@ class Engine(Holds):
         accepted = self.core.pause(task_id)
         if accepted and self.core.state(task_id) is TaskState.RUNNING:
             self.durable.pause_asked(task_id, self.events, True)
-        if accepted and now is not None and self.core.state(task_id) is TaskState.RUNNING:
-            taken = self._take_back_given(task_id, now)
-            if taken is not None:  # given ahead, never started: it does not start (issue 20 item 11)
+            taken = None if now is None else self._take_back_given(task_id, now)
+            if taken is not None and now is not None:  # given ahead, never started: it does not start (item 11)
                 self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
                 if not self.durable.unstarted(taken, now, self.events):  # (else the store records it cancelled)
                     self.events.append(self._paused_over(taken))  # its slot, recorded (the resume's start after it)

@@ -7,28 +7,17 @@ fault campaign, seed 1919, PostgreSQL: the renewal after SIGCONT failed on a
 dropped connection, the run went to another worker of the same scheduler,
 and the fencing was found 10 ms later, after its worker had taken it). A
 real journal on a real SQLite store; the carrier is a recorder (the
-engine's side of it is not under test)."""
+engine's, from its own tests)."""
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
-from procsched._core import Run
+from procsched._core import Policy, Run
 from procsched._runtime._durable._journal import RECORDED, Journal
-
-
-class Worker:
-    ident = 4242
-
-
-class Carrier:
-    def __init__(self) -> None:
-        self.sent: list[Run] = []
-
-    def send_run(self, worker: Any, run: Run) -> None:
-        self.sent.append(run)
+from procsched._runtime._engine import Engine
+from tests.runtime.test_engine import FakeCarrier, FakeWorker
 
 
 def _journal(tmp_path) -> tuple[Journal, Run]:
@@ -41,15 +30,15 @@ def _journal(tmp_path) -> tuple[Journal, Run]:
 
 def test_a_recorded_run_given_again_waits_while_the_lease_is_unknown(tmp_path) -> None:
     journal, run = _journal(tmp_path)
-    carrier = Carrier()
+    carrier, worker = FakeCarrier(), FakeWorker(4242)
     try:
         journal.writable_since = None  # the renewal after the stall failed
-        assert journal.hold(Worker(), run)  # held, not sent
+        assert journal.hold(worker, run)  # held, not sent
         journal._release(carrier)
-        assert carrier.sent == []
+        assert worker.given == []
         journal._wrote(time.monotonic_ns())  # a write succeeded: the lease is ours
         journal._release(carrier)
-        assert carrier.sent == [run]
+        assert worker.given == [run]
     finally:
         journal.close(clean=True)
 
@@ -57,7 +46,7 @@ def test_a_recorded_run_given_again_waits_while_the_lease_is_unknown(tmp_path) -
 def test_a_recorded_run_given_again_goes_at_once_while_the_lease_is_known(tmp_path) -> None:
     journal, run = _journal(tmp_path)
     try:
-        assert not journal.hold(Worker(), run)  # sent now: nothing to wait for
+        assert not journal.hold(FakeWorker(4242), run)  # sent now: nothing to wait for
     finally:
         journal.close(clean=True)
 
@@ -68,16 +57,12 @@ def test_a_start_recorded_under_a_registration_taken_over_is_forgotten(tmp_path)
     recorded under it: a run of them given again later is claimed anew -
     and refused by the store - instead of going out as "recorded" (seed
     1919: it started beside the other scheduler's retry of it)."""
-    from procsched._core import Policy
-    from procsched._runtime._engine import Engine
-    from tests.runtime.test_engine import FakeCarrier
-
     journal, run = _journal(tmp_path)
     try:
         engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
         journal._fenced_out(engine, time.monotonic_ns())
         assert (7, 3, 1) not in journal.claims
-        assert journal.hold(Worker(), run)  # given again: a new claim, held until the store says
+        assert journal.hold(FakeWorker(4242), run)  # given again: a new claim, held until the store says
         assert journal.claims[(7, 3, 1)][0] != RECORDED
     finally:
         journal.close(clean=True)

@@ -277,12 +277,9 @@ class Journal(Durable):
         known = self.runs.get(key)
         runs = known or 0
         stored = None
-        paused = False  # the store's pause stands (an operator's, or another instance's: a deploy keeps it)
-        read = False  # the row is there: it says whether the task is paused
+        row = None  # (read: it says whether the task is paused - an operator's, another instance's pause stands)
         try:
             row = self.store.get(key)
-            read = row is not None
-            paused = row is not None and row.state.paused
             if known is None:  # the key's first task here: it may be stored already
                 stored = row
             # A replacement goes on from the store's runs too: what this
@@ -319,10 +316,10 @@ class Journal(Durable):
             group=define.schedule.get("group"),  # the store counts its claims against the group's limit
         )
         self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))  # (never the pause of a stored row)
-        if paused:  # the stored row is paused: so is the task
+        if row is not None and row.state.paused:  # the stored row is paused: so is the task
             with self.unwritten(engine.events):
                 engine.pause(task_id)
-        elif define.paused and not read:  # it replaces a paused task whose row its cancel deleted: the pause is written
+        elif define.paused and row is None:  # it replaces a paused task whose row is gone: the pause is written
             # (a row that is there says it itself: the pause the program adopted may be older
             # than a resume written since - the fault campaign, seed 1413, replayed: this
             # "paused = 1" was written 14 ms after another instance's resume)

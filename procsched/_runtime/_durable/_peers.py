@@ -287,9 +287,9 @@ class Peers:
             return False, None
         try:
             task = store.get(key)
-            runner = None if task is None else task.last_holder
             if task is None:
                 return False, None
+            runner = task.last_holder
             if runner is not None and runner != self.journal.holder.id:
                 expired = {h.id for h in store.expired_holders()}
                 if runner in {h.id for h in store.schedulers()} and runner not in expired:
