@@ -278,6 +278,8 @@ class Dispatcher:
             elif tag == m.UNLOADABLE and journal is not None:
                 unloadable = m.view(m.Unloadable, message)
                 journal.unloadable(unloadable.key, unloadable.why)
+            elif tag == m.ADOPT_AGAIN and journal is not None:
+                journal.peers.adopt_again(m.view(m.AdoptAgain, message).key)
             elif tag == m.PAUSE or tag == m.RESUME:
                 request = m.view(m.Pause, message)  # (Resume: the same fields)
                 now = time.monotonic_ns()

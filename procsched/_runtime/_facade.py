@@ -36,7 +36,7 @@ from .._clock import MonotonicClock
 from .._core import TaskState
 from .._core._limits import checked_limits
 from .._core._units import NS, wall_datetime
-from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError
+from .._errors import SchedulerBrokenError, SchedulerClosedError, SchedulerError, StoreError
 from .._events import Listeners
 from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot, stored_error
 from .._handle import handle_runs as checked_handle_runs
@@ -360,6 +360,11 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 logger.info(
                     "keyed task %r, stored by another scheduler, is run here too (each run once among them)", key
                 )
+        except StoreError as exc:  # a passing failure (a dropped connection): not the task's fault
+            logger.warning("reading stored task %r added by another scheduler failed (%s); trying again", key, exc)
+            if not self._closed:
+                with contextlib.suppress(OSError):  # (a dispatcher gone meanwhile: nothing to ask again)
+                    self._backend.send(m.AdoptAgain.wire(key))
         except Exception as exc:  # noqa: BLE001 - whatever importing, unpickling or a closed scheduler raises
             logger.warning(
                 "stored task %r added by another scheduler cannot be run here (%s: %s)", key, type(exc).__name__, exc

@@ -283,6 +283,18 @@ class Unloadable(NamedTuple):
         return (UNLOADABLE, key, why)
 
 
+class AdoptAgain(NamedTuple):
+    """Adopting another scheduler's stored task ``key`` failed for a passing
+    reason (the store could not be read): ask again at the next re-read."""
+
+    tag: str
+    key: str
+
+    @staticmethod
+    def wire(key: str) -> Message:
+        return (ADOPT_AGAIN, key)
+
+
 class Pause(NamedTuple):
     """Pause a task (answered with ``Answer``: True if it is, or will be, paused)."""
 
@@ -850,6 +862,7 @@ ADOPT: Final = "adopt"
 ADOPT_SHAPE: Final = "shape"
 ADOPT_ROW: Final = "row"
 UNLOADABLE: Final = "unloadable"
+ADOPT_AGAIN: Final = "adopt_again"
 PAUSE: Final = "pause"
 RESUME: Final = "resume"
 CANCEL: Final = "cancel"
@@ -893,6 +906,7 @@ COMMANDS: Final = (
     AdoptShape,
     AdoptRow,
     Unloadable,
+    AdoptAgain,
     Pause,
     Resume,
     Cancel,

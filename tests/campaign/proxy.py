@@ -9,6 +9,8 @@ Faults it injects, at any instant, for every connection through it:
 - ``stall(True)`` ... ``stall(False)``: forward nothing and accept nothing
   (a partition); bytes wait in the sockets and flow again afterwards;
 - ``refuse(True)``: new connections are closed at once (the server is down);
+- ``shut_out(pid)``: as ``drop`` and ``refuse``, for one client process only
+  (``shut_out(None)`` lets it in again);
 - ``latency``: seconds added before each message goes up (a slow link);
 - ``lose_commit_answers(n)``: the next ``n`` ``COMMIT`` statements reach the
   server and are carried out, but their connection is reset before the
@@ -26,6 +28,8 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+
+import psutil
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Proxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._refusing = False
+        self._shut_out: int | None = None
         self._cut_commits = 0
         self.latency = 0.0  # seconds added before each message goes up (a slow network)
         self.commits_cut = 0
@@ -93,6 +98,18 @@ class Proxy:
     def refuse(self, on: bool) -> None:
         self._refusing = on
 
+    def shut_out(self, pid: int | None) -> int:
+        """Reset the open connections of process ``pid`` and refuse its new
+        ones (None: let it in again); returns how many were reset."""
+        self._shut_out = pid
+        if pid is None:
+            return 0
+        with self._lock:
+            conns = [c for c in self._conns if self._pid_of(c.client) == pid]
+        for c in conns:
+            self._close(c)
+        return len(conns)
+
     def lose_commit_answers(self, n: int = 1) -> None:
         with self._lock:
             self._cut_commits += n
@@ -106,7 +123,11 @@ class Proxy:
             except OSError:
                 return
             self._flowing.wait()
-            if self._refusing or self._closing:
+            if (
+                self._refusing
+                or self._closing
+                or (self._shut_out is not None and self._pid_of(client) == self._shut_out)
+            ):
                 _reset(client)
                 continue
             try:
@@ -135,6 +156,17 @@ class Proxy:
         with self._lock:
             if conn in self._conns:
                 self._conns.remove(conn)
+
+    def _pid_of(self, client: socket.socket) -> int | None:
+        """The process at the other end of an accepted connection (psutil: this host's sockets)."""
+        try:
+            port = client.getpeername()[1]
+        except OSError:
+            return None
+        for c in psutil.net_connections(kind="tcp"):
+            if c.laddr and c.laddr.port == port and c.raddr and c.raddr.port == self.port:
+                return c.pid
+        return None
 
     @staticmethod
     def _recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -25,6 +25,12 @@ were fixed, one deterministic reproduction per root cause.
    to the store (the adoption's state write, the pause's event): a resume
    made by another scheduler between its read and that write was undone -
    the task stayed paused for good. Adopting never writes a pause.
+8. The scheduler holding a keyed task whose definition another scheduler
+   changed ends its task and adopts the stored one; when reading it failed
+   for a passing reason (a dropped connection) it took the task for
+   unloadable and never read it again, while its registration - alive -
+   kept the others on standby: the task stalled for good (seed 805,
+   pg_drop). It reads the task again at the next re-read.
 """
 
 from __future__ import annotations
@@ -343,3 +349,33 @@ def test_a_pause_taken_back_during_the_run_leaves_the_stored_task_running(store_
         assert not storesql.tasks(store_url)["k"].paused
         s.shutdown(wait=True)
     assert not storesql.tasks(store_url)["k"].paused
+
+
+def test_a_read_of_a_changed_definition_that_fails_is_made_again(
+    pg_server, pg_db, pg_proxy, instances, tmp_path
+) -> None:
+    """8. A holds k (run 1 held on a FIFO); B stores a changed definition
+    and leaves (a deploy's program that ran once); A's user process is cut
+    off the store (its dispatcher is not) before run 1 ends, so A's reads
+    of the new definition fail until it is let in again. Promised: the new
+    definition runs once the store can be read."""
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    v1 = {"key": "k", "kind": "rate", "period": 0.1, "fn": f"{TASKS}:hold_first", "args": [out, fifo, "v1"]}
+    v2 = {"key": "k", "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, "v2"]}
+    through_proxy = pg_server.url_for(pg_db, "127.0.0.1", pg_proxy.port)
+    a = instances("A", {"store": through_proxy, "lease": 1.0, "tasks": [v1]}, env={"CAMPAIGN_LOG_INFO": "1"})
+    a.ready()
+    wait_until(lambda: starts(out), 30, "A's run 1 to start (it holds: A holds the task)")
+    instances("B", {"store": pg_server.url_for(pg_db), "lease": 1.0, "tasks": [v2]}).ready().quit()
+    wait_until(lambda: "stored a changed definition" in a.stderr(), 30, "A to follow the change (after run 1)")
+    assert pg_proxy.shut_out(a.pid) == 1  # the user process's connection (its dispatcher's stay)
+    release(fifo)
+    try:
+        failed = "stored task 'k' added by another scheduler"  # (the warning of each read that failed)
+        wait_until(lambda: a.stderr().count(failed) >= 3, 30, "A's read to fail, and to be made again, twice")
+        pg_proxy.shut_out(None)
+        wait_until(lambda: [x for x in starts(out) if x.tag == "v2"], 15, "the new definition to run")
+    finally:
+        a.quit()

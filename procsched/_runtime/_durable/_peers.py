@@ -3,6 +3,7 @@
     Journal.turn ──▶ Peers.turn(now) ──▶ store.peers_view(since - overlap)   (one read snapshot)
                         │                  ├─ changed rows ──▶ realign / pause / resume local keyed tasks
                         │                  │                   unknown key ──▶ AdoptKey ──▶ facade adopts it
+                        │                  │                   (read failed: AdoptAgain ──▶ asked at the next re-read)
                         │                  ├─ fewer rows than known ──▶ keys() ──▶ drop tasks others deleted
                         │                  └─ expired leases ──▶ take_over(dead, me, reschedule) ──▶ realign
                         ├─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
@@ -131,6 +132,7 @@ class Peers:
         # dispatcher starts must not end it - the fault campaign, seed 427, pg_drop)
         self.known: set[str] = patiently(journal.store.keys)
         self.asked: set[str] = set()  # keys whose adoption was asked of the facade
+        self.again: set[str] = set()  # keys whose adoption failed on a store error: asked again at the next re-read
         self.holders: list[Any] = []  # the registered schedulers as of the last re-read
         self.takeovers = 0
         self.standby_told = 0  # standby entries said at INFO (see _tell_standby)
@@ -360,6 +362,11 @@ class Peers:
                 ):
                     self.asked.add(task.key)
                     engine.emit(AdoptKey.wire(task.key))
+            for key in sorted(self.again - self.asked):
+                if key not in by_key and not journal.expecting(key):
+                    self.asked.add(key)
+                    engine.emit(AdoptKey.wire(key))
+            self.again.clear()
             for key in sorted(self.recheck):  # adopted from a read older than one made since
                 self.recheck.discard(key)
                 tid = by_key.get(key)
@@ -396,6 +403,13 @@ class Peers:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
             engine.log(40, f"following other schedulers' changes failed ({type(exc).__name__}: {exc})")
+
+    def adopt_again(self, key: str) -> None:
+        """The facade could not read ``key`` to adopt it (a store error): a
+        passing failure, so the next re-read asks again - a redefined task
+        whose row names this scheduler would otherwise stall (seed 805)."""
+        self.asked.discard(key)
+        self.again.add(key)
 
     def adopted(self, key: str, def_hash: str) -> None:
         """The facade adopted ``key`` with the definition of hash ``def_hash``
