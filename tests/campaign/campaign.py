@@ -427,7 +427,10 @@ class Campaign:
                 if acked is None:
                     f.result = "refused (not found here yet)"
                     return
-                self.key_events.append(KeyEvent(f.kind, key, acked, self.life[name].label, self.versions[key]))
+                # the procsched command writes the store: every instance follows it within the
+                # re-read interval (README), the one named no sooner than the others
+                via = "" if p["cli"] and self.use_cli else self.life[name].label
+                self.key_events.append(KeyEvent(f.kind, key, acked, via, self.versions[key]))
                 if f.kind == "pause":
                     self.paused[key] = name
                     self._later(p["back_after"], "resume", p["back_via"], key=key)

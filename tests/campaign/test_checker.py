@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tests.campaign.campaign import KeyEvent, Life
-from tests.campaign.checker import Attempt, _after_events, _overlap
+from tests.campaign.checker import Attempt, _after_events, _overlap, _stalled
 from tests.campaign.storesql import RunRow
 
 LEASE = 1.0
@@ -81,3 +81,57 @@ def test_a_redefinition_lost_with_its_killed_instance_is_the_documented_limit() 
     late = [Attempt("r1", 40, 1, "C.4", 1, None, 444, start=47.0, end=47.1, x="ok")]  # past its store + settle
     found, _ = _after_events(h, v1 + late, {"r1": (2, 44.818)}, {"A.2": a2})
     assert [v.kind for v in found] == ["old definition"]
+
+
+def _oneshot_twice(killed: float, faults: list) -> tuple[list, list]:
+    """Seed 2224: o6's attempt 1 ran on C.4 until 29.645, the store locked
+    by another process (a commit waited); C.4 was killed at ``killed``; its
+    row says crashed, and C.5 ran attempt 2 (o6's Retry covers crashed)."""
+    c4 = Life("C", 4, "C.4", started=20.0, ended=killed, how="kill")
+    c5 = Life("C", 5, "C.5", started=killed + 0.65)
+    h = SimpleNamespace(
+        calm_start=55.0,
+        calm_end=60.0,
+        lease=LEASE,
+        live_at_end=set(),
+        oneshots={"o6": 28.2},
+        key_events=[],
+        faults=faults,
+    )
+    attempts = [
+        Attempt("o6", 1, 1, "C.4", 1, None, 555, start=29.64, end=29.645, x="ok"),
+        Attempt("o6", 1, 2, "C.5", 1, None, 666, start=31.0, end=31.03, x="ok"),
+    ]
+    rows = [
+        RunRow("o6", 1, 1, 0, 0, int(30.6e9), 555, "crashed", "SchedulerDied", "C"),
+        RunRow("o6", 1, 2, 0, 0, int(31.03e9), 666, "ok", None, "C"),
+    ]
+    return _stalled(h, attempts, {}, {"C.4": c4, "C.5": c5}, rows)
+
+
+def test_a_one_shot_run_again_after_its_end_was_lost_with_a_kill_is_the_documented_limit() -> None:
+    lock = SimpleNamespace(kind="sqlite_lock", at=29.634)
+    found, documented = _oneshot_twice(killed=29.923, faults=[lock])  # the end's commit waited for the lock
+    assert not found and [v.kind for v in documented] == ["twice (documented)"]
+    found, documented = _oneshot_twice(killed=29.9, faults=[])  # killed 0.26 s after the end: not committed yet
+    assert not found and documented
+
+
+def test_a_one_shot_run_again_long_after_its_end_is_a_violation() -> None:
+    found, documented = _oneshot_twice(killed=35.0, faults=[])  # its end had seconds to be stored
+    assert [v.kind for v in found] == ["twice"] and not documented
+
+
+def test_a_pause_written_by_the_procsched_command_is_followed_within_the_re_read_interval() -> None:
+    """Seed 2208: ``procsched pause c1 --store`` returned at 44.190; C.1 had
+    run 9 of c1 held for its claim (the store locked) and started it at
+    44.271, before its next re-read. The command names no instance: every
+    one follows within the re-read interval."""
+    pause = KeyEvent("pause", "c1", 44.190, "", 1)
+    h = SimpleNamespace(end=60.0, faults=[], key_events=[pause])
+    ran = [Attempt("c1", 9, 1, "C.1", 1, None, 777, start=44.271, end=44.3, x="ok")]
+    found, _ = _after_events(h, ran, {"c1": (1, 30.0)}, {})
+    assert not found
+    late = [Attempt("c1", 10, 1, "C.1", 1, None, 777, start=46.5, end=46.6, x="ok")]
+    found, _ = _after_events(h, late, {"c1": (1, 30.0)}, {})
+    assert [v.kind for v in found] == ["paused"]
