@@ -35,7 +35,8 @@ Runs may arrive ahead of time (prefetch): they wait in the pipe, in order.
 A run starts only if its ticket - one byte the dispatcher wrote to the
 ticket pipe before the run - is still there to read; the dispatcher reads it
 back to revoke a run that has not started (see ``ProcessCarrier`` in
-``_dispatcher.py``). Its result goes out before the next run's ticket is
+``_dispatcher.py``); its function and arguments are loaded before that, so
+a stop during a long import is checked for before the run starts. Its result goes out before the next run's ticket is
 taken, so at most one run is started and unreported.
 """
 
@@ -126,9 +127,20 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             order = view(RunHeader, message)
             fn_blob, arg_blob = channel.order(), channel.order()
         task_id, run_no, scheduled = order.task_id, order.run, order.scheduled_ns
+        if ticket_fd >= 0 and retiring:
+            continue
+        # Loaded before the start is decided below: an import or a large
+        # argument takes a while, and a stop landing in it must be seen
+        # before the run starts (the fault campaign, seed 2222: a fresh
+        # worker, stopped while importing the task's module, started the
+        # run after SIGCONT though another scheduler had retried it).
+        loaded: tuple[Any, Any, Any] | BaseException
+        try:
+            loaded = load((fn_blob, arg_blob))
+        except BaseException as exc:  # noqa: BLE001 - the run's error, if it starts (below)
+            loaded = exc
+        del fn_blob, arg_blob
         if ticket_fd >= 0:
-            if retiring:
-                continue
             if continued.is_set():
                 continued.clear()
                 send(dumps(Stalled.wire(), PROTOCOL))
@@ -153,8 +165,9 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
         error: RunError | None
         started = 0
         try:
-            fn, args, kwargs = load((fn_blob, arg_blob))
-            del fn_blob, arg_blob
+            if isinstance(loaded, BaseException):
+                raise loaded  # loading the function or its arguments failed
+            fn, args, kwargs = loaded
             started = clock()
             if order.report_start:
                 send(dumps(Started.wire(task_id, run_no, started), PROTOCOL))
@@ -185,7 +198,7 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             kind, blob, error = pack_value(value)
             outcome = "ok" if kind != BLOB_ERROR else "error"
         finally:
-            value = args = kwargs = None  # type: ignore[assignment]
+            value = args = kwargs = loaded = None  # type: ignore[assignment]
         output = None
         if capture is not None:
             _flush()

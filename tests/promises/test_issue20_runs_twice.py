@@ -65,3 +65,49 @@ def test_a_fenced_instance_never_starts_the_runs_it_was_given_ahead_before_it_st
         (x.tag, x.run) for x in starts(out) if x.inst == "B"
     }
     assert not both, f"the same (key, run) ran on both instances: {sorted(both)}"
+
+
+SLOW_IMPORT = '''"""A task module whose import, in instance A's workers only, waits on a FIFO."""
+import multiprocessing
+import os
+
+if multiprocessing.current_process().name.startswith("procsched-worker") and os.environ.get("CAMPAIGN_INSTANCE") == "A":
+    with open({fifo!r}) as f:
+        f.read()
+
+from tests.promises import tasks  # noqa: E402
+
+
+def mark(path, tag=""):
+    tasks.mark(path, tag)
+'''
+
+
+def test_a_run_stopped_while_its_worker_loads_it_never_starts_once_taken_over(instances, pg_url, tmp_path) -> None:
+    """The fault campaign, seed 2222: a fresh worker was given a run and
+    stopped (SIGSTOP, with its whole instance) while importing the task's
+    module; another instance took over and retried the run; after SIGCONT
+    the import ended and the run started - after its retry. The worker had
+    taken the run's ticket before loading it. Here A's worker blocks in the
+    import (on a FIFO) while A is stopped, taken over and continued."""
+    from tests.campaign.instances import ROOT
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "import"))
+    (tmp_path / "slow_import_task.py").write_text(SLOW_IMPORT.format(fifo=fifo))
+    env = {"PYTHONPATH": f"{ROOT}:{tmp_path}", "CAMPAIGN_LOG_INFO": "1"}
+    spec = {"key": "k", "kind": "rate", "period": 0.5, "fn": "slow_import_task:mark", "args": [out, "k"]}
+    spec["retry"] = RETRY
+    a = instances("A", {"store": pg_url, "lease": 1.0, "workers": 1, "tasks": [spec]}, env=env).ready()
+    in_flight = "SELECT run, attempt FROM procsched_runs WHERE key = 'k' AND outcome IS NULL"
+    assert wait_until(lambda: storesql.query(pg_url, in_flight), 30, "A to give run 1 (its worker imports)") == [(1, 1)]
+    a.stop()
+    b = instances("B", {"store": pg_url, "lease": 1.0, "workers": 1}, env=env).ready()
+    wait_until(lambda: [x for x in starts(out) if x.inst == "B" and x.run == 1], 30, "B to take A over and retry run 1")
+    a.cont()
+    wait_until(lambda: "was taken over" in a.stderr(), 30, "A to find it was taken over")
+    release(fifo)  # the import ends
+    wait_until(lambda: len({x.run for x in starts(out)}) >= 4, 30, "k to go on")
+    for inst in (a, b):
+        assert inst.quit()["closed"]
+    stale = [x for x in starts(out) if x.inst == "A" and x.run == 1]
+    assert not stale, f"A started run 1 after SIGCONT, B having retried it: {stale}"
