@@ -88,6 +88,14 @@ def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
     return st.run_count, st.next_attempt, st.next_due_ns
 
 
+#: Two readings of one due time (UTC ns) on two schedulers' clocks differ by less than this.
+SAME_TIME_NS = 1_000_000
+
+
+def _same_time(local_wall: int | None, stored_wall: int) -> bool:
+    return local_wall is not None and abs(local_wall - stored_wall) < SAME_TIME_NS
+
+
 def next_claim(task: StoredTask) -> tuple[int, int]:
     """The (run, attempt) the store's row of ``task`` allows next."""
     st = task.state
@@ -537,8 +545,13 @@ class Peers:
         if resumed is not None and attempt == 1 and due_wall < resumed:
             due_wall = resumed  # (realigned to the row's due, a catch_up task made up every slot it was paused over)
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
-        if engine.next_claim(tid) == claim and not force:
-            return  # the same claim next: leave its due time (clock readings differ by microseconds)
+        if engine.next_claim(tid) == claim and not force and _same_time(engine.next_wall(tid), due_wall):
+            # The same claim at the same time: left as it is (clock readings differ by microseconds).
+            # The same claim at another time is realigned: a holder that gave its run up before it
+            # started (a clean shutdown) left the row at that run's slot, which a scheduler that had
+            # moved the claim past the holder's run must take up again (the fault campaign, seed
+            # 2225: four catch-up slots neither run nor recorded).
+            return
         schedule = schedule_of(task.definition)
         if claim == lost:
             following = schedule.not_before(due_wall, now + offset)

@@ -1,0 +1,63 @@
+"""A scheduler follows the store's next claim of a task another scheduler
+holds - also when only its due time changed (the fault campaign, seed 2225,
+PostgreSQL): while A held run 20 of a catch-up task (given ahead to a busy
+worker), C's re-read moved its own next claim, run 21, past A's run, to
+the first slot not before now (A's to catch up when its run ends). A then
+shut down cleanly and gave run 20 up before it started: the row went back
+to run 20's slot, so run 21 is due there. C's next re-read saw the same
+claim (run 21) and kept its later due time: four slots were neither run
+nor recorded. A real journal on a real SQLite store; the engine's carrier
+is a recorder (the engine's tests')."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from procsched._core import Policy
+from procsched._core._schedule import Schedule
+from procsched._runtime import _messages as m
+from procsched._runtime._durable._journal import Journal
+from procsched._runtime._engine import Engine
+from procsched._store import TaskDefinition, TaskState, open_store
+from tests.runtime.test_engine import FakeCarrier
+
+NS = 1_000_000_000
+RATE = {"kind": "fixed_rate", "period_ns": NS, "initial_delay_ns": 0, "misfire": "catch_up"}
+
+
+def test_a_claim_moved_past_a_holders_run_goes_back_to_the_slot_the_holder_gave_up(tmp_path) -> None:
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    slot20 = time.time_ns() - 3 * NS  # run 20's slot: three periods ago
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(19, slot20))
+    batch.commit()
+    a = store.register(lease_ns=30 * NS, pid=1)  # another scheduler, A
+    batch = store.batch(a)
+    batch.started("k", 20, 1, slot20)  # A holds run 20 (given ahead to its busy worker)
+    batch.commit()
+
+    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler, C
+    try:
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        offset = time.time_ns() - time.monotonic_ns()
+        engine.set_wall_offset(offset, time.monotonic_ns())
+        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), slot20, 0, None, "k", b"", None, None)
+        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 19, 1, slot20, slot20, False, False, 1, "h")], offset)
+        peers = journal.peers
+
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # A's run 20 in flight
+        assert engine.next_claim(1) == (21, 1)
+        moved = engine.next_wall(1)
+        assert moved is not None and moved > slot20 + 3 * NS - NS // 2  # past A's run: not before now
+
+        batch = store.batch(a)
+        batch.finished("k", 20, 1, "cancelled", time.time_ns(), slot20)  # A shut down: run 20's slot is kept
+        batch.commit()
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)
+        assert engine.next_claim(1) == (21, 1)
+        assert engine.next_wall(1) == slot20  # the slot A gave up: run 21 is due there (catch_up: then the rest)
+    finally:
+        journal.close(clean=True)
+        store.close()
