@@ -35,9 +35,10 @@ Runs may arrive ahead of time (prefetch): they wait in the pipe, in order.
 A run starts only if its ticket - one byte the dispatcher wrote to the
 ticket pipe before the run - is still there to read; the dispatcher reads it
 back to revoke a run that has not started (see ``ProcessCarrier`` in
-``_dispatcher.py``); its function and arguments are loaded before that, so
-a stop during a long import is checked for before the run starts. Its result goes out before the next run's ticket is
-taken, so at most one run is started and unreported.
+``_dispatcher.py``). The run's function and arguments are loaded before its
+ticket is taken, so a stop during a long import is checked for before the
+run starts. Its result goes out before the next run's ticket is taken, so
+at most one run is started and unreported.
 """
 
 from __future__ import annotations
