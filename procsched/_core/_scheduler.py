@@ -197,6 +197,14 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             return None
         return self._wall_of(task)
 
+    def paused_wall(self, task_id: int) -> int | None:
+        """A PAUSED task's next slot on the wall clock: where its grid stands
+        (a resume goes on from it, recording the slots passed as skipped)."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state is not PAUSED:
+            return None
+        return self._wall_of(task)
+
     # -- events ----------------------------------------------------------
 
     def add(

@@ -869,6 +869,8 @@ class Engine(Holds):
         next_wall = done.next_wall_ns
         if next_wall is None and done.next_due_ns is not None:
             next_wall = done.next_due_ns + offset
+        elif next_wall is None and done.state is TaskState.PAUSED:  # (not due: where its grid stands, for a store)
+            next_wall = self.core.paused_wall(run.task_id)
         self.events.append(
             RunEnded.wire(
                 run.task_id,

@@ -28,12 +28,11 @@ SEEDS = {"sqlite": 10, "postgresql": 11}
 @pytest.mark.timeout(150)
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 20, open: 10-second-round campaigns (--minutes 9 --round 10) found no violation in "
-    "five of seven runs on 2026-12-06; the issue's own command (python -m benchmarks.campaign --minutes 30, "
-    "60-second rounds) found four violating rounds of 28 at 118ada4: two were the checker's (seeds 2208, "
-    "2224), one a fault fixed since (seed 2222, e065036), one open (seed 2225, PostgreSQL: catch-up slots "
-    "neither run nor recorded as the instance running the task restarted cleanly). It runs every "
-    "time; a violation is reported, not hidden",
+    reason="issue 20, open: the issue's own command (python -m benchmarks.campaign --minutes 30, "
+    "60-second rounds) found four violating rounds of 28 at 118ada4 (two the checker's; seeds 2222 and "
+    "2225 fixed since, e065036 and 62dd269) and two of 28 at d6f9444, both 'slot lost' on PostgreSQL "
+    "(seeds 2417 and 2423: catch-up slots neither run nor recorded). It runs every time; a violation is "
+    "reported, not hidden",
 )
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_seeded_fault_campaign_finds_no_violation(store, tmp_path, request) -> None:

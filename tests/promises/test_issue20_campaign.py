@@ -379,3 +379,37 @@ def test_a_read_of_a_changed_definition_that_fails_is_made_again(
         wait_until(lambda: [x for x in starts(out) if x.tag == "v2"], 15, "the new definition to run")
     finally:
         a.quit()
+
+
+def test_a_task_paused_during_its_run_keeps_its_grid_in_the_store(store_url, tmp_path) -> None:
+    """9. A pause asked during a run takes effect as the run ends; that end
+    wrote no next due time, so a scheduler adopting the paused task (a
+    restart) began a new grid at its own start, and every scheduler
+    followed it once resumed: the old grid's slots were neither run nor
+    recorded (the fault campaign, seed 2417). The end keeps the next slot."""
+    import procsched
+    from procsched import TaskState as State
+    from tests.promises import tasks
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    period = 100_000
+
+    def off_grid(slot_us: int) -> int:  # microseconds from the nearest slot of run 1's grid
+        off = (slot_us - first.slot_us) % period
+        return min(off, period - off)
+
+    with procsched.Scheduler(1, store=store_url) as s:
+        h = s.schedule_at_fixed_rate(tasks.hold_first, period / 1e6, args=(out, fifo, "v1"), key="k")
+        first = wait_until(lambda: starts(out), 30, "run 1 to start (it holds)")[0]
+        assert h.pause()  # asked during run 1: taken when it ends
+        release(fifo)
+        wait_until(lambda: h.state is State.PAUSED, 30, "the pause to be taken")
+        s.shutdown(wait=True)
+    row = storesql.tasks(store_url)["k"]
+    assert row.paused and row.next_due_ns is not None and off_grid(row.next_due_ns // 1000) < 1000, row
+    with procsched.Scheduler(1, store=store_url) as s:  # a restart adopts it paused, then it is resumed
+        assert s.get("k").resume()
+        later = wait_until(lambda: starts(out)[1:3] if len(starts(out)) >= 3 else None, 30, "two runs after the resume")
+        s.shutdown(wait=True)
+    assert [off_grid(x.slot_us) < 1000 for x in later] == [True, True], (first, later)

@@ -552,7 +552,10 @@ class Journal(Durable):
             self.claims.pop((tid, ev.run, ev.attempt), None)
         error = ev.error
         pending = state in (PENDING, PAUSED)
-        next_due = ev.next_wall_ns if state == PENDING else None
+        # (paused by a pause asked during the run: its next slot is kept, so that whoever
+        # resumes it goes on on its grid - the fault campaign, seed 2417: a restart that
+        # found no due time began a new grid at its start, 88 ms off the old one)
+        next_due = ev.next_wall_ns if pending else None
         owner = self.owner.get(key, tid)
         if not pending and (self.closing or owner != tid) and state == CANCELLED:
             # stopped by shutdown, or replaced (here, or by another scheduler's
