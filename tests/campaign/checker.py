@@ -386,37 +386,30 @@ def _killed_before_stored(h: Any, key: str, lives: dict[str, Any], tasks: dict[s
     if key in tasks:
         return False
     add = next((e for e in h.key_events if e.kind == "add" and e.key == key), None)
-    return add is not None and _killed_before_commit(h, add, lives)
+    return add is not None and _killed_before_commit(h, lives.get(add.via), add.at)
 
 
-def _killed_before_commit(h: Any, e: Any, lives: dict[str, Any]) -> bool:
-    """Was the instance that acknowledged ``e`` killed before its next
-    commit could store it: within half a second of the answer, or while
-    the store refused commits (a store fault from 3 s before the answer to
-    the kill)?"""
-    life = lives.get(e.via)
-    if life is None or life.how not in ("kill", "kill_user") or life.ended is None:
+def _killed_before_commit(h: Any, life: Any, at: float) -> bool:
+    """Was ``life`` (an instance's) killed before its next commit after
+    ``at`` could store what it did then: within half a second of it, or
+    while the store refused commits (a store fault from 3 s before ``at``
+    to the kill)?"""
+    if life is None or life.how not in ("kill", "kill_user") or life.ended is None or life.ended < at:
         return False
-    if life.ended - e.at < 0.5:
+    if life.ended - at < 0.5:
         return True
-    return any(f.kind in STORE_FAULTS and f.at is not None and e.at - 3 <= f.at <= life.ended for f in h.faults)
+    return any(f.kind in STORE_FAULTS and f.at is not None and at - 3 <= f.at <= life.ended for f in h.faults)
 
 
 def _end_lost(h: Any, a: Attempt, rows: dict[tuple[str, int, int], storesql.RunRow], lives: dict[str, Any]) -> bool:
     """README: runs in flight when the scheduler died are recorded crashed
     (and retried if the task's Retry covers crashed). True for an attempt
     that ended in its log but that the store has crashed: its instance was
-    killed before the commit of its end - within half a second of it, or
-    while the store refused commits (as ``_killed_before_commit``)."""
+    killed before the commit of its end."""
     row = rows.get((a.key, a.run, a.attempt))
-    life = lives.get(a.inst)
-    if row is None or row.outcome != "crashed" or life is None or a.end is None:
+    if row is None or row.outcome != "crashed" or a.end is None:
         return False
-    if life.how not in ("kill", "kill_user") or life.ended is None or life.ended < a.end:
-        return False
-    if life.ended - a.end < 0.5:
-        return True
-    return any(f.kind in STORE_FAULTS and f.at is not None and a.end - 3 <= f.at <= life.ended for f in h.faults)
+    return _killed_before_commit(h, lives.get(a.inst), a.end)
 
 
 def _stalled(
@@ -503,7 +496,7 @@ def _after_events(
     for e in events:
         if e.kind not in ("pause", "cancel", "replace", "redefine", "readd"):
             continue
-        if e.kind in ("replace", "redefine", "readd") and _killed_before_commit(h, e, lives):
+        if e.kind in ("replace", "redefine", "readd") and _killed_before_commit(h, lives.get(e.via), e.at):
             final = stored.get(e.key)
             written = final[1] if final is not None and final[0] == e.version and final[1] > e.at else None
             documented.append(
