@@ -96,11 +96,11 @@ class Attempt:
     x: str | None = None  # "ok", "fail", "crash" (from the end line)
 
     def __str__(self) -> str:
-        end = "?" if self.end is None else f"{self.end:.3f}"
+        end = "?" if self.end is None else _ts(self.end)
         slot = "" if self.slot_us is None else f" slot {_ts(self.slot_us / 1e6)}"
         return (
             f"{self.key} run {self.run} attempt {self.attempt} v{self.version} on {self.inst} (pid {self.pid})"
-            f"{slot} ran {_ts(self.start)}..{end[-9:] if self.end else end} {self.x or ''}"
+            f"{slot} ran {_ts(self.start)}..{end} {self.x or ''}"
         ).rstrip()
 
 
@@ -186,6 +186,13 @@ def _taken_over_while_stopped(life: Any, row: storesql.RunRow | None) -> bool:
     return any(a <= t <= b for a, b in life.stops)
 
 
+def _retried_while_stopped(life: Any, a: Attempt, row: storesql.RunRow | None, lease: float) -> bool:
+    """README, "Side effects are not fenced": a run under way on an instance
+    stopped past its lease (or taken over while stopped) is recorded crashed
+    and retried elsewhere while it may still be running there."""
+    return _stopped_past_lease(life, a.start, a.end or 0, lease) or _taken_over_while_stopped(life, row)
+
+
 def _overlap(
     attempts: list[Attempt], lives: dict[str, Any], lease: float, rows: list[storesql.RunRow]
 ) -> tuple[list[Violation], list[Violation]]:
@@ -216,7 +223,7 @@ def _overlap(
                         f"{a.inst} stopped {[(_ts(x), _ts(min(y, 4e9))) for x, y in life.stops] if life else []}",
                     ),
                 )
-                if _stopped_past_lease(life, a.start, a.end or 0, lease) or _taken_over_while_stopped(life, row):
+                if _retried_while_stopped(life, a, row, lease):
                     documented.append(
                         Violation(
                             "overlap (documented)",
@@ -450,6 +457,14 @@ def _stalled(
             v = Violation("twice", key, "a one-shot ran to completion more than once", tuple(map(str, ok)))
             if all(_end_lost(h, a, by_row, lives) for a in ok[:-1]):
                 documented.append(replace(v, kind="twice (documented)", what="its end was not stored before a kill"))
+            elif all(
+                _end_lost(h, a, by_row, lives)
+                or _retried_while_stopped(lives.get(a.inst), a, by_row.get((a.key, a.run, a.attempt)), h.lease)
+                for a in ok[:-1]
+            ):
+                documented.append(
+                    replace(v, kind="twice (documented)", what="retried while its instance was stopped past its lease")
+                )
             else:
                 out.append(v)
         if key in tasks:

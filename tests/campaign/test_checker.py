@@ -135,3 +135,33 @@ def test_a_pause_written_by_the_procsched_command_is_followed_within_the_re_read
     late = [Attempt("c1", 10, 1, "C.1", 1, None, 777, start=46.5, end=46.6, x="ok")]
     found, _ = _after_events(h, late, {"c1": (1, 30.0)}, {})
     assert [v.kind for v in found] == ["paused"]
+
+
+def _oneshot_stopped(stop: tuple[float, float]) -> tuple[list, list]:
+    """Seed 2504: o10's attempt 1 ran on C.7 from 7.33 to 8.93 with C stopped
+    over ``stop``; A took C over, recorded the attempt crashed and ran
+    attempt 2 at 8.56 (o10's Retry covers crashed)."""
+    c7 = Life("C", 7, "C.7", started=0.0, stops=[stop])
+    a8 = Life("A", 8, "A.8", started=0.0)
+    h = SimpleNamespace(
+        calm_start=55.0, calm_end=60.0, lease=LEASE, live_at_end=set(), oneshots={"o10": 7.0}, key_events=[], faults=[]
+    )
+    attempts = [
+        Attempt("o10", 1, 1, "C.7", 1, None, 555, start=7.33, end=8.93, x="ok"),
+        Attempt("o10", 1, 2, "A.8", 1, None, 666, start=8.56, end=8.58, x="ok"),
+    ]
+    rows = [
+        RunRow("o10", 1, 1, 0, 0, int(8.42e9), 555, "crashed", "SchedulerDied", "A"),
+        RunRow("o10", 1, 2, 0, 0, int(8.58e9), 666, "ok", None, "A"),
+    ]
+    return _stalled(h, attempts, {}, {"C.7": c7, "A.8": a8}, rows)
+
+
+def test_a_one_shot_retried_while_its_instance_was_stopped_past_its_lease_is_the_documented_limit() -> None:
+    found, documented = _oneshot_stopped(stop=(7.37, 8.91))  # stopped 1.54 s (the lease: 1 s) during the run
+    assert not found and [v.kind for v in documented] == ["twice (documented)"]
+
+
+def test_a_one_shot_run_twice_with_no_stop_past_its_lease_is_a_violation() -> None:
+    found, documented = _oneshot_stopped(stop=(7.37, 7.87))  # a short stop, taken over after it
+    assert [v.kind for v in found] == ["twice"] and not documented
