@@ -419,7 +419,7 @@ class SchedulingAPI(abc.ABC):
             return
         if not spec.replace_existing:
             raise ValueError(f"key {key!r} is held by live task {holder.id}; pass replace_existing=True to replace it")
-        if not self._cancel_replaced(holder.id):
+        if not self._cancel_replaced(holder.id) and not holder.done():  # (ended meanwhile: the key is free)
             raise ValueError(f"key {key!r}: its task {holder.id} is running its only run and cannot be replaced")
 
 

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         self._unloadable: dict[str, str] = {}  # stored key -> why its function or arguments did not load
         self._down: dict[str, tuple[int, ...]] = {}  # stored key -> slots its start recorded "down" (told once)
         self._adopt_lock = threading.Lock()  # adoptions (start-up, then other schedulers' tasks) one at a time
+        #: keys the program is adding (``_add``; under ``_adopt_lock``): not adopted meanwhile (``_adopt``)
+        self._adding: Counter[str] = Counter()
         self._shapes_sent = 0  # adoption shapes the dispatcher has (see _adopt)
         if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0.1 <= lease <= 86_400:
             raise ValueError(f"lease must be seconds between 0.1 and 86400, got {lease!r}")
@@ -282,20 +285,34 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             batch.commit()
         return plan
 
-    def _adopt(self, plan: Plan) -> None:
+    def _adopt(self, plan: Plan, stored: bool = False) -> bool:
         """Give each stored task of ``plan`` a handle and hand them all to the
         dispatcher in ``Adopt`` commands of ADOPT_CHUNK rows (see
         ``Journal.adopt``). A handle is registered before its command goes,
         since its events may come at once. A paused task's handle learns it
         from the dispatcher. The dispatcher keeps every shape it was sent: a
-        row's shape counts from the first shape of the first adoption."""
+        row's shape counts from the first shape of the first adoption.
+
+        ``stored``: another scheduler's task (``_adopt_stored``), which the
+        program may be adding itself at this very moment - its add and this
+        adoption both made a live task of the key, and both ran its every
+        run (the fault campaign, seed 2503). Under the lock ``_add`` marks
+        its key with, such a key is left to the program's add (and asked
+        again: the dispatcher adopts it then only if no task of it came)."""
         self._unloadable.update(plan.unloadable)
-        self._adopted.update(plan.adopted)
         offset = time.time_ns() - time.monotonic_ns()
         handles, keys, ids = self._handles, self._keys, self._ids
         with self._adopt_lock:
-            base = sent_shapes = self._shapes_sent
             rows = plan.rows
+            if stored:
+                taken = [r for r in rows if r.key in self._adding or not _free(keys.get(r.key))]
+                for row in taken:
+                    self._backend.send(m.AdoptAgain.wire(row.key))
+                rows = [r for r in rows if r not in taken]
+                if not rows:
+                    return False
+            self._adopted.update((r.key, plan.adopted[r.key]) for r in rows)
+            base = sent_shapes = self._shapes_sent
             for lo in range(0, len(rows), ADOPT_CHUNK):
                 chunk = []
                 for row in rows[lo : lo + ADOPT_CHUNK]:
@@ -325,6 +342,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
+        return True
 
     def _adopt_stored(self, key: str) -> None:
         """Another scheduler on the store added the keyed task ``key``: run it
@@ -355,8 +373,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             if plan.unloadable:  # it did not load here: logged, not run
                 return
             plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])
-            if plan.rows and not self._closed:
-                self._adopt(plan)
+            if plan.rows and not self._closed and self._adopt(plan, stored=True):
                 logger.info(
                     "keyed task %r, stored by another scheduler, is run here too (each run once among them)", key
                 )
@@ -466,6 +483,22 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             raise SchedulerClosedError("this Scheduler was shut down; it accepts no new tasks")
 
     def _add(
+        self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskHandle:
+        if self._store is None or spec.key is None:
+            return self._add_marked(spec, fn, args, kwargs)
+        key = spec.key
+        with self._adopt_lock:  # (from its adopted definition's pop to its handle: see _adopt)
+            self._adding[key] += 1
+        try:
+            return self._add_marked(spec, fn, args, kwargs)
+        finally:
+            with self._adopt_lock:
+                self._adding[key] -= 1
+                if not self._adding[key]:
+                    del self._adding[key]
+
+    def _add_marked(
         self, spec: v.TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> TaskHandle:
         payload = self._backend.pack(fn, args, kwargs)
@@ -738,6 +771,11 @@ def _dropped(backend: Any) -> None:
         backend.send(m.Shutdown.wire(True))
     except (OSError, ValueError):
         pass
+
+
+def _free(holder: TaskHandle | None) -> bool:
+    """Is a key whose latest handle is ``holder`` free (no live task of it here)?"""
+    return holder is None or holder.done()
 
 
 def _names(handles: list[TaskHandle]) -> str:

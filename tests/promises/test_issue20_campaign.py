@@ -31,6 +31,15 @@ were fixed, one deterministic reproduction per root cause.
    unloadable and never read it again, while its registration - alive -
    kept the others on standby: the task stalled for good (seed 805,
    pg_drop). It reads the task again at the next re-read.
+9. A program replacing an adopted keyed task with a changed definition
+   (a deploy) while its dispatcher's re-read followed the same change
+   made by another scheduler: the re-read took the task being replaced
+   for one whose definition had changed elsewhere and adopted the stored
+   one anew, beside the program's replacement - two live tasks of one
+   key in one scheduler, whose claims of each run, the same scheduler's,
+   both won: every run ran twice (the fault campaign, seed 2503). A task
+   being replaced is not followed, and the program's add and an adoption
+   of its key never both make a task.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import psutil
 import pytest
 
 from procsched._errors import StoreError
@@ -413,3 +423,71 @@ def test_a_task_paused_during_its_run_keeps_its_grid_in_the_store(store_url, tmp
         later = wait_until(lambda: starts(out)[1:3] if len(starts(out)) >= 3 else None, 30, "two runs after the resume")
         s.shutdown(wait=True)
     assert [off_grid(x.slot_us) < 1000 for x in later] == [True, True], (first, later)
+
+
+def test_a_replacement_made_while_a_re_read_follows_the_same_change_runs_each_run_once(
+    instances, store_url, tmp_path
+) -> None:
+    """9. A runs k (v1); this program (B) adopts it. B's dispatcher is
+    stopped while A stores v2 and while B's program replaces k with v2 (its
+    adopted task, v1, is cancelled first: that cancel waits for the
+    dispatcher); once the dispatcher goes on, it answers the cancel and its
+    overdue re-read sees v2 stored, before the replacement's add comes (the
+    program goes on only after that re-read: C, started meanwhile, is then
+    among B's peers). Then B runs k alone: one task of k, each run once."""
+    import procsched
+    from tests.promises import tasks
+
+    out = str(tmp_path / "runs.log")
+    a = instances("A", {"store": store_url, "lease": 5.0, "tasks": [_rate(out, "v1")]}).ready()
+    wait_until(lambda: starts(out), 30, "A to run k")
+    before = {p.pid for p in psutil.Process().children()}
+    s = procsched.Scheduler(1, store=store_url, lease=5.0)
+    try:
+        (dispatcher,) = [p for p in psutil.Process().children() if p.pid not in before]
+        wait_until(lambda: s.stats()["store"]["peers"], 30, "B's first re-read (A among its peers)")
+        c: list[Any] = []
+        asked, reread = threading.Event(), threading.Event()
+        cancel = s._cancel_replaced
+
+        def replaced_after_a_re_read(task_id: int) -> bool:
+            asked.set()
+            done = cancel(task_id)
+            pid = c[0].pid
+            wait_until(lambda: any(p["pid"] == pid for p in s.stats()["store"]["peers"]), 30, "B to re-read")
+            reread.set()
+            return done
+
+        s._cancel_replaced = replaced_after_a_re_read  # type: ignore[method-assign]
+        stored = storesql.query(store_url, "SELECT def_hash FROM procsched_definitions WHERE key = 'k'")
+        dispatcher.suspend()
+        stopped = time.monotonic()
+        try:
+            assert a.ask("add " + json.dumps(_rate(out, "v2", replace=True))).get("added") == "k"
+            now = lambda: storesql.query(store_url, "SELECT def_hash FROM procsched_definitions WHERE key = 'k'")  # noqa: E731
+            wait_until(lambda: now() != stored, 30, "A to store v2")
+            c.append(instances("C", {"store": store_url, "lease": 5.0}).ready())
+            deploy = threading.Thread(
+                target=s.schedule_at_fixed_rate, args=(tasks.mark, 0.1), kwargs={"args": (out, "v2"), "key": "k"}
+            )
+            deploy.start()
+            assert asked.wait(30), "B's program to cancel its adopted task"
+            wait_until(lambda: s._requests, 30, "the cancel to be asked")
+            with s._lock:  # (held while a request is sent: the cancel waits in the dispatcher's pipe)
+                pass
+            # B's re-read falls due while its dispatcher is stopped (every second at most:
+            # its last one was before the stop), so it comes in the turn that reads the cancel.
+            time.sleep(max(0.0, stopped + 1.2 - time.monotonic()))
+        finally:
+            dispatcher.resume()
+        deploy.join(30)
+        assert reread.is_set() and not deploy.is_alive()
+        assert a.quit()["closed"] and c[0].quit()["closed"]
+        gone = time.time()
+        wait_until(lambda: len([x for x in starts(out) if x.t > gone]) >= 10, 30, "B to run k alone")
+        live = [h for h in s.jobs() if h.key == "k"]
+        assert len(live) == 1, f"{len(live)} live tasks of k in one scheduler"
+        s.shutdown(wait=True)
+    finally:
+        s.shutdown(wait=False)
+    assert not _twice(out), f"(run, attempt) started twice: {_twice(out)}"

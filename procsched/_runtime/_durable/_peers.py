@@ -433,13 +433,16 @@ class Peers:
         task ``tid`` (issue 20 item 4)? Then end it here (a run in flight
         ends first; its end deletes nothing) and adopt the stored one once
         it is gone (see ``following``). A task adopted at start-up knows
-        its definition from its first read back."""
+        its definition from its first read back. Not a task the program is
+        replacing (cancelled, its replacement's add on its way): adopted
+        anew, the stored definition ran beside the replacement, each run
+        twice (the fault campaign, seed 2503)."""
         journal = self.journal
         if task.untrusted is not None or task.unloadable is not None:
             return False
         stored = stored_hash(task.definition)
         known = journal.hashes.setdefault(tid, stored)
-        if known == stored or journal.expecting(task.key):
+        if known == stored or journal.expecting(task.key) or journal.owner.get(task.key) == REPLACING:
             return False
         engine.log(
             20, f"keyed task {task.key}: another scheduler stored a changed definition; it runs that one from now on"
