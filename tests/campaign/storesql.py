@@ -75,6 +75,48 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         conn.close()
 
 
+def watch_definitions(url: str) -> None:
+    """Log every write of ``procsched_definitions`` (a trigger, in the
+    writer's own transaction: a row is there once the write committed) into
+    ``campaign_definitions``: when each definition became the store's
+    (``definitions_written``). Once the schema is there."""
+    if url.startswith("postgresql://"):
+        statements = [
+            "CREATE TABLE campaign_definitions (key TEXT, args BYTEA, written_ns BIGINT)",
+            "CREATE FUNCTION campaign_definition_written() RETURNS trigger AS $$ BEGIN "
+            "INSERT INTO campaign_definitions VALUES (NEW.key, NEW.args, NEW.written_ns); RETURN NULL; END $$ "
+            "LANGUAGE plpgsql",
+            "CREATE TRIGGER campaign_definitions AFTER INSERT OR UPDATE ON procsched_definitions "
+            "FOR EACH ROW EXECUTE FUNCTION campaign_definition_written()",
+        ]
+    else:
+        statements = ["CREATE TABLE campaign_definitions (key TEXT, args BLOB, written_ns INTEGER)"] + [
+            f"CREATE TRIGGER campaign_definitions_{event.lower()} AFTER {event} ON procsched_definitions BEGIN "
+            "INSERT INTO campaign_definitions VALUES (NEW.key, NEW.args, NEW.written_ns); END"
+            for event in ("INSERT", "UPDATE")
+        ]
+    conn = _connect(url)
+    try:
+        for sql in statements:
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
+def definitions_written(url: str) -> dict[tuple[str, int], list[float]]:
+    """(key, version) -> each time it was written (epoch s, ascending), as
+    ``watch_definitions`` logged them; empty if nothing was watched."""
+    if not has_table(url, "campaign_definitions"):
+        return {}
+    out: dict[tuple[str, int], list[float]] = {}
+    for key, args, written_ns in query(url, "SELECT key, args, written_ns FROM campaign_definitions"):
+        (call_args, _kwargs) = pickle.loads(bytes(args))
+        out.setdefault((key, int(call_args[2])), []).append(written_ns / 1e9)
+    for times in out.values():
+        times.sort()
+    return out
+
+
 def runs(url: str, key: str | None = None) -> list[RunRow]:
     sql = (
         "SELECT key, run, attempt, scheduled_ns, started_ns, finished_ns, pid, outcome, error_type, holder "

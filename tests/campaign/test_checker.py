@@ -165,3 +165,20 @@ def test_a_one_shot_retried_while_its_instance_was_stopped_past_its_lease_is_the
 def test_a_one_shot_run_twice_with_no_stop_past_its_lease_is_a_violation() -> None:
     found, documented = _oneshot_stopped(stop=(7.37, 7.87))  # a short stop, taken over after it
     assert [v.kind for v in found] == ["twice"] and not documented
+
+
+def test_a_definition_is_followed_from_when_its_commit_stored_it() -> None:
+    """Seed 2503 (replayed): A.7 acknowledged c1 v4 at 43.755; store faults
+    (a lost commit answer, another instance stopped holding locks) delayed
+    its commit to 47.251; C.7 ran v3 until its re-read after that commit."""
+    h = SimpleNamespace(end=60.0, faults=[], key_events=[KeyEvent("redefine", "c1", 43.755, "A.7", 4)])
+    v3 = [
+        Attempt("c1", n, 1, "C.7", 3, None, 444, start=s, end=s + 0.05, x="ok") for n, s in ((58, 47.366), (59, 47.405))
+    ]
+    found, _ = _after_events(h, v3, {"c1": (4, 47.676)}, {}, {("c1", 4): [47.251, 47.676]})
+    assert not found
+    found, _ = _after_events(h, v3, {"c1": (4, 47.676)}, {})  # when it was written unknown: from the answer
+    assert [v.kind for v in found] == ["old definition"]
+    late = [Attempt("c1", 62, 1, "C.7", 3, None, 444, start=49.5, end=49.55, x="ok")]  # past the commit + settle
+    found, _ = _after_events(h, v3 + late, {"c1": (4, 47.676)}, {}, {("c1", 4): [47.251, 47.676]})
+    assert [v.kind for v in found] == ["old definition"]
