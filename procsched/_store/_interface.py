@@ -165,7 +165,7 @@ class Store(Protocol):
         by: Holder | None = None,
         *,
         force: bool = False,
-        reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None,
+        reschedule: Callable[[StoredTask, RunRecord, int | None], dict[str, Any] | None] | None = None,
     ) -> list[RunRecord] | None: ...
     # control from outside
     def pause(self, key: str) -> bool: ...

@@ -764,7 +764,7 @@ class SQLStore:
         by: Holder | None = None,
         *,
         force: bool = False,
-        reschedule: Callable[[StoredTask, RunRecord], dict[str, Any] | None] | None = None,
+        reschedule: Callable[[StoredTask, RunRecord, int | None], dict[str, Any] | None] | None = None,
     ) -> list[RunRecord] | None:
         """Record the in-flight runs of ``dead`` as ``crashed`` and free its
         tasks, once: of all callers, exactly one gets the list (possibly
@@ -776,10 +776,15 @@ class SQLStore:
         ``max_concurrent`` and their groups' limits; the requests ``dead``
         took and did not answer are given back. The caller then reschedules
         those tasks (and retries the crashed runs its Retry covers) with a
-        batch - or, with ``reschedule(task, crashed_run)`` -> the task's new
-        state fields (see ``Batch.update``; None: the task ended, it is
+        batch - or, with ``reschedule(task, crashed_run, slot)`` -> the task's
+        new state fields (see ``Batch.update``; None: the task ended, it is
         deleted), in this same transaction, so no other scheduler sees the
-        task between the crash and its reschedule (several schedulers, issue 11).
+        task between the crash and its reschedule (several schedulers, issue
+        11). ``slot``: the crashed run's regular slot (its first attempt's
+        scheduled time, UTC ns) if the crashed attempt was a retry and the
+        store has it, else None - the task's grid goes on from it, not from
+        the retry's time (the fault campaign, seed 2503: every later slot of
+        a fixed-rate task moved by the retry's delay, the grid's lost).
         """
         with self._tx("taking over a scheduler") as cur:
             if by is not None:
@@ -805,7 +810,15 @@ class SQLStore:
                     row = self._x(cur, f"{TASK_SELECT} WHERE t.key = ?", (record.key,)).fetchone()
                     if row is None:
                         continue
-                    fields = reschedule(stored_task(row, self._keyring), record)
+                    slot = None
+                    if record.attempt > 1:
+                        first = self._x(
+                            cur,
+                            "SELECT scheduled_ns FROM procsched_runs WHERE key = ? AND run = ? AND attempt = 1",
+                            (record.key, record.run),
+                        ).fetchone()
+                        slot = None if first is None else first[0]
+                    fields = reschedule(stored_task(row, self._keyring), record, slot)
                     if fields is None:
                         _writes.delete(self, cur, record.key, False)
                     elif fields:

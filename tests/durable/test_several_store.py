@@ -46,8 +46,9 @@ def test_take_over_reschedules_in_its_own_transaction(store) -> None:
     assert store.claim_run(dead, "k", 1, 1, 10 * NS)
     seen = []
 
-    def reschedule(task, crashed):
+    def reschedule(task, crashed, slot):
         seen.append((task.key, task.holder, crashed.run, crashed.outcome))
+        assert slot is None  # (a first attempt: its own slot is the regular one)
         return {"run_count": crashed.run, "next_attempt": 1, "next_due_ns": crashed.scheduled_ns + NS}
 
     runs = store.take_over(dead, me, reschedule=reschedule)
@@ -55,6 +56,19 @@ def test_take_over_reschedules_in_its_own_transaction(store) -> None:
     st = store.get("k").state
     assert (st.run_count, st.next_attempt, st.next_due_ns) == (1, 1, 11 * NS)
     assert store.take_over(dead, me, reschedule=reschedule) is None  # once
+
+
+def test_take_over_gives_a_crashed_retry_its_runs_regular_slot(store) -> None:
+    """The grid goes on from the regular slot of a crashed retry's run, not
+    from the retry's time (the fault campaign, seed 2503)."""
+    _task(store)
+    dead, me = store.register(lease_ns=1), store.register()
+    assert store.claim_run(dead, "k", 1, 1, 10 * NS)
+    assert store.finish_run(dead, "k", 1, 1, "error", 10 * NS + 5, 10 * NS + 300, retry=True)
+    assert store.claim_run(dead, "k", 1, 2, 10 * NS + 300)
+    seen = []
+    store.take_over(dead, me, reschedule=lambda task, crashed, slot: seen.append((crashed.attempt, slot)) or {})
+    assert seen == [(2, 10 * NS)]
 
 
 def test_an_upsert_from_a_scheduler_behind_the_claims_keeps_the_stored_state(store) -> None:

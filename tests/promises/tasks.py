@@ -81,6 +81,17 @@ def fail_first(path: str, tag: str = "") -> None:
     _me(path, tag, "end")
 
 
+def fail_then_hold(path: str, fifo: str, tag: str = "") -> None:
+    """Run 1's first attempt raises, its retry holds (as ``hold``); every later run is quick (as ``mark``)."""
+    run = procsched.current_run()
+    if run is not None and run.run == 1:
+        if run.attempt == 1:
+            fail(path, tag)
+        hold(path, fifo, tag)
+    else:
+        mark(path, tag)
+
+
 def noop() -> None:
     pass
 

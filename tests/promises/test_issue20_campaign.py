@@ -40,6 +40,11 @@ were fixed, one deterministic reproduction per root cause.
    both won: every run ran twice (the fault campaign, seed 2503). A task
    being replaced is not followed, and the program's add and an adoption
    of its key never both make a task.
+10. A scheduler taking over another rescheduled a fixed-rate task whose
+   crashed attempt was a retry from that retry's time: every later slot
+   moved by the retry's delay, and the grid's own slots were neither run
+   nor recorded (the fault campaign, seed 2503, replayed: 20 slots). The
+   grid goes on from the run's regular slot (its first attempt's).
 """
 
 from __future__ import annotations
@@ -491,3 +496,38 @@ def test_a_replacement_made_while_a_re_read_follows_the_same_change_runs_each_ru
     finally:
         s.shutdown(wait=False)
     assert not _twice(out), f"(run, attempt) started twice: {_twice(out)}"
+
+
+def test_a_retry_taken_over_leaves_its_task_on_its_grid(instances, sqlite_url, tmp_path) -> None:
+    """10. k (every second, catch_up) fails run 1's first attempt; its retry,
+    0.3 s later, holds; the instance running it is stopped past its lease
+    and the other takes it over (the retry is recorded crashed, its last
+    attempt). Every later run is on run 1's grid."""
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    spec = {
+        "key": "k",
+        "kind": "rate",
+        "period": 1.0,
+        "fn": f"{TASKS}:fail_then_hold",
+        "args": [out, fifo, "v1"],
+        "retry": {"attempts": 2, "delay": 0.3, "on": ["error", "crashed"]},
+        "misfire": "catch_up",
+    }
+    both = {n: instances(n, {"store": sqlite_url, "lease": 1.0, "tasks": [spec]}) for n in "AB"}
+    for inst in both.values():
+        inst.ready()
+    (retry,) = wait_until(lambda: [x for x in starts(out) if x.attempt == 2], 30, "run 1's retry to start (it holds)")
+    held, other = both[retry.inst], both["B" if retry.inst == "A" else "A"]
+    held.stop()
+    try:
+        wait_until(lambda: len([x for x in starts(out) if x.run > 1]) >= 3, 30, "the other instance to take k over")
+    finally:
+        held.cont()
+        release(fifo)
+    for inst in (held, other):
+        assert inst.quit()["closed"]
+    first = next(x.slot_us for x in starts(out) if (x.run, x.attempt) == (1, 1))
+    off = [(x.run, x.inst, (x.slot_us - first) % 1_000_000) for x in starts(out) if x.run > 1]
+    assert all(d < 2_000 or d > 998_000 for *_, d in off), f"runs off run 1's grid (run, instance, µs past it): {off}"

@@ -460,12 +460,12 @@ class Peers:
 
         down: list[tuple[str, int]] = []  # slots missed while nobody ran the task, dropped by its misfire policy
 
-        def reschedule(task: StoredTask, crashed: Any) -> dict[str, Any] | None:
-            point = resume_point(task, crashed, wall)
+        def reschedule(task: StoredTask, crashed: Any, regular: int | None) -> dict[str, Any] | None:
+            point = resume_point(task, crashed, wall, regular)
             if point is None:
                 return None  # a one-shot whose only run crashed: it ends
             runs, attempt, due = point[:3]
-            down.extend((task.key, slot) for slot in down_slots(task, crashed, wall))
+            down.extend((task.key, slot) for slot in down_slots(task, crashed, wall, regular))
             return {"run_count": runs, "next_attempt": attempt, "next_due_ns": due}
 
         runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
