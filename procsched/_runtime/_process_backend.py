@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -58,6 +59,9 @@ class ProcessBackend:
             os.close(cmd_r)
             os.close(evt_w)
         self.cmd = Connection(cmd_w, readable=False)
+        #: One command written at a time: the program's threads and the listener
+        #: (adopting other schedulers' tasks) send; a command is several writes.
+        self.send_lock = threading.Lock()
         self.evt = Connection(evt_r, writable=False)
         send(self.cmd, config)
 
@@ -65,7 +69,8 @@ class ProcessBackend:
         return pack_call(fn, args, kwargs)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        send_command(self.cmd, message)
+        with self.send_lock:
+            send_command(self.cmd, message)
 
     def next_batch(self) -> list[tuple[Any, ...]]:
         return recv(self.evt)  # type: ignore[no-any-return]

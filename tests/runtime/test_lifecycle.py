@@ -130,3 +130,28 @@ def test_a_listener_that_schedules_work_cannot_deadlock(make_scheduler):
     assert not not_done
     s.shutdown(wait=True)
     assert len(follow_ups) == 5_000 and all(h.result(0) == 4 for h in follow_ups)
+
+
+def test_commands_sent_from_two_threads_at_once_arrive_whole(tmp_path):
+    """The program's threads and the listener thread (adopting another
+    scheduler's task: ``Adopt``, ``AdoptAgain``, ``Unloadable``) send
+    commands; one of 40 KB is several writes. Sent at once from two
+    threads, they interleaved, and the dispatcher read garbage
+    (UnpicklingError) and died."""
+    import threading
+
+    from procsched._runtime import _messages as m
+
+    with procsched.Scheduler(1, store=str(tmp_path / "store.db")) as s:
+
+        def send(tag: str) -> None:
+            for i in range(200):
+                s._backend.send(m.Unloadable.wire(f"{tag}{i}", tag * 40_000))
+
+        threads = [threading.Thread(target=send, args=(tag,)) for tag in "ab"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert s.stats()["store"]  # (answered: the dispatcher read every command)
+        assert s.schedule(t.square, 0, args=(3,)).result(timeout=30) == 9
