@@ -435,6 +435,8 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
             self.set_result(value)
 
     def _on_cancelled(self) -> None:
+        if self.done():
+            return  # (told again: a task cancelled twice while its run was in flight - here, then by another scheduler)
         self._task_state = TaskState.CANCELLED
         self.next_run = None
         concurrent.futures.Future.cancel(self)

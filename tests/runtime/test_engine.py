@@ -10,6 +10,7 @@ reliability/test_crash_loop.py) stay the second line.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -361,3 +362,15 @@ def test_a_cancel_that_takes_back_a_run_given_early_says_no_run_is_left() -> Non
     _feed(engine, applier)
     assert handle.state is TaskState.CANCELLED
     assert told[-1] == {"event": "task_cancelled", "task_id": 1, "name": "t1", "running": False}
+
+
+def test_a_handle_told_twice_that_its_task_is_cancelled_ends_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A task cancelled while its run was in flight can be cancelled again
+    before the run ends (here and by another scheduler, by a shutdown):
+    the second event found the handle cancelled, and the listener logged a
+    traceback (the fault campaign, seed 2609: "Future in unexpected state")."""
+    handle, _, applier = _heard()
+    with caplog.at_level(logging.ERROR, logger="procsched"):
+        for _ in range(2):
+            applier.apply_guarded(m.TaskCancelled.wire(1, True))
+    assert handle.cancelled() and not caplog.records
