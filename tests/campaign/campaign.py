@@ -551,7 +551,7 @@ class Campaign:
             start = time.time()
             for i in range(self.n):
                 self._start(chr(ord("A") + i))
-            storesql.watch_definitions(self.check_url)  # (the schema is there: the instances are ready)
+            storesql.watch(self.check_url)  # (the schema is there: the instances are ready)
             t0 = time.monotonic()
             next_fault = t0 + self.rng.uniform(0.3, 1.0)
             while True:

@@ -154,7 +154,14 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
     found, limits = _stalled(h, attempts, tasks, lives, rows)
     out += found
     documented += limits
-    found, limits = _after_events(h, attempts, storesql.definitions(h.url), lives, storesql.definitions_written(h.url))
+    found, limits = _after_events(
+        h,
+        attempts,
+        storesql.definitions(h.url),
+        lives,
+        storesql.definitions_written(h.url),
+        storesql.deleted(h.url),
+    )
     out += found
     documented += limits
     out += _health(h)
@@ -503,6 +510,7 @@ def _after_events(
     stored: dict[str, tuple[int, float]],
     lives: dict[str, Any],
     written: dict[tuple[str, int], list[float]] | None = None,
+    deleted: dict[str, list[float]] | None = None,
 ) -> tuple[list[Violation], list[Violation]]:
     """No start after an acknowledged pause / cancel / newer definition
     (violations, documented limits seen); ``stored``: each key's stored
@@ -514,8 +522,9 @@ def _after_events(
     its instance's next commit on, which a store fault delays (seed 2503: a
     lost commit answer and a stopped instance holding locks, 3.5 s); the
     other instances follow it within the re-read interval of that commit,
-    the deploying instance at once."""
-    written = written or {}
+    the deploying instance at once. ``deleted``: when each key's row was
+    deleted (``storesql.deleted``): a cancel likewise, from its deletion."""
+    written, deleted = written or {}, deleted or {}
     out, documented = [], []
     events = sorted(h.key_events, key=lambda e: e.at)
     for e in events:
@@ -539,6 +548,9 @@ def _after_events(
         if e.kind in ("replace", "redefine", "readd"):
             first = next((t for t in written.get((e.key, e.version), ()) if t >= e.at - SAME), None)
             others_at = max(e.at, first) if first is not None else e.at
+        elif e.kind == "cancel":
+            gone = next((t for t in deleted.get(e.key, ()) if t >= e.at - SAME), None)
+            others_at = max(e.at, gone) if gone is not None else e.at
         until = h.end
         if e.kind in ("pause", "cancel"):
             back = "resume" if e.kind == "pause" else "readd"
@@ -552,7 +564,9 @@ def _after_events(
         if e.kind in ("pause", "cancel"):
             bad = [a for a in attempts if a.key == e.key and late(a) and a.start < until]
             by = e.via or "the procsched command"  # (written to the store: every instance follows it)
-            what = f"{len(bad)} run(s) started after {e.kind} was acknowledged by {by} at {_ts(e.at)}"
+            what = f"{len(bad)} run(s) started after {e.kind} was acknowledged by {by} at {_ts(e.at)}" + (
+                f" (stored at {_ts(others_at)})" if others_at != e.at else ""
+            )
             kind = "paused" if e.kind == "pause" else "cancelled"
         else:
             bad = [a for a in attempts if a.key == e.key and a.version < e.version and late(a)]

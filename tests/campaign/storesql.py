@@ -75,11 +75,12 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         conn.close()
 
 
-def watch_definitions(url: str) -> None:
-    """Log every write of ``procsched_definitions`` (a trigger, in the
-    writer's own transaction: a row is there once the write committed) into
-    ``campaign_definitions``: when each definition became the store's
-    (``definitions_written``). Once the schema is there."""
+def watch(url: str) -> None:
+    """Log, with triggers (in the writer's own transaction: a row is there
+    once the write committed), every write of ``procsched_definitions`` into
+    ``campaign_definitions`` and every task row deleted (a cancel, an end)
+    into ``campaign_deleted``: when each change became the store's
+    (``definitions_written``, ``deleted``). Once the schema is there."""
     if url.startswith("postgresql://"):
         statements = [
             "CREATE TABLE campaign_definitions (key TEXT, args BYTEA, written_ns BIGINT)",
@@ -88,12 +89,23 @@ def watch_definitions(url: str) -> None:
             "LANGUAGE plpgsql",
             "CREATE TRIGGER campaign_definitions AFTER INSERT OR UPDATE ON procsched_definitions "
             "FOR EACH ROW EXECUTE FUNCTION campaign_definition_written()",
+            "CREATE TABLE campaign_deleted (key TEXT, at_ns BIGINT)",
+            "CREATE FUNCTION campaign_task_deleted() RETURNS trigger AS $$ BEGIN "
+            "INSERT INTO campaign_deleted VALUES (OLD.key, (extract(epoch FROM clock_timestamp()) * 1e9)::bigint); "
+            "RETURN NULL; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER campaign_deleted AFTER DELETE ON procsched_tasks "
+            "FOR EACH ROW EXECUTE FUNCTION campaign_task_deleted()",
         ]
     else:
         statements = ["CREATE TABLE campaign_definitions (key TEXT, args BLOB, written_ns INTEGER)"] + [
             f"CREATE TRIGGER campaign_definitions_{event.lower()} AFTER {event} ON procsched_definitions BEGIN "
             "INSERT INTO campaign_definitions VALUES (NEW.key, NEW.args, NEW.written_ns); END"
             for event in ("INSERT", "UPDATE")
+        ]
+        statements += [
+            "CREATE TABLE campaign_deleted (key TEXT, at_ns INTEGER)",
+            "CREATE TRIGGER campaign_deleted AFTER DELETE ON procsched_tasks BEGIN INSERT INTO campaign_deleted "
+            "VALUES (OLD.key, CAST((julianday('now') - 2440587.5) * 86400e9 AS INTEGER)); END",
         ]
     conn = _connect(url)
     try:
@@ -114,6 +126,17 @@ def definitions_written(url: str) -> dict[tuple[str, int], list[float]]:
         out.setdefault((key, int(call_args[2])), []).append(written_ns / 1e9)
     for times in out.values():
         times.sort()
+    return out
+
+
+def deleted(url: str) -> dict[str, list[float]]:
+    """key -> each time its task row was deleted (epoch s, ascending), as
+    ``watch`` logged them; empty if nothing was watched."""
+    if not has_table(url, "campaign_deleted"):
+        return {}
+    out: dict[str, list[float]] = {}
+    for key, at_ns in query(url, "SELECT key, at_ns FROM campaign_deleted ORDER BY at_ns"):
+        out.setdefault(key, []).append(at_ns / 1e9)
     return out
 
 

@@ -182,3 +182,14 @@ def test_a_definition_is_followed_from_when_its_commit_stored_it() -> None:
     late = [Attempt("c1", 62, 1, "C.7", 3, None, 444, start=49.5, end=49.55, x="ok")]  # past the commit + settle
     found, _ = _after_events(h, v3 + late, {"c1": (4, 47.676)}, {}, {("c1", 4): [47.251, 47.676]})
     assert [v.kind for v in found] == ["old definition"]
+
+
+def test_a_cancel_is_followed_from_when_its_row_was_deleted() -> None:
+    """A cancel acknowledged at 20.6 whose deletion a store fault delayed to
+    23.0: another instance may run the task until its re-read after that."""
+    h = SimpleNamespace(end=60.0, faults=[], key_events=[KeyEvent("cancel", "d1", 20.6, "A.8", 5)])
+    ran = [Attempt("d1", 105, 1, "C.9", 5, None, 444, start=24.09, end=24.12, x="ok")]
+    found, _ = _after_events(h, ran, {}, {}, {}, {"d1": [23.0]})
+    assert not found
+    found, _ = _after_events(h, ran, {}, {}, {}, {"d1": [21.0]})  # deleted at once: C.9 ran it 3 s after
+    assert [v.kind for v in found] == ["cancelled"]
