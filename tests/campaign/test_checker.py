@@ -83,30 +83,43 @@ def test_a_redefinition_lost_with_its_killed_instance_is_the_documented_limit() 
     assert [v.kind for v in found] == ["old definition"]
 
 
+def _one_shot_ran_twice(
+    key: str, first: Attempt, second: Attempt, crashed_at: float, lives: dict, faults: list
+) -> tuple[list, list]:
+    """A one-shot ``key``'s attempt 1 (``first``) ended ok in its log but
+    the store recorded it crashed (``SchedulerDied``) at ``crashed_at``; its
+    Retry covers crashed, so ``second`` (attempt 2) ran too: the checker's
+    one-shot rules over that evidence."""
+    h = SimpleNamespace(
+        calm_start=55.0,
+        calm_end=60.0,
+        lease=LEASE,
+        live_at_end=set(),
+        oneshots={key: first.start - 0.3},
+        key_events=[],
+        faults=faults,
+    )
+    rows = [
+        RunRow(key, 1, 1, 0, 0, int(crashed_at * 1e9), first.pid, "crashed", "SchedulerDied", second.inst[0]),
+        RunRow(key, 1, 2, 0, 0, int((second.end or 0) * 1e9), second.pid, "ok", None, second.inst[0]),
+    ]
+    return _stalled(h, [first, second], {}, lives, rows)
+
+
 def _oneshot_twice(killed: float, faults: list) -> tuple[list, list]:
     """Seed 2224: o6's attempt 1 ran on C.4 until 29.645, the store locked
     by another process (a commit waited); C.4 was killed at ``killed``; its
     row says crashed, and C.5 ran attempt 2 (o6's Retry covers crashed)."""
     c4 = Life("C", 4, "C.4", started=20.0, ended=killed, how="kill")
     c5 = Life("C", 5, "C.5", started=killed + 0.65)
-    h = SimpleNamespace(
-        calm_start=55.0,
-        calm_end=60.0,
-        lease=LEASE,
-        live_at_end=set(),
-        oneshots={"o6": 28.2},
-        key_events=[],
-        faults=faults,
-    )
-    attempts = [
+    return _one_shot_ran_twice(
+        "o6",
         Attempt("o6", 1, 1, "C.4", 1, None, 555, start=29.64, end=29.645, x="ok"),
         Attempt("o6", 1, 2, "C.5", 1, None, 666, start=31.0, end=31.03, x="ok"),
-    ]
-    rows = [
-        RunRow("o6", 1, 1, 0, 0, int(30.6e9), 555, "crashed", "SchedulerDied", "C"),
-        RunRow("o6", 1, 2, 0, 0, int(31.03e9), 666, "ok", None, "C"),
-    ]
-    return _stalled(h, attempts, {}, {"C.4": c4, "C.5": c5}, rows)
+        30.6,
+        {"C.4": c4, "C.5": c5},
+        faults,
+    )
 
 
 def test_a_one_shot_run_again_after_its_end_was_lost_with_a_kill_is_the_documented_limit() -> None:
@@ -143,18 +156,14 @@ def _oneshot_stopped(stop: tuple[float, float]) -> tuple[list, list]:
     attempt 2 at 8.56 (o10's Retry covers crashed)."""
     c7 = Life("C", 7, "C.7", started=0.0, stops=[stop])
     a8 = Life("A", 8, "A.8", started=0.0)
-    h = SimpleNamespace(
-        calm_start=55.0, calm_end=60.0, lease=LEASE, live_at_end=set(), oneshots={"o10": 7.0}, key_events=[], faults=[]
-    )
-    attempts = [
+    return _one_shot_ran_twice(
+        "o10",
         Attempt("o10", 1, 1, "C.7", 1, None, 555, start=7.33, end=8.93, x="ok"),
         Attempt("o10", 1, 2, "A.8", 1, None, 666, start=8.56, end=8.58, x="ok"),
-    ]
-    rows = [
-        RunRow("o10", 1, 1, 0, 0, int(8.42e9), 555, "crashed", "SchedulerDied", "A"),
-        RunRow("o10", 1, 2, 0, 0, int(8.58e9), 666, "ok", None, "A"),
-    ]
-    return _stalled(h, attempts, {}, {"C.7": c7, "A.8": a8}, rows)
+        8.42,
+        {"C.7": c7, "A.8": a8},
+        [],
+    )
 
 
 def test_a_one_shot_retried_while_its_instance_was_stopped_past_its_lease_is_the_documented_limit() -> None:
