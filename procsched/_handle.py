@@ -436,7 +436,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def _on_cancelled(self) -> None:
         if self.done():
-            return  # (told again: a task cancelled twice while its run was in flight - here, then by another scheduler)
+            return  # (told again: its task cancelled a second time while its last run was in flight)
         self._task_state = TaskState.CANCELLED
         self.next_run = None
         concurrent.futures.Future.cancel(self)
