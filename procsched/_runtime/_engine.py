@@ -337,7 +337,8 @@ class Engine(Holds):
             taken = None if now is None else self._take_back_given(task_id, now)
             if taken is not None and now is not None:  # given ahead, never started: it does not start (item 11)
                 self.core.skip(task_id, taken.run, now)  # (paused: the pause asked is taken now)
-                if not self.durable.unstarted(taken, now, self.events):  # (else the store records it cancelled)
+                paused_at = self.core.paused_wall(task_id)  # (its grid goes on from there on resume)
+                if not self.durable.unstarted(taken, now, self.events, paused_at):  # (else recorded cancelled)
                     self.events.append(self._paused_over(taken))  # its slot, recorded (the resume's start after it)
         if accepted and self.core.state(task_id) is TaskState.PAUSED:
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))

@@ -32,10 +32,12 @@ class Durable:
         held, wherever it is in the worker's queue."""
         return False
 
-    def unstarted(self, run: Run, now: int, events: list[Message]) -> bool:
+    def unstarted(self, run: Run, now: int, events: list[Message], paused_at: int | None = None) -> bool:
         """A claimed run that never started ends cancelled (``events``: the
         engine's, to record first what happened before it). True if the
-        store records it so (its start was written): its slot is accounted for."""
+        store records it so (its start was written): its slot is accounted
+        for. ``paused_at``: taken back by a pause, the task's next slot (wall
+        ns), kept as its next due time."""
         return False
 
     def pause_asked(self, task_id: int, events: list[Message], paused: bool) -> None:

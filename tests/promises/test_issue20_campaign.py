@@ -45,6 +45,12 @@ were fixed, one deterministic reproduction per root cause.
    moved by the retry's delay, and the grid's own slots were neither run
    nor recorded (the fault campaign, seed 2503, replayed: 20 slots). The
    grid goes on from the run's regular slot (its first attempt's).
+11. A pause that took back a run given ahead whose start was written (it
+   waited behind another task's run on the only worker) recorded that run
+   cancelled with no next due time: a scheduler adopting the paused task
+   (a restart) began a new grid at its own start (the fault campaign, seed
+   2716, replayed: 4 slots neither run nor recorded). The task's next slot
+   is kept.
 """
 
 from __future__ import annotations
@@ -531,3 +537,28 @@ def test_a_retry_taken_over_leaves_its_task_on_its_grid(instances, sqlite_url, t
     first = next(x.slot_us for x in starts(out) if (x.run, x.attempt) == (1, 1))
     off = [(x.run, x.inst, (x.slot_us - first) % 1_000_000) for x in starts(out) if x.run > 1]
     assert all(d < 2_000 or d > 998_000 for *_, d in off), f"runs off run 1's grid (run, instance, µs past it): {off}"
+
+
+def test_a_pause_that_takes_back_a_run_given_ahead_keeps_the_grid_in_the_store(store_url, tmp_path) -> None:
+    """11. x holds the only worker; k's run 1 is claimed and given ahead
+    behind it; k is paused (run 1 taken back, recorded cancelled)."""
+    import procsched
+    from tests.promises import tasks
+    from tests.promises.helpers import make_fifo, release
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    period = 100_000_000
+    with procsched.Scheduler(1, store=store_url) as s:
+        s.schedule_at_fixed_rate(tasks.hold, 3600, args=(out, fifo, "x"), key="x")
+        wait_until(lambda: starts(out), 30, "x to hold the worker")
+        k = s.schedule_at_fixed_rate(tasks.mark, period / 1e9, args=(out, "k"), key="k", initial_delay=0.05)
+        wait_until(lambda: storesql.runs(store_url, "k"), 30, "k's run 1 to be claimed")
+        assert k.pause()
+        wait_until(lambda: [r for r in storesql.runs(store_url, "k") if r.outcome], 30, "run 1 to be recorded")
+        release(fifo)
+        s.shutdown(wait=True)
+    (run1,) = storesql.runs(store_url, "k")
+    row = storesql.tasks(store_url)["k"]
+    assert run1.outcome == "cancelled" and row.paused and row.next_due_ns is not None, (run1, row)
+    off = (row.next_due_ns - run1.scheduled_ns) % period
+    assert min(off, period - off) < 1_000_000, (run1, row)  # on run 1's grid

@@ -392,12 +392,15 @@ class Journal(Durable):
                 break
         self.runs[key] = claim[1] - (claim[2] == 1)  # the run count the store keeps
 
-    def unstarted(self, run: Run, now: int, events: list[m.Message]) -> bool:
+    def unstarted(self, run: Run, now: int, events: list[m.Message], paused_at: int | None = None) -> bool:
         """A claimed run, taken back before it started, ends cancelled.
         Recorded so if its start was written (see the module docstring);
         stopped by shutdown, its slot stays its task's next (a retry's: the
-        next attempt of its run). ``events``: the
-        engine's, journalled first (what happened before it)."""
+        next attempt of its run); taken back by a pause, the task's next slot
+        is ``paused_at`` (a scheduler that adopts the paused task goes on on
+        its grid: none, it began a new grid at its own start - the fault
+        campaign, seed 2716). ``events``: the engine's, journalled first
+        (what happened before it)."""
         claim = (run.task_id, run.run, run.attempt)
         known = self.claims.pop(claim, None)
         if known is None:
@@ -415,7 +418,7 @@ class Journal(Durable):
             run.attempt,
             "cancelled",
             now + self.offset,
-            wall if self.closing else None,
+            wall if self.closing else paused_at,
             # a retry stopped by shutdown stays a retry (the next attempt, at its time), its run's grid
             # kept: as a new run at the retry's time, the grid shifted and its slots were never run
             retry=self.closing and run.attempt > 1,
