@@ -63,6 +63,8 @@ class FrameReader:
         while end - pos >= 4:
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
             head = 4
+            if size < -1:  # (no writer of ours says so: the stream is corrupt - read on, it looped forever)
+                raise ValueError(f"a corrupt frame header (size {size}) on fd {self.fd}")
             if size == -1:  # Connection's header for frames over 2 GiB
                 if end - pos < 12:
                     break

@@ -198,3 +198,19 @@ def test_well_formed_reports_pass(message: tuple[Any, ...]) -> None:
 def test_malformed_reports_are_refused_before_the_engine_sees_them(what: str, message: Any) -> None:
     with pytest.raises(TypeError):
         check_report(message)
+
+
+@pytest.mark.timeout(10)
+def test_a_corrupt_frame_header_is_refused_not_read_forever() -> None:
+    """A header with a negative size other than -1 (two writers' bytes
+    interleaved: the fault campaign's adoption path) sent the reader
+    backwards in its buffer, forever: the dispatcher spun at 100 % CPU and
+    outlived its user process. It is refused (the channel is corrupt)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, (-5).to_bytes(4, "big", signed=True) + b"0123456789")
+        with pytest.raises(ValueError, match="corrupt frame header"):
+            FrameReader(r).read()
+    finally:
+        os.close(r)
+        os.close(w)
