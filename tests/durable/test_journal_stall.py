@@ -15,9 +15,12 @@ import os
 import time
 
 from procsched._core import Policy, Run
-from procsched._runtime._durable._journal import RECORDED, Journal
+from procsched._core._units import NS
+from procsched._runtime._durable import _journal as journal_module
+from procsched._runtime._durable._journal import FLIGHT, RECORDED, Journal
 from procsched._runtime._engine import Engine
-from tests.runtime.test_engine import FakeCarrier, FakeWorker
+from procsched._store import TaskDefinition, TaskState
+from tests.runtime.test_engine import FakeCarrier, FakeWorker, add
 
 
 def _journal(tmp_path) -> tuple[Journal, Run]:
@@ -34,10 +37,10 @@ def test_a_recorded_run_given_again_waits_while_the_lease_is_unknown(tmp_path) -
     try:
         journal.writable_since = None  # the renewal after the stall failed
         assert journal.hold(worker, run)  # held, not sent
-        journal._release(carrier)
+        journal._release(carrier, time.monotonic_ns())
         assert worker.given == []
         journal._wrote(time.monotonic_ns())  # a write succeeded: the lease is ours
-        journal._release(carrier)
+        journal._release(carrier, time.monotonic_ns())
         assert worker.given == [run]
     finally:
         journal.close(clean=True)
@@ -64,5 +67,80 @@ def test_a_start_recorded_under_a_registration_taken_over_is_forgotten(tmp_path)
         assert (7, 3, 1) not in journal.claims
         assert journal.hold(FakeWorker(4242), run)  # given again: a new claim, held until the store says
         assert journal.claims[(7, 3, 1)][0] != RECORDED
+    finally:
+        journal.close(clean=True)
+
+
+def test_a_run_whose_commit_answered_after_its_lease_waits_for_a_renewal(tmp_path, monkeypatch) -> None:
+    """A commit that recorded a run's start renewed the lease when it began:
+    if its answer comes a lease later (the store stalled, the dispatcher
+    starved), the lease may have run out meanwhile and another scheduler
+    recorded the run crashed. The run is sent only once a renewal says the
+    lease is still ours (the fault campaign, seed 2807: sent on the late
+    answer, it started 16 ms after the take-over, beside the retry). The
+    turn does not wait for the commit here: its answer is taken as the
+    dispatcher's loop takes it (``committed``, its pipe readable), at a time
+    a lease after the turn that made it."""
+    monkeypatch.setattr(journal_module, "COMMIT_WAIT_S", 0)
+    journal = Journal(str(tmp_path / "s.db"), os.getpid(), emit=lambda events: None)
+    journal.keys[7] = "k"
+    stored = journal.store.batch(journal.holder)
+    stored.upsert(TaskDefinition("k", "m:f", b"", {"kind": "fixed_rate", "period_ns": NS}), TaskState(next_due_ns=0))
+    stored.commit()
+    run = Run(7, 1, 0, None, None, "k")
+    carrier, worker = FakeCarrier(prefetch=2), FakeWorker(4242)
+    engine = Engine(carrier, workers=1, policy=Policy.PRIORITY, durable=journal)
+    try:
+        assert journal.hold(worker, run)  # claimed: held until its start is committed
+        t0 = time.monotonic_ns()
+        journal.turn(engine, carrier, 0, t0)  # its start goes to the writer
+        assert journal.claims[(7, 1, 1)][0] == FLIGHT  # (not collected in the turn)
+        journal.writer.wait(None)
+        late = t0 + journal.lease_ns
+        journal.committed(engine, carrier, late)  # the answer, taken a lease after the commit began
+        assert journal.claims[(7, 1, 1)][0] == RECORDED
+        assert worker.given == []  # not sent: the lease is not known to be ours
+        assert journal.renew_at <= late  # renewed at the next turn
+        journal.turn(engine, carrier, 0, late + 1)
+        assert worker.given == [run]  # the renewal found the lease ours: sent
+    finally:
+        journal.close(clean=True)
+
+
+def test_runs_given_ahead_are_taken_back_when_the_lease_runs_short(tmp_path) -> None:
+    """A keyed run given ahead to a busy worker starts when the worker's
+    current run ends - maybe after the lease ran out, if no renewal came
+    meanwhile (the store slow or out). When the lease is known for less than
+    a third of it, the runs given ahead that no worker has started are taken
+    back; a renewal gives them again."""
+    journal = Journal(str(tmp_path / "s.db"), os.getpid(), emit=lambda events: None)
+    stored = journal.store.batch(journal.holder)
+    for task_id in (1, 2):
+        journal.keys[task_id] = f"k{task_id}"
+        stored.upsert(
+            TaskDefinition(f"k{task_id}", "m:f", b"", {"kind": "fixed_rate", "period_ns": NS}),
+            TaskState(next_due_ns=0),
+        )
+    stored.commit()
+    carrier = FakeCarrier(prefetch=2)
+    engine = Engine(carrier, workers=1, policy=Policy.PRIORITY, durable=journal)
+    try:
+        t0 = time.monotonic_ns()
+        engine.start(t0)
+        for task_id in (1, 2):
+            add(engine, task_id, t0, now=t0)
+        engine.tick(t0)
+        journal.renew_at = t0 + journal.lease_ns // 3  # (renewed at its start)
+        journal.turn(engine, carrier, 0, t0)  # their starts committed (or in flight)
+        if journal.writer.busy:
+            journal.writer.wait(None)
+            journal.committed(engine, carrier, t0)
+        worker = carrier.workers[0]
+        assert [r.task_id for r in worker.given] == [1, 2]  # 2 given ahead, behind 1
+        carrier.start(worker)
+        short = t0 + journal.lease_ns - journal.lease_ns // 3  # no renewal since the start: a third of it is left
+        journal.renew_at = short + journal.lease_ns  # (and the renewal is stuck: not tried in this turn)
+        journal.turn(engine, carrier, 0, short)
+        assert ("revoke", worker.ident, 2, 1) in carrier.log
     finally:
         journal.close(clean=True)

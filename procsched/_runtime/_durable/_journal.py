@@ -126,6 +126,10 @@ class Journal(Durable):
         bound_idle_transactions(self.store, lease_ns)
         self.lease_ns = lease_ns
         self.owner_pid = owner_pid
+        #: Until when (the dispatcher's clock) the lease is known to be this
+        #: scheduler's: a lease from the start of the last write that renewed it
+        #: (the store dates it no earlier). See ``lease_known``.
+        self.lease_until = time.monotonic_ns() + lease_ns
         self.holder = patiently(lambda: self.store.register(lease_ns=lease_ns, pid=owner_pid))
         self.emit = emit  # the dispatcher's: an event batch to the user
         self.keys: dict[int, str] = {}  # live keyed task id -> key
@@ -166,6 +170,8 @@ class Journal(Durable):
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
         self.renew_at = 0
+        self.submitted_at = 0  # when the commit in flight (or the last one) was handed to the writer
+        self.lapsed = False  # the lease ran short without a renewal: the runs given ahead were taken back
         self.status_at = 0  # when to publish this instance's status next (its workers, its standby)
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
         self.retry_at: int | None = None  # not before: the next try of a failed commit
@@ -348,7 +354,7 @@ class Journal(Durable):
                 pid = worker.ident if isinstance(worker.ident, int) else None
                 self.claims[claim] = [QUEUED, run, self.keys[run.task_id], pid]
                 self.held.append(claim)
-            elif known[0] == RECORDED and self.writable_since is not None:  # given ahead, taken back: recorded
+            elif known[0] == RECORDED and self.lease_known(time.monotonic_ns()):  # given ahead, taken back
                 claim = None
             # (else recorded, but the lease is not known to be ours: taken back after a stall whose lease
             # renewal failed, it waits for a write to succeed - fenced out meanwhile, it never starts here:
@@ -426,10 +432,29 @@ class Journal(Durable):
         )
         return True
 
-    def _release(self, carrier: Any) -> None:
+    def lease_known(self, now: int) -> bool:
+        """Whether the lease is known to be ours for a third of it yet: a
+        keyed run goes to its worker only then (it starts there a moment
+        later, or after the worker's current run). A commit whose answer came
+        late (the store stalled, the dispatcher starved) renewed a lease that
+        may have run out meanwhile: the run it recorded, sent on its answer,
+        started 16 ms after another scheduler had taken this one over and
+        recorded it crashed, and ran beside that scheduler's retry of it (the
+        fault campaign, seed 2807, PostgreSQL)."""
+        return self.writable_since is not None and now < self.lease_until - self.lease_ns // 3
+
+    def _renewed(self, since: int) -> None:
+        """A write begun at ``since`` renewed the lease."""
+        self.lease_until = max(self.lease_until, since + self.lease_ns)
+        self.lapsed = False
+
+    def _release(self, carrier: Any, now: int) -> None:
         """Send each worker's held runs from the front while their starts are
-        recorded - none while the lease is not known to be ours (see ``hold``)."""
-        if self.writable_since is None:
+        recorded - none while the lease is not known to be ours (see ``hold``
+        and ``lease_known``: then the lease is renewed at the next turn)."""
+        if not self.lease_known(now):
+            if self.writable_since is not None:
+                self.renew_at = min(self.renew_at, now)
             return
         claims = self.claims
         for worker in list(self.fifo):
@@ -649,6 +674,7 @@ class Journal(Durable):
                 if known is not None and known[0] == BATCHED:
                     known[0] = FLIGHT
             told, self.told = self.told, []
+            self.submitted_at = now
             self.writer.submit(batch, (waiting, told, batch))
             # A quick commit is waited for here: cheaper than a turn of the
             # loop for it, and the runs that end meanwhile go with the next
@@ -678,6 +704,7 @@ class Journal(Durable):
             try:
                 if self.store.renew_lease(self.holder, status=self.status(engine, now)):
                     self._wrote(now)
+                    self._renewed(now)
                 else:
                     self._fenced_out(engine, now)
             except StoreError as exc:
@@ -685,7 +712,12 @@ class Journal(Durable):
                 engine.log(40, f"the store: renewing the lease failed ({exc})")
             self.renew_at = now + self.lease_ns // 3
             if self.fifo:  # a renewal that succeeded sends what waited for it (see hold)
-                self._release(carrier)
+                self._release(carrier, now)
+        if not self.lapsed and now >= self.lease_until - self.lease_ns // 3 and not self.dead:
+            # Not renewed in time (the store slow or out): a run given ahead
+            # that no worker has started may start only once it is again.
+            self.lapsed = True
+            engine.take_back_given()
         if self.cancelled:
             self.cancelled = [t for t in self.cancelled if engine.state(t) is not None]
             for tid in list(self.keys):
@@ -728,6 +760,7 @@ class Journal(Durable):
         try:
             if self.store.renew_lease(self.holder):
                 self._wrote(now)
+                self._renewed(now)
                 self.renew_at = now + self.lease_ns // 3
             else:
                 self._fenced_out(engine, now)
@@ -765,6 +798,7 @@ class Journal(Durable):
         )
         try:
             self.holder = self.store.register(lease_ns=self.lease_ns, pid=self.owner_pid)
+            self._renewed(now)
         except StoreError as exc:  # the old registration stays: fenced again next turn, registered again then
             engine.log(40, f"the store: registering again failed ({exc})")
             return
@@ -824,6 +858,7 @@ class Journal(Durable):
                 self.retry_ns = 0
                 self.retry_at = None
             if batch.fenced:  # a batch with claims or finishes renewed the lease
+                self._renewed(self.submitted_at)
                 self.renew_at = now + self.lease_ns // 3
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
@@ -855,7 +890,7 @@ class Journal(Durable):
         for known in realign:  # another scheduler has it: the next slot (fenced out: the store never saw it)
             run, key = known[1], known[2]
             self.peers.lost(engine, self._unhold(run), run, key, now, self.offset, refused=not fenced)
-        self._release(carrier)
+        self._release(carrier, now)
 
     def _pauses_written(self, batch: Any) -> None:
         """``batch`` committed: its pauses and resumes are the store's now."""
