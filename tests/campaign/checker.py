@@ -150,7 +150,7 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
         for r in rows
         if r.outcome is None
     ]
-    out += _slots(h, attempts, rows)
+    out += _slots(h, attempts, rows, storesql.skipped(h.url))
     found, limits = _stalled(h, attempts, tasks, lives, rows)
     out += found
     documented += limits
@@ -341,22 +341,30 @@ def _excuses(h: Any, key: str, attempts: list[Attempt], rows: list[storesql.RunR
     return out
 
 
-def _slots(h: Any, attempts: list[Attempt], rows: list[storesql.RunRow]) -> list[Violation]:
+def _slots(
+    h: Any, attempts: list[Attempt], rows: list[storesql.RunRow], stored: dict[str, set[int]]
+) -> list[Violation]:
+    """``stored``: the slots the store records skipped, with their reason
+    (``storesql.skipped``): never lost. A version's grid is its first
+    attempts' slots: a retry's slot is its retry's time, off the grid (the
+    first run of a version may be a retry, its definition changed between
+    attempts: a grid from it lost every slot of the real one outside the
+    excuses - the fault campaign, seed 2807, replayed)."""
     skips = _recorded_skips(rows)
-    stored = storesql.skipped(h.url)  # slots recorded skipped with their reason: never lost
     out = []
     for key, spec in h.specs.items():
         if spec.get("misfire") != "catch_up" or spec["kind"] not in ("rate", "cron"):
             continue  # coalesce / skip / fixed delay: which slots run depends on timing, not checkable yet
-        mine = [(a.version, a.slot_us) for a in attempts if a.key == key and a.slot_us is not None]
+        mine = [(a.version, a.slot_us, a.attempt) for a in attempts if a.key == key and a.slot_us is not None]
         held = {r.scheduled_ns // 1000 for r in rows if r.key == key}
-        seen = sorted({slot for _v, slot in mine} | held)
+        seen = sorted({slot for _v, slot, _a in mine} | held)
         tol = min(round(spec.get("period", 1.0) * 1e6) // 4, 50_000)
         excuses = [] if skips is not None else _excuses(h, key, attempts, rows)
         recorded = (skips.get(key, set()) if skips is not None else set()) | stored.get(key, set())
         versions: dict[int, list[int]] = defaultdict(list)
-        for version, slot in mine:
-            versions[version].append(slot)
+        for version, slot, attempt in mine:
+            if attempt == 1:
+                versions[version].append(slot)
         lost = []
         firsts = sorted(min(slots) for slots in versions.values())
         for v, slots in sorted(versions.items()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tests.campaign.campaign import KeyEvent, Life
-from tests.campaign.checker import Attempt, _after_events, _overlap, _stalled
+from tests.campaign.checker import Attempt, _after_events, _overlap, _slots, _stalled
 from tests.campaign.storesql import RunRow
 
 LEASE = 1.0
@@ -202,3 +202,23 @@ def test_a_cancel_is_followed_from_when_its_row_was_deleted() -> None:
     assert not found
     found, _ = _after_events(h, ran, {}, {}, {}, {"d1": [21.0]})  # deleted at once: C.9 ran it 3 s after
     assert [v.kind for v in found] == ["cancelled"]
+
+
+def test_a_version_whose_first_run_is_a_retry_keeps_the_grid_of_its_first_attempts() -> None:
+    """r1 (every 0.25 s, catch_up) is redefined between two attempts of run
+    19 (slot 104.75): its attempt 2, at its retry time (104.85), is the new
+    version's first run; the version's slots are those of its first attempts
+    (the fault campaign, seed 2807, replayed: a grid from the retry's time
+    "lost" 8 slots that were never on the task's grid)."""
+    spec = {"kind": "rate", "period": 0.25, "misfire": "catch_up"}
+    h = SimpleNamespace(specs={"r1": spec}, key_events=[], lives=[], faults=[], end=200.0, lease=LEASE)
+
+    def first(n: int, version: int) -> Attempt:
+        return Attempt("r1", n, 1, "A.1", version, round((100.0 + 0.25 * n) * 1e6), 111, 100.0 + 0.25 * n)
+
+    attempts = [first(n, 1) for n in range(20)]
+    attempts.append(Attempt("r1", 19, 2, "A.1", 2, round(104.85 * 1e6), 111, 104.86, 104.87, "ok"))
+    attempts += [first(n, 2) for n in range(20, 40)]
+    assert _slots(h, attempts, [], {}) == []
+    del attempts[30]  # a slot of the grid that never ran: lost
+    assert [v.kind for v in _slots(h, attempts, [], {})] == ["slot lost"]
