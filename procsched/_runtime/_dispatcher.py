@@ -116,7 +116,6 @@ class Dispatcher:
         few = config["workers"] <= 256
         self.selector = selectors.SelectSelector() if few else selectors.DefaultSelector()
         capture = config["tempdir"] if config.get("capture_output") else None
-        self.carrier = ProcessCarrier(config["start_method"], self.selector, capture)
         self.journal: Journal | None = None
         if config.get("store") is not None:  # keyed tasks are durable (see _durable/_journal.py)
             from ._durable._journal import Journal
@@ -129,6 +128,8 @@ class Dispatcher:
                 secret=config.get("secret"),  # (its store and its writer's: they sign and check)
             )
             self.selector.register(self.journal.writer.fd, selectors.EVENT_READ, (ON_COMMIT, None))
+        start_by = None if self.journal is None else self.journal.start_by
+        self.carrier = ProcessCarrier(config["start_method"], self.selector, capture, start_by)
         self.engine = Engine(
             self.carrier,
             workers=config["workers"],

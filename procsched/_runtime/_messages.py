@@ -422,6 +422,10 @@ class RunOrder(NamedTuple):
     arg_blob: bytes
     cause: str | None
     """Why it runs ("manual", "backfill"); None: "schedule" (the usual case)."""
+    start_by: int
+    """A keyed run with a store: the worker's clock (monotonic ns) after which
+    it starts only once the dispatcher has checked its lease (``Stalled``);
+    0: any time."""
 
     @staticmethod
     def wire(
@@ -435,8 +439,22 @@ class RunOrder(NamedTuple):
         fn_blob: bytes,
         arg_blob: bytes,
         cause: str | None,
+        start_by: int,
     ) -> Message:
-        return (RUN, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, fn_blob, arg_blob, cause)
+        return (
+            RUN,
+            task_id,
+            run,
+            scheduled_ns,
+            report_start,
+            attempt,
+            wall_ns,
+            retry_on,
+            fn_blob,
+            arg_blob,
+            cause,
+            start_by,
+        )
 
 
 class RunHeader(NamedTuple):
@@ -452,6 +470,7 @@ class RunHeader(NamedTuple):
     wall_ns: int | None
     retry_on: bytes | None
     cause: str | None
+    start_by: int
 
     @staticmethod
     def wire(
@@ -463,8 +482,9 @@ class RunHeader(NamedTuple):
         wall_ns: int | None,
         retry_on: bytes | None,
         cause: str | None,
+        start_by: int,
     ) -> Message:
-        return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, cause)
+        return (RUN_HEADER, task_id, run, scheduled_ns, report_start, attempt, wall_ns, retry_on, cause, start_by)
 
 
 class Reply(NamedTuple):

@@ -22,6 +22,7 @@ import select
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -103,6 +104,10 @@ class ProcessWorker:
         return f"<worker {self.ident}>"
 
 
+def _any_time(run: Run) -> int:
+    return 0
+
+
 class ProcessCarrier(Carrier):
     """Starts, feeds and kills worker processes for the engine. Never blocks
     on a worker's pipe: what a pipe cannot take at once waits in the
@@ -128,8 +133,16 @@ class ProcessCarrier(Carrier):
     early_ns = EARLY_NS
     reports_start = True  # workers send "started" for runs with a timeout
 
-    def __init__(self, start_method: str, selector: selectors.BaseSelector, capture_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        start_method: str,
+        selector: selectors.BaseSelector,
+        capture_dir: str | None = None,
+        start_by: Callable[[Run], int] | None = None,
+    ) -> None:
         self.selector = selector
+        #: A run's ``start_by`` (see ``RunOrder``): the journal's, with a store.
+        self.start_by: Callable[[Run], int] = start_by or _any_time
         self.capture_dir = capture_dir  # capture each run's output in files here
         self.serial = itertools.count()
         self.writing: set[ProcessWorker] = set()  # workers with output waiting
@@ -196,6 +209,7 @@ class ProcessCarrier(Carrier):
                 fn_blob,
                 arg_blob,
                 None if run.cause == "schedule" else run.cause,
+                self.start_by(run),
             )
             body = pickle.dumps(order, PROTOCOL)
             out.append(memoryview(frame_head(len(body)) + body))
@@ -210,6 +224,7 @@ class ProcessCarrier(Carrier):
                     run.wall_ns,
                     run.retry_on,
                     None if run.cause == "schedule" else run.cause,
+                    self.start_by(run),
                 ),
                 PROTOCOL,
             )

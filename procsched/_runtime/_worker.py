@@ -5,8 +5,9 @@
                  pickled function, arguments)
                ──ticket pipe: one byte per run ──▶ taken as the run starts
                ◀─Skipped                  a run without its byte (revoked): passed over
-               ◀─Stalled ─▶ Checked        continued after a stop (SIGCONT): no ticket is
-                                          taken before the dispatcher has checked its claims
+               ◀─Stalled ─▶ Checked        continued after a stop (SIGCONT), or a keyed run
+                                          past its start_by: no ticket is taken before the
+                                          dispatcher has checked its claims
                ◀─Started                  only with report_start (a timeout counts from here)
                ◀─Done                     the run's outcome, times and result blob
                ◀─Add | Cancel | Pause | Resume | RunNow | Backfill ─▶ Reply | Refusal
@@ -142,14 +143,17 @@ def main(conn: Connection, capture: str | None = None, tickets: Connection | Non
             loaded = exc
         del fn_blob, arg_blob
         if ticket_fd >= 0:
-            if continued.is_set():
+            wait = scheduled - clock()
+            if wait > 0:  # given early (see _engine.py, "Early hand-off"): start on time, if not revoked by then
+                time.sleep(wait / NS)
+            # Stopped and continued, or a keyed run that would start after
+            # its start_by (it waited behind a long run; the lease it was
+            # given under may have run out): checked first.
+            if continued.is_set() or 0 < order.start_by < clock():
                 continued.clear()
                 send(dumps(Stalled.wire(), PROTOCOL))
                 if not _await_checked(channel):
                     return  # the dispatcher is gone
-            wait = scheduled - clock()
-            if wait > 0:  # given early (see _engine.py, "Early hand-off"): start on time, if not revoked by then
-                time.sleep(wait / NS)
             try:
                 ticket = os.read(ticket_fd, 1)
             except BlockingIOError:

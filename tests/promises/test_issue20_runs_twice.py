@@ -111,3 +111,59 @@ def test_a_run_stopped_while_its_worker_loads_it_never_starts_once_taken_over(in
         assert inst.quit()["closed"]
     stale = [x for x in starts(out) if x.inst == "A" and x.run == 1]
     assert not stale, f"A started run 1 after SIGCONT, B having retried it: {stale}"
+
+
+def test_a_run_given_ahead_waits_for_a_check_when_its_dispatcher_is_stuck_past_the_lease(
+    instances, pg_url, tmp_path
+) -> None:
+    """The dispatcher alone is stuck (here SIGSTOPped; in life, blocked in a
+    store call on a stalled connection) while its worker goes on: the worker
+    ends its long run, then would start the keyed runs given ahead behind it
+    - after the lease they were given under ran out, another instance having
+    taken this one over and retried them. A keyed run carries a start-by
+    time; past it, the worker asks its dispatcher to check first. The
+    worker is never stopped here (a SIGCONT makes it check anyway)."""
+    import signal
+
+    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
+    fast = ["k1", "k2", "k3"]
+    specs = [{"key": "long", "kind": "rate", "period": 0.5, "fn": f"{TASKS}:hold_first", "args": [out, fifo, "long"]}]
+    specs += [
+        {"key": k, "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, k], "retry": RETRY} for k in fast
+    ]
+    a = instances("A", {"store": pg_url, "lease": 1.0, "workers": 1, "tasks": specs}).ready()
+    wait_until(lambda: [x for x in starts(out) if x.tag == "long"], 30, "A's worker to block in run 1 of long")
+    in_flight = "SELECT key FROM procsched_runs WHERE outcome IS NULL"
+    wait_until(
+        lambda: {r[0] for r in storesql.query(pg_url, in_flight)} >= {"long", *fast},
+        30,
+        "A to claim a run of each fast task (given ahead, queued behind the blocked one)",
+    )
+    b = instances("B", {"store": pg_url, "lease": 1.0, "workers": 2}).ready()
+    taken = "SELECT key, run, attempt FROM procsched_runs WHERE outcome = 'crashed' AND error_type = 'SchedulerDied'"
+    (user,) = [p for p in a.look() if p.pid == a.pid]
+    (dispatcher,) = [p for p in user.children() if "procsched._runtime._dispatcher" in p.cmdline()]
+    dispatcher.send_signal(signal.SIGSTOP)
+    try:
+        crashed = wait_until(
+            lambda: {r for r in storesql.query(pg_url, taken) if r[0] in fast},
+            30,
+            "B to take A over (A's runs given ahead recorded crashed)",
+        )
+
+        def retried() -> list:
+            return [x for x in starts(out) if x.inst == "B" and x.tag in fast and x.attempt == 2]
+
+        wait_until(retried, 30, "B to retry them")
+        release(fifo)  # A's worker goes on (its dispatcher still stuck): its run ends, then its queue
+        end = wait_until(
+            lambda: [x for x in log(out) if x.tag == "long" and x.ev == "end" and x.inst == "A"], 30, "long to end"
+        )[0]
+        wait_until(lambda: len([x for x in starts(out) if x.t > end.t]) >= 5, 30, "B's runs to go on after it")
+    finally:
+        dispatcher.send_signal(signal.SIGCONT)
+    wait_until(lambda: "was taken over" in a.stderr(), 30, "A to find it was taken over")
+    for inst in (a, b):
+        assert inst.quit()["closed"]
+    again = [x for x in starts(out) if x.inst == "A" and (x.tag, x.run, x.attempt) in crashed]
+    assert not again, f"A's worker started runs B had recorded crashed (and retried): {again}"

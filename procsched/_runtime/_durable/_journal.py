@@ -443,6 +443,14 @@ class Journal(Durable):
         fault campaign, seed 2807, PostgreSQL)."""
         return self.writable_since is not None and now < self.lease_until - self.lease_ns // 3
 
+    def start_by(self, run: Run) -> int:
+        """When a run sent now must have started by, or its worker asks for a
+        check first (``RunOrder.start_by``): a keyed run, while the lease is
+        known for a third of it. The dispatcher blocked in a store call (a
+        stalled connection) cannot take back the runs given ahead: the
+        worker holds its own."""
+        return self.lease_until - self.lease_ns // 3 if run.task_id in self.keys else 0
+
     def _renewed(self, since: int) -> None:
         """A write begun at ``since`` renewed the lease."""
         self.lease_until = max(self.lease_until, since + self.lease_ns)
