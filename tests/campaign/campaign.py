@@ -89,7 +89,7 @@ class KeyEvent:
     at: float
     via: str  # the life label that carried it out
     version: int = 0
-    asked: float | None = None  # when it was asked (a resume: runs may start from then, before its answer)
+    asked: float | None = None  # when it was asked (a resume, a re-add: runs may start from then, before its answer)
 
 
 @dataclass
@@ -515,13 +515,14 @@ class Campaign:
                 self._later(0.3, "readd", target, **params)
                 return
             version = self.versions[key] + 1
+            asked = time.time()
             got = self._ask(via, "add " + json.dumps(spec_for(key, self.base[key], self.log, version)))
             if got is None or got.get("added") != key:
                 self._later(0.3, "readd", target, **params)
                 return
             self.versions[key] = version
             self.live.add(key)
-            self.key_events.append(KeyEvent("readd", key, got["t"], self.life[via].label, version))
+            self.key_events.append(KeyEvent("readd", key, got["t"], self.life[via].label, version, asked))
 
     def _via(self, name: str) -> str | None:
         """``name`` if it can answer, else any instance that can, else None."""

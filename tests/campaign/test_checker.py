@@ -222,3 +222,21 @@ def test_a_version_whose_first_run_is_a_retry_keeps_the_grid_of_its_first_attemp
     assert _slots(h, attempts, [], {}) == []
     del attempts[30]  # a slot of the grid that never ran: lost
     assert [v.kind for v in _slots(h, attempts, [], {})] == ["slot lost"]
+
+
+def test_a_re_added_task_may_run_once_its_add_is_asked() -> None:
+    """Cancelled at 24.652, re-added through A (asked at 28.55, answered at
+    28.64): the new task's first run may start before the answer (the fault
+    campaign, seed 2902, replayed: A stored the definition at 28.601 and ran
+    it at 28.602, before its answer reached the campaign)."""
+    h = SimpleNamespace(
+        end=60.0,
+        faults=[],
+        key_events=[KeyEvent("cancel", "r2", 24.652, "B.3", 1), KeyEvent("readd", "r2", 28.64, "A.4", 2, 28.55)],
+    )
+    ran = [Attempt("r2", 64, 1, "A.4", 2, None, 555, start=28.602, end=28.795, x="fail")]
+    found, _ = _after_events(h, ran, {}, {}, {}, {"r2": [24.652]})
+    assert not found
+    h.key_events[1] = KeyEvent("readd", "r2", 28.64, "A.4", 2, 28.61)  # asked after it ran: ran while cancelled
+    found, _ = _after_events(h, ran, {}, {}, {}, {"r2": [24.652]})
+    assert [v.kind for v in found] == ["cancelled"]
