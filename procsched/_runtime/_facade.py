@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import gc
 import itertools
 import logging
 import os
@@ -28,7 +27,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
@@ -42,6 +41,7 @@ from .._events import Listeners
 from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot, stored_error
 from .._handle import handle_runs as checked_handle_runs
 from . import _messages as m
+from ._gc import gc_paused
 from ._listener import EventApplier, listen
 from ._wire import carried_classes
 
@@ -253,7 +253,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             from ._durable._writer import patiently
 
             try:
-                with _gc_paused():
+                with gc_paused():
                     # (a store busy for a moment - locked, a connection dropped
                     # - is waited out: recovery is exact however often it is begun)
                     self._adopt(patiently(self._recover))
@@ -339,7 +339,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             self._down.pop(row.key, ()),  # (told once: at this start)
                         )
                     )
-                self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
+                last = lo + ADOPT_CHUNK >= len(rows)
+                self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk, last))
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
         return True
@@ -746,21 +747,6 @@ _FORKED = (
 #: Adopted tasks per "adopt" command (one pipe write per chunk, not two per
 #: task; the dispatcher adopts a chunk while the next is being made).
 ADOPT_CHUNK = 5000
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic GC off while a restart makes its 100,000s of long-lived
-    objects (stored tasks, handles): each full collection would walk all of
-    them again, about half of the adoption's time. Restored after (one
-    collection of them follows, once)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _dropped(backend: Any) -> None:

@@ -206,13 +206,18 @@ class Journal(Durable):
                 self.owner[key] = before
         return accepted
 
-    def adopt(self, engine: Engine, shapes: list[m.Message], rows: list[m.Message], offset: int) -> None:
+    def adopt(
+        self, engine: Engine, shapes: list[m.Message], rows: list[m.Message], offset: int, last: bool = True
+    ) -> None:
         """A restart's stored tasks (the facade's ``_recover`` / ``_adopt``):
         ``shapes`` extend the shapes tasks share (``AdoptShape``), each row is
         one task (``AdoptRow``; due and slot UTC ns; slot is the regular slot
         of a retried run). Nothing is written for a task whose stored state
         is already this (``write`` False), and no event goes back: its handle
-        was made with the due time (a paused task's pause does send one)."""
+        was made with the due time (a paused task's pause does send one).
+        ``last``: the adoption's last chunk - the store is re-read soon after
+        it (once: a re-read after each of a restart's 20 chunks rebuilt the
+        map of every key adopted so far, 0.1 s of the dispatcher's 0.6 s)."""
         self.sync(engine.events)
         self.shapes.extend(m.view(m.AdoptShape, shape) for shape in shapes)
         known, keys, runs_of = self.shapes, self.keys, self.runs
@@ -265,7 +270,7 @@ class Journal(Durable):
                     next_attempt=row.attempt,
                     unloadable=None,
                 )  # (never its pause: the store's, read a moment ago - a resume since must stand)
-        if rows:  # what they were read from may be stale already (another scheduler's change): re-read soon
+        if rows and last:  # what they were read from may be stale already (another scheduler's change): re-read soon
             self.peers.sync_soon()
 
     def added(self, engine: Engine, task_id: int) -> None:
