@@ -46,7 +46,7 @@ from ._listener import EventApplier, listen
 from ._wire import carried_classes
 
 if TYPE_CHECKING:
-    from ._durable._recovery import Plan
+    from ._durable._recovery import Plan, Row
 
 logger = logging.getLogger("procsched")
 #: How long a request (cancel, stats) waits for its answer before the
@@ -303,19 +303,25 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         offset = time.time_ns() - time.monotonic_ns()
         handles, keys, ids = self._handles, self._keys, self._ids
         with self._adopt_lock:
-            rows = plan.rows
+            rows: list[Row] | None = None  # (start-up: each chunk's rows made as it goes - see Plan.rows)
+            count = len(plan.tasks)
             if stored:
+                # Its stored state is the other scheduler's: adopting writes nothing.
+                rows = [row._replace(write=False) for row in plan.rows()]
                 taken = [r for r in rows if r.key in self._adding or not _free(keys.get(r.key))]
                 for row in taken:
                     self._backend.send(m.AdoptAgain.wire(row.key))
                 rows = [r for r in rows if r not in taken]
                 if not rows:
                     return False
-            self._adopted.update((r.key, plan.adopted[r.key]) for r in rows)
+                count = len(rows)
+                self._adopted.update((r.key, plan.adopted[r.key]) for r in rows)
+            else:
+                self._adopted.update(plan.adopted)  # (a key per task of the plan)
             base = sent_shapes = self._shapes_sent
-            for lo in range(0, len(rows), ADOPT_CHUNK):
+            for lo in range(0, count, ADOPT_CHUNK):
                 chunk = []
-                for row in rows[lo : lo + ADOPT_CHUNK]:
+                for row in plan.rows(lo, lo + ADOPT_CHUNK) if rows is None else rows[lo : lo + ADOPT_CHUNK]:
                     task_id = next(ids)
                     handle = TaskHandle(
                         self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
@@ -339,7 +345,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             self._down.pop(row.key, ()),  # (told once: at this start)
                         )
                     )
-                last = lo + ADOPT_CHUNK >= len(rows)
+                last = lo + ADOPT_CHUNK >= count
                 self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk, last))
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
@@ -373,8 +379,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             plan = _recovery.plan([task], {}, slots, time.time_ns())
             if plan.unloadable:  # it did not load here: logged, not run
                 return
-            plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])
-            if plan.rows and not self._closed and self._adopt(plan, stored=True):
+            if plan.tasks and not self._closed and self._adopt(plan, stored=True):
                 logger.info(
                     "keyed task %r, stored by another scheduler, is run here too (each run once among them)", key
                 )
