@@ -221,6 +221,7 @@ class Journal(Durable):
         self.sync(engine.events)
         self.shapes.extend(m.view(m.AdoptShape, shape) for shape in shapes)
         known, keys, runs_of = self.shapes, self.keys, self.runs
+        decoded: dict[int, Schedule] = {}  # shape -> its tasks' schedule, decoded once (by the engine's first add)
         for message in rows:
             row = m.view(m.AdoptRow, message)
             shape, task_id = known[row.shape], row.task_id
@@ -242,8 +243,13 @@ class Journal(Durable):
                 shape.retry_on,
                 None,
             )
-            if engine.add(add, task_id, shape.payload) is not None:
+            schedule = decoded.get(row.shape)
+            if engine.add(add, task_id, shape.payload, schedule=schedule) is not None:
                 continue  # refused (Engine.add said why)
+            if schedule is None:
+                schedule = engine.schedule_of(task_id)
+                if schedule is not None:
+                    decoded[row.shape] = schedule
             key = row.key
             self.hashes[task_id] = row.def_hash  # (a change another scheduler stores is followed: Peers.redefined)
             self.peers.adopted(key, row.def_hash)
@@ -255,7 +261,8 @@ class Journal(Durable):
             keys[task_id] = key
             self.owner[key] = task_id
             runs_of[key] = runs
-            self._remember(engine, task_id)
+            if schedule is not None:  # (_remember, with the shape's schedule)
+                self.schedules[task_id] = schedule
             if row.down:  # slots missed while down, stored by the start-up: told, not stored again
                 with self.unwritten(engine.events):
                     engine.events.extend(m.RunSkipped.wire(task_id, w - offset, w, "down", None) for w in row.down)
