@@ -65,7 +65,7 @@ from . import _messages as m
 from . import _run_requests as run_requests
 from ._checks import check_report
 from ._engine import LOAD_GRACE_NS, WALL_CHECK_S, Engine
-from ._gc import FreezeOnGrowth
+from ._gc import FreezeOnGrowth, gc_paused
 from ._process_carrier import (
     ON_COMMANDS,
     ON_COMMIT,
@@ -254,8 +254,15 @@ class Dispatcher:
         except (EOFError, OSError):
             self.user_gone()
             return
+        with gc_paused():  # a batch's records (a restart's chunk: 5,000 tasks) are frozen after it (see _gc.py)
+            self.on_messages(self.commands.messages(frames))
+        self.freeze_gc(engine.pending)
+
+    def on_messages(self, messages: list[Any]) -> None:
+        """Carry out a batch of commands from the user process, in order."""
+        engine = self.engine
         journal = self.journal
-        for message in self.commands.messages(frames):
+        for message in messages:
             tag = message[0]
             if tag == m.ADD:
                 add = m.view(m.Add, message)
@@ -273,7 +280,7 @@ class Dispatcher:
                 offset, now = self.wall_offset()
                 engine.set_wall_offset(offset, now)
                 adopt = m.view(m.Adopt, message)
-                journal.adopt(engine, adopt.shapes, adopt.rows, offset)
+                journal.adopt(engine, adopt.shapes, adopt.rows, offset, adopt.last)
             elif tag == m.DEFINE and journal is not None:
                 journal.expect(m.view(m.Define, message))
             elif tag == m.UNLOADABLE and journal is not None:
@@ -327,7 +334,6 @@ class Dispatcher:
                     journal.sync(engine.events)
                     journal.closing = True
                 engine.shutdown(m.view(m.Shutdown, message).cancel_futures, time.monotonic_ns())
-        self.freeze_gc(engine.pending)
 
     def intern(self, payload: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         """Share the bytes of a pickled function (and of small argument

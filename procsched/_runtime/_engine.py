@@ -270,10 +270,14 @@ class Engine(Holds):
         for slot in self.slots:
             self._spawn(slot, now)
 
-    def add(self, add: Add, task_id: int, payload: Any, now: int | None = None) -> str | None:
+    def add(
+        self, add: Add, task_id: int, payload: Any, now: int | None = None, schedule: Schedule | None = None
+    ) -> str | None:
         """Add the task ``add`` describes as ``task_id``, with ``payload``
         (``add.payload``, or the carrier's copy of it); ``now``: when it was
-        received, for an add without a due time (a Ray run's). Returns None,
+        received, for an add without a due time (a Ray run's); ``schedule``:
+        ``add.schedule`` decoded, if the caller has it (a restart's tasks of
+        one shape: ``schedule_of`` an earlier one). Returns None,
         or why it cannot be scheduled here (a zone or an expression this
         process reads differently: logged, and its cancellation said)."""
         delay = add.delay_ns
@@ -295,7 +299,7 @@ class Engine(Holds):
             self.core.add(
                 due,
                 priority,
-                self._schedule(add.schedule),
+                self._schedule(add.schedule) if schedule is None else schedule,
                 timeout,
                 payload,
                 add.name,

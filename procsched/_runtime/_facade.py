@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import gc
 import itertools
 import logging
 import os
@@ -28,7 +27,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _validate as v
@@ -42,11 +41,12 @@ from .._events import Listeners
 from .._handle import HANDLE_RUNS, RunInfo, TaskHandle, skipped_slot, stored_error
 from .._handle import handle_runs as checked_handle_runs
 from . import _messages as m
+from ._gc import gc_paused
 from ._listener import EventApplier, listen
 from ._wire import carried_classes
 
 if TYPE_CHECKING:
-    from ._durable._recovery import Plan
+    from ._durable._recovery import Plan, Row
 
 logger = logging.getLogger("procsched")
 #: How long a request (cancel, stats) waits for its answer before the
@@ -253,7 +253,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             from ._durable._writer import patiently
 
             try:
-                with _gc_paused():
+                with gc_paused():
                     # (a store busy for a moment - locked, a connection dropped
                     # - is waited out: recovery is exact however often it is begun)
                     self._adopt(patiently(self._recover))
@@ -303,19 +303,25 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
         offset = time.time_ns() - time.monotonic_ns()
         handles, keys, ids = self._handles, self._keys, self._ids
         with self._adopt_lock:
-            rows = plan.rows
+            rows: list[Row] | None = None  # (start-up: each chunk's rows made as it goes - see Plan.rows)
+            count = len(plan.tasks)
             if stored:
+                # Its stored state is the other scheduler's: adopting writes nothing.
+                rows = [row._replace(write=False) for row in plan.rows()]
                 taken = [r for r in rows if r.key in self._adding or not _free(keys.get(r.key))]
                 for row in taken:
                     self._backend.send(m.AdoptAgain.wire(row.key))
                 rows = [r for r in rows if r not in taken]
                 if not rows:
                     return False
-            self._adopted.update((r.key, plan.adopted[r.key]) for r in rows)
+                count = len(rows)
+                self._adopted.update((r.key, plan.adopted[r.key]) for r in rows)
+            else:
+                self._adopted.update(plan.adopted)  # (a key per task of the plan)
             base = sent_shapes = self._shapes_sent
-            for lo in range(0, len(rows), ADOPT_CHUNK):
+            for lo in range(0, count, ADOPT_CHUNK):
                 chunk = []
-                for row in rows[lo : lo + ADOPT_CHUNK]:
+                for row in plan.rows(lo, lo + ADOPT_CHUNK) if rows is None else rows[lo : lo + ADOPT_CHUNK]:
                     task_id = next(ids)
                     handle = TaskHandle(
                         self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
@@ -339,7 +345,8 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                             self._down.pop(row.key, ()),  # (told once: at this start)
                         )
                     )
-                self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk))
+                last = lo + ADOPT_CHUNK >= count
+                self._backend.send(m.Adopt.wire(plan.shapes[sent_shapes - base :], chunk, last))
                 sent_shapes = base + len(plan.shapes)
             self._shapes_sent = base + len(plan.shapes)
         return True
@@ -372,8 +379,7 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             plan = _recovery.plan([task], {}, slots, time.time_ns())
             if plan.unloadable:  # it did not load here: logged, not run
                 return
-            plan = plan._replace(rows=[row._replace(write=False) for row in plan.rows])
-            if plan.rows and not self._closed and self._adopt(plan, stored=True):
+            if plan.tasks and not self._closed and self._adopt(plan, stored=True):
                 logger.info(
                     "keyed task %r, stored by another scheduler, is run here too (each run once among them)", key
                 )
@@ -746,21 +752,6 @@ _FORKED = (
 #: Adopted tasks per "adopt" command (one pipe write per chunk, not two per
 #: task; the dispatcher adopts a chunk while the next is being made).
 ADOPT_CHUNK = 5000
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic GC off while a restart makes its 100,000s of long-lived
-    objects (stored tasks, handles): each full collection would walk all of
-    them again, about half of the adoption's time. Restored after (one
-    collection of them follows, once)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _dropped(backend: Any) -> None:

@@ -42,7 +42,9 @@ the floor from collecting at every crossing.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 
 #: Nothing is frozen below this many pending tasks.
 FREEZE_FLOOR = 20_000
@@ -85,3 +87,19 @@ class FreezeOnGrowth:
         gc.set_threshold(*self.thresholds)
         gc.collect()
         self.frozen = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off while a restart makes its 100,000s of long-lived
+    objects (the user process's stored tasks and handles; the dispatcher's
+    records of a chunk of them): each full collection would walk all of
+    them again, about half of the adoption's time. Restored after (one
+    collection of them follows, once)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

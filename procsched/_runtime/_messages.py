@@ -265,10 +265,13 @@ class Adopt(NamedTuple):
     """``AdoptShape`` messages not sent before."""
     rows: list[Message]
     """``AdoptRow`` messages."""
+    last: bool
+    """The adoption's last chunk: the rows of every chunk were read at once, so
+    one re-read of the store after this one follows what changed since."""
 
     @staticmethod
-    def wire(shapes: list[Message], rows: list[Message]) -> Message:
-        return (ADOPT, shapes, rows)
+    def wire(shapes: list[Message], rows: list[Message], last: bool = True) -> Message:
+        return (ADOPT, shapes, rows, last)
 
 
 class Unloadable(NamedTuple):

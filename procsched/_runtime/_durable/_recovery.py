@@ -4,12 +4,13 @@ call, and recovery at start-up (before the dispatcher owns the store).
     Scheduler(store=...) ─ open_store ─▶ recover(store): take over dead schedulers
                                            (their runs in flight -> crashed), and
                                            list the other live ones (Recovered)
-                           plan(tasks): per stored task its resume point, per
+                           plan(tasks): per stored task its shape, per
                            shape (function, arguments, schedule, options) one
                            import (bounded: LOAD_TIMEOUT_S), one AdoptShape
                            (the stored arguments as bytes: a worker unpickles)
                         ─▶ _report.resumed: what start-up found, said at INFO
-                        ─▶ the facade makes the handles and sends Adopt chunks
+                        ─▶ the facade makes the rows (resume points: Plan.rows)
+                           and handles, and sends Adopt chunks, a chunk at a time
     schedule(key=...) ──▶ definition(spec): the stored form ─▶ Define + Add
 
 See ``_journal.py`` for the dispatcher's side.
@@ -169,13 +170,50 @@ class Plan(NamedTuple):
 
     shapes: list[Message]
     """``AdoptShape`` messages."""
-    rows: list[Row]
+    tasks: list[Adoptee]
+    """The stored tasks to adopt, in the store's order: a ``Row`` each (``rows``)."""
     ended: list[str]
     """Keys of one-shots that ended (their only run crashed): to delete."""
     adopted: dict[str, str]
     """Key -> its definition's hash (``stored_hash``): the same task scheduled again goes on."""
     unloadable: dict[str, str]
     """Key -> why its function or arguments did not load here (logged; kept in the store)."""
+    crashed: dict[str, RunRecord]
+    slots: dict[str, int]
+    wall: int
+    """What the rows are made from (``recover``'s, and the plan's time)."""
+
+    def rows(self, lo: int = 0, hi: int | None = None) -> list[Row]:
+        """The ``Row`` of each of ``tasks[lo:hi]``: where it goes on. Made
+        when asked (pure: no store read), so that the facade hands a chunk
+        to the dispatcher while it makes the next one - the dispatcher's
+        adoption of the first chunks overlaps the rest of the planning."""
+        crashed, slots, wall = self.crashed, self.slots, self.wall
+        out = []
+        for adoptee in self.tasks[lo:hi]:
+            task = adoptee.task
+            key = task.definition.key
+            resume = resume_point(task, crashed.get(key), wall, slots.get(key))
+            assert resume is not None  # (a one-shot it ends is in ``ended``, not here)
+            runs, attempt, due, slot, paused = resume
+            st = task.state
+            write = task.unloadable is not None or (runs, due, attempt, paused) != (
+                st.run_count,
+                st.next_due_ns,
+                st.next_attempt,
+                st.paused,
+            )  # adopted unchanged: nothing to write
+            out.append(Row(key, adoptee.shape, runs, attempt, due or 0, slot, paused, write, adoptee.name))
+        return out
+
+
+class Adoptee(NamedTuple):
+    """A stored task of a plan, before its ``Row`` is made (``Plan.rows``)."""
+
+    task: StoredTask
+    shape: int
+    """An index into the plan's shapes."""
+    name: str | None
 
 
 #: How long start-up waits for the stored tasks' functions to load (their
@@ -246,8 +284,11 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
     dispatcher's add are made once per shape, not once per task (100,000
     stored tasks are typically of a few shapes; ``load()`` shares equal
     schedule and options dicts, so a shape is found by identity). Nothing
-    stored is unpickled here: the arguments go to the workers as bytes."""
-    result = Plan([], [], [], {}, {})
+    stored is unpickled here: the arguments go to the workers as bytes.
+    Each task's resume point (its ``Row``) is made later, a chunk at a
+    time (``Plan.rows``); only a crashed task's is asked here (a one-shot
+    whose only run crashed ends)."""
+    result = Plan([], [], [], {}, {}, crashed, slots, wall)
     by_shape: dict[tuple[Any, ...], int] = {}  # -> index into defs
     defs: list[TaskDefinition] = []
     wanted: list[tuple[StoredTask, int]] = []
@@ -280,22 +321,14 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
             result.shapes.append(got[0])
             names.append(got[1])
         at = shape_of[index]
-        resume = resume_point(task, crashed.get(d.key), wall, slots.get(d.key))
-        if resume is None:
+        record = crashed.get(d.key)  # (only a crash ends a task: its row is made in Plan.rows)
+        if record is not None and resume_point(task, record, wall, slots.get(d.key)) is None:
             logger.warning(
                 "stored one-shot task %r: its run was in flight when its scheduler died (recorded crashed); it ends",
                 d.key,
             )
             result.ended.append(d.key)
             continue
-        runs, attempt, due, slot, paused = resume
-        st = task.state
-        write = task.unloadable is not None or (runs, due, attempt, paused) != (
-            st.run_count,
-            st.next_due_ns,
-            st.next_attempt,
-            st.paused,
-        )  # adopted unchanged: nothing to write
-        result.rows.append(Row(d.key, at, runs, attempt, due or 0, slot, paused, write, names[at]))
+        result.tasks.append(Adoptee(task, at, names[at]))
         result.adopted[d.key] = stored_hash(d)
     return result

@@ -46,17 +46,18 @@ def resumed(found: Recovered, plan: Plan, wall: int) -> None:
     them (this one stands by while they keep a task up); the slots each
     task missed while no scheduler ran it, and the runs recorded
     ``crashed`` (in flight when their scheduler died)."""
-    if not logger.isEnabledFor(logging.INFO) or not plan.rows:
+    if not logger.isEnabledFor(logging.INFO) or not plan.tasks:
         return
     tasks, crashed = found.tasks, found.crashed
-    rows = plan.rows
+    rows = plan.rows(0, TOLD)
+    count = len(plan.tasks)
     listed = ", ".join(
         f"{row.key} (run {row.runs + 1} next)"
         if row.attempt == 1
         else f"{row.key} (run {row.runs} attempt {row.attempt} next)"
-        for row in rows[:TOLD]
+        for row in rows
     )
-    more = f" and {len(rows) - TOLD} more" if len(rows) > TOLD else ""
+    more = f" and {count - TOLD} more" if count > TOLD else ""
     if found.others:
         one = len(found.others) == 1
         names = ", ".join(f"{h.host}/{h.pid}" for h in found.others[:TOLD])
@@ -64,7 +65,7 @@ def resumed(found: Recovered, plan: Plan, wall: int) -> None:
         logger.info(
             "found %d stored task(s) that %s, alive on the store, %s too: %s%s; each run runs once among them: "
             "this one stands by for a task while %s keeps it up, and takes it over if it stops",
-            len(rows),
+            count,
             f"scheduler {names}" if one else f"schedulers {names}",
             "runs" if one else "run",
             listed,
@@ -72,8 +73,8 @@ def resumed(found: Recovered, plan: Plan, wall: int) -> None:
             "that one" if one else "another",
         )
     else:
-        logger.info("resumed %d stored task(s) from the store: %s%s", len(rows), listed, more)
-    adopted = {row.key for row in rows}
+        logger.info("resumed %d stored task(s) from the store: %s%s", count, listed, more)
+    adopted = plan.adopted
     missed = 0
     for task in tasks:
         key = task.definition.key
