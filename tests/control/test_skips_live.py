@@ -75,22 +75,26 @@ def test_slots_missed_while_down_are_told_and_listed_at_the_restart(tmp_path: Pa
     the task's first run after the restart - and are stored once."""
     log = str(tmp_path / "log")
     store = str(tmp_path / "store.db")
-    ran = threading.Semaphore(0)
+    ran = [threading.Semaphore(0), threading.Semaphore(0)]  # each scheduler's own: runs the first
+    # ended after the wait (before its shutdown) are not the second's
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event["event"] == "run_finished":
-            ran.release()
+    def listener(life: int) -> Any:
+        def on_event(event: dict[str, Any]) -> None:
+            if event["event"] == "run_finished":
+                ran[life].release()
+
+        return on_event
 
     with procsched.Scheduler(1, store=store) as sched:
-        sched.add_listener(on_event)
+        sched.add_listener(listener(0))
         sched.schedule_at_fixed_rate(t.note, 0.05, args=(log,), misfire="skip", key="k")
-        assert ran.acquire(timeout=30), "no run"
+        assert ran[0].acquire(timeout=30), "no run"
     time.sleep(0.5)  # down: ~10 slots pass while no scheduler runs
     with procsched.Scheduler(1, store=store) as sched:
-        sched.add_listener(on_event)
+        sched.add_listener(listener(1))
         handle = sched.get("k")
         assert handle is not None
-        assert ran.acquire(timeout=30), "no run after the restart"  # (the down slots were told before it)
+        assert ran[1].acquire(timeout=30), "no run after the restart"  # (the down slots were told before it)
         slots = handle.slots()
         stored = sched.history("k", 1000, skipped=True)
         handle.cancel()

@@ -210,7 +210,11 @@ def test_a_paused_keyed_task_stays_paused_across_a_restart(tmp_path):
         assert h.resume()
         w.until(lambda: len(_lines(out)) >= n + 2)
     runs = [r for r, _a, _s in _lines(out)]
-    assert sorted(runs) == list(range(1, len(runs) + 1))
+    assert len(set(runs)) == len(runs), f"a run ran twice: {runs}"
+    # every run number up to the last is a run that ran, or one given ahead and taken back by the
+    # pause before it started (recorded cancelled: a loaded machine gives the next run ahead sooner)
+    taken_back = {r.run for r in open_store(db).history("p", 1000) if r.outcome == "cancelled"}
+    assert sorted(set(runs) | taken_back) == list(range(1, max(runs) + 1)), (runs, taken_back)
 
 
 def test_a_paused_keyed_task_stays_paused_across_a_deploy_that_changes_it(tmp_path):
