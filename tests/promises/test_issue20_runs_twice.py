@@ -20,34 +20,43 @@ TASKS = "tests.promises.tasks"
 RETRY = {"attempts": 3, "delay": 0, "on": ["crashed"]}
 
 
-def test_a_fenced_instance_never_starts_the_runs_it_was_given_ahead_before_it_stopped(
-    instances, pg_url, tmp_path
-) -> None:
+FAST = ["k1", "k2", "k3"]
+
+
+def _blocked_with_runs_given_ahead(instances, pg_url, tmp_path) -> tuple:
+    """A: one worker, blocked in run 1 of "long" (on a FIFO), with a run of
+    each fast task given ahead to it (claimed: recorded in flight). (A, the
+    runs' log, the FIFO)."""
     out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
-    fast = ["k1", "k2", "k3"]
     specs = [{"key": "long", "kind": "rate", "period": 0.5, "fn": f"{TASKS}:hold_first", "args": [out, fifo, "long"]}]
     specs += [
-        {"key": k, "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, k], "retry": RETRY} for k in fast
+        {"key": k, "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, k], "retry": RETRY} for k in FAST
     ]
-    # A: one worker, blocked in run 1 of "long" (on the FIFO): the fast tasks' runs are given ahead to it
     a = instances("A", {"store": pg_url, "lease": 1.0, "workers": 1, "tasks": specs}).ready()
     wait_until(lambda: [x for x in starts(out) if x.tag == "long"], 30, "A's worker to block in run 1 of long")
     in_flight = "SELECT key FROM procsched_runs WHERE outcome IS NULL"
     wait_until(
-        lambda: {r[0] for r in storesql.query(pg_url, in_flight)} >= {"long", *fast},
+        lambda: {r[0] for r in storesql.query(pg_url, in_flight)} >= {"long", *FAST},
         30,
         "A to claim a run of each fast task (given ahead, queued behind the blocked one)",
     )
+    return a, out, fifo
+
+
+def test_a_fenced_instance_never_starts_the_runs_it_was_given_ahead_before_it_stopped(
+    instances, pg_url, tmp_path
+) -> None:
+    a, out, fifo = _blocked_with_runs_given_ahead(instances, pg_url, tmp_path)
     b = instances("B", {"store": pg_url, "lease": 1.0, "workers": 2}).ready()  # adopts the tasks, A holds them
     a.stop()  # A's whole tree, past its lease
     taken = "SELECT key, run, attempt FROM procsched_runs WHERE outcome = 'crashed' AND error_type = 'SchedulerDied'"
     crashed = wait_until(
-        lambda: {r for r in storesql.query(pg_url, taken) if r[0] in fast},
+        lambda: {r for r in storesql.query(pg_url, taken) if r[0] in FAST},
         30,
         "B to take A over (A's runs given ahead recorded crashed)",
     )
     wait_until(
-        lambda: [x for x in starts(out) if x.inst == "B" and x.tag in fast and x.attempt == 2], 30, "B to retry them"
+        lambda: [x for x in starts(out) if x.inst == "B" and x.tag in FAST and x.attempt == 2], 30, "B to retry them"
     )
     a.cont()
     release(fifo)  # A's worker goes on: its run ends, then its queue
@@ -125,20 +134,7 @@ def test_a_run_given_ahead_waits_for_a_check_when_its_dispatcher_is_stuck_past_t
     worker is never stopped here (a SIGCONT makes it check anyway)."""
     import signal
 
-    out, fifo = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold"))
-    fast = ["k1", "k2", "k3"]
-    specs = [{"key": "long", "kind": "rate", "period": 0.5, "fn": f"{TASKS}:hold_first", "args": [out, fifo, "long"]}]
-    specs += [
-        {"key": k, "kind": "rate", "period": 0.1, "fn": f"{TASKS}:mark", "args": [out, k], "retry": RETRY} for k in fast
-    ]
-    a = instances("A", {"store": pg_url, "lease": 1.0, "workers": 1, "tasks": specs}).ready()
-    wait_until(lambda: [x for x in starts(out) if x.tag == "long"], 30, "A's worker to block in run 1 of long")
-    in_flight = "SELECT key FROM procsched_runs WHERE outcome IS NULL"
-    wait_until(
-        lambda: {r[0] for r in storesql.query(pg_url, in_flight)} >= {"long", *fast},
-        30,
-        "A to claim a run of each fast task (given ahead, queued behind the blocked one)",
-    )
+    a, out, fifo = _blocked_with_runs_given_ahead(instances, pg_url, tmp_path)
     b = instances("B", {"store": pg_url, "lease": 1.0, "workers": 2}).ready()
     taken = "SELECT key, run, attempt FROM procsched_runs WHERE outcome = 'crashed' AND error_type = 'SchedulerDied'"
     (user,) = [p for p in a.look() if p.pid == a.pid]
@@ -146,13 +142,13 @@ def test_a_run_given_ahead_waits_for_a_check_when_its_dispatcher_is_stuck_past_t
     dispatcher.send_signal(signal.SIGSTOP)
     try:
         crashed = wait_until(
-            lambda: {r for r in storesql.query(pg_url, taken) if r[0] in fast},
+            lambda: {r for r in storesql.query(pg_url, taken) if r[0] in FAST},
             30,
             "B to take A over (A's runs given ahead recorded crashed)",
         )
 
         def retried() -> list:
-            return [x for x in starts(out) if x.inst == "B" and x.tag in fast and x.attempt == 2]
+            return [x for x in starts(out) if x.inst == "B" and x.tag in FAST and x.attempt == 2]
 
         wait_until(retried, 30, "B to retry them")
         release(fifo)  # A's worker goes on (its dispatcher still stuck): its run ends, then its queue
