@@ -495,21 +495,38 @@ def _stalled(
 CONCURRENT_DEPLOYS = 5.0
 
 
-def _overwritten(h: Any, e: Any, stored: dict[str, tuple[int, float]]) -> tuple[int, float] | None:
+def _overwritten(
+    h: Any, e: Any, stored: dict[str, tuple[int, float]], written: dict[tuple[str, int], list[float]]
+) -> tuple[int, float] | None:
     """The definition (version, written) stored over ``e``'s, if another
     deploy acknowledged before ``e`` committed after it: the README's
     "the store has it after the dispatcher's next commit" - the last commit
-    wins, and its runs are the stored definition's, not an older one's."""
+    wins, and its runs are the stored definition's, not an older one's.
+    From the writes the store logged (``written``) if it did - the first
+    write of another version after ``e``'s (a later deploy may have
+    replaced both by the end: the fault campaign, seed 3025, replayed: C.6,
+    starting with v3, committed it 3 ms after B.3's replace with v4, and a
+    deploy of v5 came 10 s later) - else from the definition stored at the
+    end (``stored``)."""
+    deploys = ("add", "readd", "replace", "redefine")
+
+    def concurrent(version: int) -> bool:
+        return any(
+            d.key == e.key and d.kind in deploys and d.version == version and 0 <= e.at - d.at <= CONCURRENT_DEPLOYS
+            for d in h.key_events
+        )
+
+    mine = next((t for t in written.get((e.key, e.version), ()) if t >= e.at - SAME), None)
+    if mine is not None:
+        later = sorted(
+            (t, v) for (k, v), times in written.items() if k == e.key and v != e.version for t in times if t > mine
+        )
+        first = later[0] if later else None
+        return (first[1], first[0]) if first is not None and concurrent(first[1]) else None
     final = stored.get(e.key)
     if final is None or final[0] == e.version or final[1] <= e.at:
         return None
-    deploys = ("add", "readd", "replace", "redefine")
-    if any(
-        d.key == e.key and d.kind in deploys and d.version == final[0] and 0 <= e.at - d.at <= CONCURRENT_DEPLOYS
-        for d in h.key_events
-    ):
-        return final
-    return None
+    return final if concurrent(final[0]) else None
 
 
 def _after_events(
@@ -583,7 +600,7 @@ def _after_events(
                 f"({e.kind} by {e.via} at {_ts(e.at)}, written at {_ts(others_at)})"
             )
             kind = "old definition"
-            over = _overwritten(h, e, stored)
+            over = _overwritten(h, e, stored, written)
             if over is not None:  # a concurrent deploy's commit came last: its runs are the stored task's
                 last = [a for a in bad if a.version == over[0] and a.start >= over[1]]
                 bad = [a for a in bad if a not in last]

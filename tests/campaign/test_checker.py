@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tests.campaign.campaign import KeyEvent, Life
+from tests.campaign.checker import CONCURRENT_DEPLOYS as CONCURRENT
 from tests.campaign.checker import Attempt, _after_events, _overlap, _slots, _stalled
 from tests.campaign.storesql import RunRow
 
@@ -240,3 +241,29 @@ def test_a_re_added_task_may_run_once_its_add_is_asked() -> None:
     h.key_events[1] = KeyEvent("readd", "r2", 28.64, "A.4", 2, 28.61)  # asked after it ran: ran while cancelled
     found, _ = _after_events(h, ran, {}, {}, {}, {"r2": [24.652]})
     assert [v.kind for v in found] == ["cancelled"]
+
+
+def test_a_concurrent_deploy_stored_last_is_the_task_until_a_later_one() -> None:
+    """C.6 starts with c1 v3 (acknowledged at 24.10) as B.3 replaces c1 with
+    v4 (24.187); the store wrote v4 at 24.193, then C.6's v3 at 24.198, and
+    a v5 ten seconds later: v3 is the task from 24.198 (the fault campaign,
+    seed 3025, replayed: the checker judged by the definition stored at the
+    end, v5, and reported v3's runs)."""
+    h = SimpleNamespace(
+        end=60.0,
+        key_events=[
+            KeyEvent("redefine", "c1", 24.10, "C.6", 3),
+            KeyEvent("replace", "c1", 24.187, "B.3", 4),
+            KeyEvent("redefine", "c1", 34.80, "A.6", 5),
+        ],
+    )
+    written = {("c1", 4): [24.193], ("c1", 3): [24.198], ("c1", 5): [34.846]}
+    v3 = [
+        Attempt("c1", 49, 1, "B.3", 3, None, 333, start=29.005, end=29.102, x="ok"),
+        Attempt("c1", 50, 1, "A.6", 3, None, 444, start=33.856, end=33.918, x="ok"),
+    ]
+    found, documented = _after_events(h, v3, {"c1": (5, 34.846)}, {}, written)
+    assert not found and [v.kind for v in documented] == ["last deploy wins (documented)"]
+    written[("c1", 3)] = [24.198 + CONCURRENT + 1]  # v3 stored only at 30.2: B.3 ran it while v4 was the store's
+    found, _ = _after_events(h, v3, {"c1": (5, 34.846)}, {}, written)
+    assert [v.kind for v in found] == ["old definition"]
