@@ -150,6 +150,11 @@ class Engine(Holds):
         """A task's state; None once it has ended (or was never added)."""
         return self.core.state(task_id)
 
+    def running(self, task_id: int) -> int:
+        """How many runs of the task are in flight (also of a task cancelled
+        or paused while they run: its state says CANCELLED or PAUSED)."""
+        return self.core.running(task_id)
+
     def due(self, task_id: int) -> int | None:
         """A PENDING task's due time (monotonic ns), or None."""
         return self.core.due(task_id)

@@ -57,6 +57,14 @@ def hold(path: str, fifo: str, tag: str = "") -> None:
     _me(path, tag, "end")
 
 
+def hold_once_flagged(path: str, fifo: str, flag: str, tag: str = "") -> None:
+    """Quick (as ``mark``) until the test creates ``flag``; then holds (as ``hold``)."""
+    if os.path.exists(flag):
+        hold(path, fifo, tag)
+    else:
+        mark(path, tag)
+
+
 def hold_first(path: str, fifo: str, tag: str = "") -> None:
     """Run 1 holds (as ``hold``); every later run is quick (as ``mark``)."""
     run = procsched.current_run()

@@ -51,6 +51,13 @@ were fixed, one deterministic reproduction per root cause.
    (a restart) began a new grid at its own start (the fault campaign, seed
    2716, replayed: 4 slots neither run nor recorded). The task's next slot
    is kept.
+12. A scheduler that cancelled a keyed task adopted from another's
+   changed definition while its run was in flight: its own re-read, finding
+   the key gone, dropped the task from its journal (the task was CANCELLED,
+   not RUNNING), and the run's end was never written - the store kept it
+   in flight, and the key, re-added later, never ran again (the fault
+   campaign, seed 3108, replayed: "stalled"). A task with a run in flight
+   keeps its key until the run's end is recorded.
 """
 
 from __future__ import annotations
@@ -562,3 +569,37 @@ def test_a_pause_that_takes_back_a_run_given_ahead_keeps_the_grid_in_the_store(s
     assert run1.outcome == "cancelled" and row.paused and row.next_due_ns is not None, (run1, row)
     off = (row.next_due_ns - run1.scheduled_ns) % period
     assert min(off, period - off) < 1_000_000, (run1, row)  # on run 1's grid
+
+
+def test_a_task_cancelled_while_its_run_is_in_flight_has_that_run_s_end_recorded(store_url, tmp_path) -> None:
+    """12. b runs k; a deploys a changed definition (a run of it holds b's
+    only worker on a FIFO); b cancels k while that run is in flight, and its
+    re-read finds the key gone before the run ends."""
+    import procsched
+    from tests.promises import tasks
+    from tests.promises.helpers import log, make_fifo, release
+
+    out, fifo, flag = str(tmp_path / "runs.log"), make_fifo(str(tmp_path / "hold")), str(tmp_path / "flag")
+    with procsched.Scheduler(1, store=store_url, lease=1.0) as b:
+        b.schedule_at_fixed_rate(tasks.mark, 0.2, args=(out, "v1"), key="k")
+        wait_until(lambda: [x for x in starts(out) if x.tag == "v1"], 30, "b to run k")
+        with procsched.Scheduler(1, store=store_url, lease=1.0) as a:  # b, the holder, follows the stored change
+            a.schedule_at_fixed_rate(tasks.hold_once_flagged, 0.2, args=(out, fifo, flag, "v2"), key="k")
+        n = len(starts(out))
+        wait_until(lambda: [x for x in starts(out)[n:] if x.tag == "v2"], 30, "b to run the changed k")
+        open(flag, "w").close()  # its next run holds b's worker
+
+        def holding() -> bool:
+            v2 = Counter(x.ev for x in log(out) if x.tag == "v2")
+            return v2["start"] > v2["end"]
+
+        wait_until(holding, 30, "a run of it to hold")
+        k = b.get("k")
+        assert k is not None and k.cancel()
+        time.sleep(1.0)  # real time: b's re-read (every third of the lease) finds the key gone, the run still held
+        release(fifo)
+        wait_until(
+            lambda: (runs := storesql.runs(store_url, "k")) and all(r.outcome for r in runs),
+            10,
+            "every run of k to be recorded ended (the held one too)",
+        )

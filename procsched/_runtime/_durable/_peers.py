@@ -572,7 +572,12 @@ class Peers:
         self.standby.pop(tid, None)
         if self.journal.owner.get(key) == tid:
             self.journal.owner[key] = DELETED  # (its run in flight ends recorded, deleting nothing)
-        if engine.state(tid) is not TaskState.RUNNING:
-            self.journal.keys.pop(tid, None)  # nothing to record: the store has it deleted
+        if not engine.running(tid):
+            # Nothing to record: the store has it deleted. A run in flight is, its end: also
+            # of a task this scheduler cancelled itself, whose run went on (CANCELLED, not
+            # RUNNING) - its re-read, finding the key gone, dropped it from the journal, the
+            # run's end was never written, and the key re-added later found the run still in
+            # flight in the store: it never ran again (the fault campaign, seed 3108, replayed).
+            self.journal.keys.pop(tid, None)
         engine.cancel(tid, False, now)
         self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)
