@@ -449,10 +449,11 @@ class Journal(Durable):
         keyed run goes to its worker only then (it starts there a moment
         later, or after the worker's current run). A commit whose answer came
         late (the store stalled, the dispatcher starved) renewed a lease that
-        may have run out meanwhile: the run it recorded, sent on its answer,
+        may have run out meanwhile, and the runs it recorded must not go out
+        on that answer (the fault campaign, seed 2807, PostgreSQL: a run
         started 16 ms after another scheduler had taken this one over and
-        recorded it crashed, and ran beside that scheduler's retry of it (the
-        fault campaign, seed 2807, PostgreSQL)."""
+        recorded it crashed; this is the hole found that fits it - not
+        reproduced)."""
         return self.writable_since is not None and now < self.lease_until - self.lease_ns // 3
 
     def start_by(self, run: Run) -> int:
