@@ -454,7 +454,12 @@ class Journal(Durable):
         started 16 ms after another scheduler had taken this one over and
         recorded it crashed; this is the hole found that fits it - not
         reproduced)."""
-        return self.writable_since is not None and now < self.lease_until - self.lease_ns // 3
+        return self.writable_since is not None and now < self._start_by
+
+    @property
+    def _start_by(self) -> int:
+        """Until when the lease is known for a third of it yet."""
+        return self.lease_until - self.lease_ns // 3
 
     def start_by(self, run: Run) -> int:
         """When a run sent now must have started by, or its worker asks for a
@@ -462,7 +467,7 @@ class Journal(Durable):
         known for a third of it. The dispatcher blocked in a store call (a
         stalled connection) cannot take back the runs given ahead: the
         worker holds its own."""
-        return self.lease_until - self.lease_ns // 3 if run.task_id in self.keys else 0
+        return self._start_by if run.task_id in self.keys else 0
 
     def _renewed(self, since: int) -> None:
         """A write begun at ``since`` renewed the lease."""
@@ -734,7 +739,7 @@ class Journal(Durable):
             self.renew_at = now + self.lease_ns // 3
             if self.fifo:  # a renewal that succeeded sends what waited for it (see hold)
                 self._release(carrier, now)
-        if not self.lapsed and now >= self.lease_until - self.lease_ns // 3 and not self.dead:
+        if not self.lapsed and now >= self._start_by and not self.dead:
             # Not renewed in time (the store slow or out): a run given ahead
             # that no worker has started may start only once it is again.
             self.lapsed = True
