@@ -58,6 +58,15 @@ were fixed, one deterministic reproduction per root cause.
    in flight, and the key, re-added later, never ran again (the fault
    campaign, seed 3108, replayed: "stalled"). A task with a run in flight
    keeps its key until the run's end is recorded.
+13. A scheduler starting on a store recorded a dead one's run in flight
+   crashed in one transaction and wrote its task's reschedule later (with
+   the adoption's writes): meanwhile another scheduler alive on the store
+   read the row as the crash left it - a crashed retry's task due at the
+   retry's time - and claimed the next run there: every later slot of the
+   fixed-rate task moved off its grid by the retry's delay, and the grid's
+   own were neither run nor recorded (the fault campaign, seed 3220,
+   replayed: "slot lost"). A take-over at start-up reschedules in its own
+   transaction, as one by a running scheduler does (item 10).
 """
 
 from __future__ import annotations
@@ -603,3 +612,36 @@ def test_a_task_cancelled_while_its_run_is_in_flight_has_that_run_s_end_recorded
             10,
             "every run of k to be recorded ended (the held one too)",
         )
+
+
+@pytest.mark.parametrize("retried", [False, True], ids=["no retry left", "retried"])
+def test_a_crash_recorded_at_start_up_is_rescheduled_in_the_same_transaction(store_url, retried) -> None:
+    """13. Run 1's first attempt failed and its retry (0.3 s later) was in
+    flight when its scheduler (another host's, its lease run out) died.
+    Right after start-up's recovery - what any other scheduler reads from
+    then on - the row is where the task goes on: the run's next attempt
+    now, or the slot after run 1's regular one; never the retry's time."""
+    from procsched._runtime._durable._recovery import recover
+
+    period = P
+    first = (time.time_ns() // P - 10) * P  # (slots in the past: catch_up makes them up)
+    options = {"retry": [3, 300_000_000, 1.0, 300_000_000, 0.0, ["error", "crashed"], []]} if retried else {}
+    schedule = {"kind": "fixed_rate", "period_ns": period, "initial_delay_ns": 0, "misfire": "catch_up"}
+    store = open_store(store_url)
+    try:
+        b = store.batch()
+        b.upsert(TaskDefinition("k", f"{TASKS}:mark", b"x", schedule, options), TaskState(0, first))
+        b.commit()
+        dead = store.register(lease_ns=1, host="elsewhere", pid=4242)
+        assert store.claim_run(dead, "k", 1, 1, first)
+        assert store.finish_run(dead, "k", 1, 1, "error", first + 5, first + 300_000_000, retry=True)
+        assert store.claim_run(dead, "k", 1, 2, first + 300_000_000)
+        found = recover(store)
+        assert found.crashed["k"].attempt == 2
+        st = store.get("k").state
+        if retried:  # its third attempt, now
+            assert (st.run_count, st.next_attempt) == (1, 3) and st.next_due_ns >= first + 300_000_000
+        else:  # the slot after run 1's, on its grid (before: run 2 due at the retry's time)
+            assert (st.run_count, st.next_attempt, st.next_due_ns) == (1, 1, first + period)
+    finally:
+        store.close()

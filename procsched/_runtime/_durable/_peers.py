@@ -40,7 +40,7 @@ from ..._errors import StoreError
 from ..._store import Batch, Holder, SkippedSlot, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
-from ._stored import down_slots, regular_slot, resume_point, schedule_of, stored_hash
+from ._stored import crash_fields, down_slots, regular_slot, schedule_of, stored_hash
 from ._writer import patiently
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler
@@ -461,12 +461,10 @@ class Peers:
         down: list[tuple[str, int]] = []  # slots missed while nobody ran the task, dropped by its misfire policy
 
         def reschedule(task: StoredTask, crashed: Any, regular: int | None) -> dict[str, Any] | None:
-            point = resume_point(task, crashed, wall, regular)
-            if point is None:
-                return None  # a one-shot whose only run crashed: it ends
-            runs, attempt, due = point[:3]
-            down.extend((task.key, slot) for slot in down_slots(task, crashed, wall, regular))
-            return {"run_count": runs, "next_attempt": attempt, "next_due_ns": due}
+            fields = crash_fields(task, crashed, wall, regular)
+            if fields is not None:  # (None: a one-shot whose only run crashed: it ends)
+                down.extend((task.key, slot) for slot in down_slots(task, crashed, wall, regular))
+            return fields
 
         runs = self.journal.store.take_over(dead, self.journal.holder, reschedule=reschedule)
         if runs is None:

@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -34,7 +35,7 @@ from ..._store import Holder, RunRecord, StoredTask, TaskDefinition, dead_here, 
 from ..._validate import TaskSpec
 from .._messages import AdoptShape, Message
 from .._wire import carried_classes, pack_call
-from ._stored import regular_slot, resume_point, stored_hash
+from ._stored import crash_fields, regular_slot, resume_point, stored_hash
 
 logger = logging.getLogger("procsched")
 
@@ -107,8 +108,19 @@ def recover(store: Any) -> Recovered:
     me = (socket.gethostname(), os.getpid())  # (this scheduler registers itself meanwhile: never "another")
     others = [h for h in loaded.schedulers if h.id not in gone and (h.host, h.pid) != me]
     crashed: dict[str, RunRecord] = {}
+    wall = time.time_ns()
+
+    def reschedule(task: StoredTask, record: RunRecord, slot: int | None) -> dict[str, int | None]:
+        # In the take-over's transaction: the others alive on the store never see a crashed
+        # task before its reschedule. Left to the plan: a one-shot that ended (it says so),
+        # and a definition that does not decode (the plan lists it unloadable, with why).
+        try:
+            return crash_fields(task, record, wall, slot) or {}
+        except Exception:  # noqa: BLE001 - whatever a bad stored record raises
+            return {}
+
     for holder in dead + [h for h in expired if h not in dead]:
-        runs = store.take_over(holder, None, force=holder in dead)
+        runs = store.take_over(holder, None, force=holder in dead, reschedule=reschedule)
         for record in runs or ():
             crashed[record.key] = record
     tasks = store.load().tasks if crashed else loaded.tasks

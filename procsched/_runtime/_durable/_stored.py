@@ -81,6 +81,21 @@ def resume_point(
     return _resume(task, crashed, now_wall, slot)[0]
 
 
+def crash_fields(task: StoredTask, crashed: RunRecord, now_wall: int, slot: int | None) -> dict[str, int | None] | None:
+    """A task row's fields once ``crashed`` is recorded (``take_over``'s
+    ``reschedule``, written in the take-over's own transaction): its resume
+    point; None for a one-shot that ended. Every take-over writes them - at
+    start-up too: a crash recorded there with the row rescheduled later left
+    a crashed retry's task at the retry's time for a moment, and another
+    scheduler claiming it then put every later slot off the grid (the fault
+    campaign, seed 3220, replayed)."""
+    point = resume_point(task, crashed, now_wall, slot)
+    if point is None:
+        return None
+    runs, attempt, due = point[:3]
+    return {"run_count": runs, "next_attempt": attempt, "next_due_ns": due}
+
+
 def down_slots(
     task: StoredTask, crashed: RunRecord | None, now_wall: int, slot: int | None = None, limit: int = DOWN_KEPT
 ) -> list[int]:
