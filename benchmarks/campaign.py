@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             found += [(seed, store, v) for v in report.violations]
             print(f"  {report.runs_checked} runs checked, {sum(report.faults_by_kind().values())} faults, "
                   f"{len(report.violations)} violation(s), {report.wall:.0f} s", flush=True)  # fmt: skip
+            for v in report.violations:  # (at once, too: a replay can start while the campaign goes on)
+                print("  " + v.render().replace("\n", "\n  "), flush=True)
             if report.violations:
                 print("  " + report.replay().replace("\n", "\n  "), flush=True)
             done += 1
