@@ -61,3 +61,40 @@ def test_a_claim_moved_past_a_holders_run_goes_back_to_the_slot_the_holder_gave_
     finally:
         journal.close(clean=True)
         store.close()
+
+
+def test_a_task_resumed_from_the_store_goes_on_at_the_stored_grid_s_next_slot(tmp_path) -> None:
+    """The fault campaign, seed 3302 (SQLite), replayed: this scheduler's
+    task still waited for a retry of run 77 (another scheduler won that
+    retry's claim, ran it and the runs after it), then was paused and
+    resumed from the store. The core resumes a pending retry "as soon as it
+    may" - now -, and the run after the store's last was claimed at this
+    scheduler's re-read, not at a slot: every later slot moved off the
+    task's grid, and the grid's own were neither run nor recorded. A task
+    resumed from the store goes on at the stored grid's next slot from now."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    now = time.time_ns()
+    grid = now - 5 * NS - NS // 2  # run 77's slot; the grid's next slot from now is half a period ahead
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(80, grid + 3 * NS, 1, True))  # B ran 77-80, paused
+    batch.commit()
+
+    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler
+    try:
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        offset = time.time_ns() - time.monotonic_ns()
+        engine.set_wall_offset(offset, time.monotonic_ns())
+        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
+        retry = grid + NS // 20  # run 77's second attempt, as this scheduler had it
+        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 77, 2, retry, grid, False, False, 1, "h")], offset)
+        peers = journal.peers
+
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the store's pause, followed
+        assert store.resume("k")
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the resume, followed
+        assert engine.next_claim(1) == (81, 1)
+        assert engine.next_wall(1) == grid + 6 * NS  # the grid's next slot from now (before: now)
+    finally:
+        journal.close(clean=True)
+        store.close()

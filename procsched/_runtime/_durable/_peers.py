@@ -522,7 +522,7 @@ class Peers:
                 return
             elsewhere = self.wake(engine, tid, now)
             state, force = engine.state(tid), True
-        resumed = None
+        resumed = False
         if self.journal.pausing.get(task.key):
             pass  # a pause or resume asked here is on its way to the store: it stands
         elif task.state.paused and state is TaskState.PENDING:
@@ -536,15 +536,21 @@ class Peers:
             # (in the re-read pass: the resume is the store's already, the slots it skipped are not)
             self.journal.record_skips(engine.events, mark)
             state = engine.state(tid)
-            resumed = engine.next_wall(tid)  # its next slot from now: the row's due is the one before the pause
+            resumed = True
         if state is not TaskState.PENDING:
             return
         point = store_next(task, now + offset)
         if point is None:
             return
         runs, attempt, due_wall = point
-        if resumed is not None and attempt == 1 and due_wall < resumed:
-            due_wall = resumed  # (realigned to the row's due, a catch_up task made up every slot it was paused over)
+        schedule = schedule_of(task.definition)
+        if resumed and attempt == 1:
+            # Its next slot from now on the stored grid: the row's due may be the one before the pause
+            # (a catch_up task realigned to it made up every slot it was paused over). Not the local
+            # task's own next slot: one that waited for a retry another scheduler ran resumes "now",
+            # off the grid (the fault campaign, seed 3302, replayed).
+            following = schedule.not_before(due_wall, now + offset)
+            due_wall = due_wall if following is None else following
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
         if engine.next_claim(tid) == claim and not force and _same_time(engine.next_wall(tid), due_wall):
             # The same claim at the same time: left as it is (clock readings differ by microseconds).
@@ -553,7 +559,6 @@ class Peers:
             # moved the claim past the holder's run must take up again (the fault campaign, seed
             # 2225: four catch-up slots neither run nor recorded).
             return
-        schedule = schedule_of(task.definition)
         if claim == lost:
             following = schedule.not_before(due_wall, now + offset)
             due_wall = now + offset if following is None else following
