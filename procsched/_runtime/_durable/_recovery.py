@@ -137,6 +137,8 @@ def retry_slots(store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecor
     the fault campaign, seed 600, a task adopted from another scheduler)."""
     slots: dict[str, int] = {}
     for task in tasks:
+        if not crashed and task.state.next_attempt == 1:
+            continue  # (no crash, no retry: a restart's usual case, cheaply)
         record = crashed.get(task.key)
         run = (
             record.run
