@@ -293,6 +293,8 @@ class Journal(Durable):
                 )  # (never its pause: the store's, read a moment ago - a resume since must stand)
         if rows and last:  # what they were read from may be stale already (another scheduler's change): re-read soon
             self.peers.sync_soon()
+        elif rows:
+            self.peers.adopting()
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""
