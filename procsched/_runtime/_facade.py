@@ -319,30 +319,31 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
             else:
                 self._adopted.update(plan.adopted)  # (a key per task of the plan)
             base = sent_shapes = self._shapes_sent
+            hashes, down, wire = plan.adopted, self._down, m.AdoptRow.wire
             for lo in range(0, count, ADOPT_CHUNK):
-                chunk = []
+                chunk: list[m.Message] = []
+                append = chunk.append
                 for row in plan.rows(lo, lo + ADOPT_CHUNK) if rows is None else rows[lo : lo + ADOPT_CHUNK]:
+                    key, due = row.key, row.due_wall_ns
                     task_id = next(ids)
-                    handle = TaskHandle(
-                        self, task_id, row.name, (row.due_wall_ns - offset) / NS, row.key, row.due_wall_ns
-                    )
+                    handle = TaskHandle(self, task_id, row.name, (due - offset) / NS, key, due)
                     if row.paused:
                         handle._on_paused()  # (as the dispatcher will say: known from the call on)
                     handles[task_id] = handle
-                    keys[row.key] = handle
-                    chunk.append(
-                        m.AdoptRow.wire(
-                            row.key,
+                    keys[key] = handle
+                    append(
+                        wire(
+                            key,
                             row.shape + base,
                             row.runs,
                             row.attempt,
-                            row.due_wall_ns,
+                            due,
                             row.slot_wall_ns,
                             row.paused,
                             row.write,
                             task_id,
-                            plan.adopted[row.key],
-                            self._down.pop(row.key, ()),  # (told once: at this start)
+                            hashes[key],
+                            down.pop(key, ()) if down else (),  # (told once: at this start)
                         )
                     )
                 last = lo + ADOPT_CHUNK >= count

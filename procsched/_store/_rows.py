@@ -3,6 +3,7 @@ a task's SELECT and their order.
 
     SQLStore reads ──▶ TASK_SELECT rows ──▶ TaskRow (named) ──▶ stored_task() ──▶ StoredTask
                                                             └─ signature fails ──▶ untrusted (never loadable)
+    SQLStore.load / jobs (every task) ──▶ stored_tasks(): the same, made in one loop
 
 ``TASK_COLUMNS`` names each field of :class:`TaskRow` with its column;
 ``TASK_SELECT`` is built from it, so the SELECT and the record cannot drift.
@@ -11,12 +12,14 @@ a task's SELECT and their order.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import fields
 from typing import Any, NamedTuple
 
 from ._model import Holder, RunRecord, StoredTask, TaskDefinition, TaskState, stored_definition
 from ._trust import Keyring
 
-__all__ = ["TASK_SELECT", "TASK_SELECT_LIGHT", "TaskRow", "holder", "run", "stored_task"]
+__all__ = ["TASK_SELECT", "TASK_SELECT_LIGHT", "TaskRow", "holder", "run", "stored_task", "stored_tasks"]
 
 
 class TaskRow(NamedTuple):
@@ -143,3 +146,135 @@ def _with_state(
         row.last_holder,
         untrusted,
     )
+
+
+def _setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The slot setters of the frozen record ``cls``, in the order of
+    ``names`` (its fields, all of them: checked here, so the two cannot drift)."""
+    assert tuple(f.name for f in fields(cls)) == names, (cls, names)
+    return tuple(getattr(cls, name).__set__ for name in names)
+
+
+_DEFINITION = _setters(
+    TaskDefinition, ("key", "fn_ref", "args", "schedule", "options", "def_hash", "max_concurrent", "group")
+)
+_STATE = _setters(TaskState, ("run_count", "next_due_ns", "next_attempt", "paused"))
+_TASK = _setters(
+    StoredTask,
+    (
+        "definition",
+        "state",
+        "last_outcome",
+        "unloadable",
+        "holder",
+        "token",
+        "updated_ns",
+        "in_flight",
+        "last_holder",
+        "untrusted",
+    ),
+)
+#: The fields of TaskRow in the order ``stored_tasks`` unpacks a row into its locals.
+_UNPACKED = (
+    "key",
+    "fn_ref",
+    "args",
+    "schedule",
+    "options",
+    "def_hash",
+    "run_count",
+    "next_due",
+    "next_attempt",
+    "paused",
+    "last_outcome",
+    "unloadable",
+    "holder",
+    "token",
+    "updated",
+    "in_flight",
+    "max_concurrent",
+    "group",
+    "last_holder",
+    "signature",
+)
+assert _UNPACKED == TaskRow._fields
+
+
+def stored_tasks(raws: Iterable[Any], keyring: Keyring) -> list[StoredTask]:
+    """Each row's task, as ``stored_task`` (with one ``parsed`` for them
+    all) makes it, made in one loop: a row unpacked once into named locals
+    (``_UNPACKED``), its three records' slots filled directly rather than
+    through their ``__init__`` (which sets each one with
+    ``object.__setattr__``). A restart over 100,000 stored tasks makes
+    100,000 of each: 0.36 s through ``stored_task``, 0.18 s here (issue 25)."""
+    new = object.__new__
+    d0, d1, d2, d3, d4, d5, d6, d7 = _DEFINITION
+    s0, s1, s2, s3 = _STATE
+    t0, t1, t2, t3, t4, t5, t6, t7, t8, t9 = _TASK
+    checking = bool(keyring)
+    parsed: dict[str, Any] = {}
+    out: list[StoredTask] = []
+    append = out.append
+    for raw in raws:
+        (
+            key,
+            fn_ref,
+            args,
+            schedule_text,
+            options_text,
+            def_hash,
+            run_count,
+            next_due,
+            next_attempt,
+            paused,
+            last_outcome,
+            unloadable,
+            holder,
+            token,
+            updated,
+            in_flight,
+            max_concurrent,
+            group,
+            last_holder,
+            signature,
+        ) = raw
+        if args is None:
+            args = b""
+        if checking:
+            why = keyring.check(signature, key, fn_ref, args, schedule_text, options_text)
+            if why is not None:
+                append(_untrusted(TaskRow._make(raw), why))
+                continue
+        schedule = parsed.get(schedule_text)
+        if schedule is None:
+            schedule = parsed[schedule_text] = json.loads(schedule_text)
+        options = parsed.get(options_text)
+        if options is None:
+            options = parsed[options_text] = json.loads(options_text)
+        d = new(TaskDefinition)
+        d0(d, key)
+        d1(d, fn_ref)
+        d2(d, args)
+        d3(d, schedule)
+        d4(d, options)
+        d5(d, def_hash)
+        d6(d, max_concurrent)
+        d7(d, group)
+        st = new(TaskState)
+        s0(st, run_count)
+        s1(st, next_due)
+        s2(st, next_attempt)
+        s3(st, paused == 1)
+        task = new(StoredTask)
+        t0(task, d)
+        t1(task, st)
+        t2(task, last_outcome)
+        t3(task, unloadable)
+        t4(task, holder)
+        t5(task, token)
+        t6(task, updated)
+        t7(task, in_flight)
+        t8(task, last_holder)
+        t9(task, None)
+        append(task)
+    return out

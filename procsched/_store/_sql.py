@@ -161,7 +161,7 @@ from ._model import (
     StoreCounts,
     StoredTask,
 )
-from ._rows import TASK_SELECT, TASK_SELECT_LIGHT, stored_task
+from ._rows import TASK_SELECT, TASK_SELECT_LIGHT, stored_task, stored_tasks
 from ._schema import _RUN_COLS, RUN_COLS, SCHED_COLS, SCHEMA_VERSION
 from ._trust import Keyring, Secret
 from ._writes import _REPLACE_RUN, SLOT_GAP_NS
@@ -514,8 +514,7 @@ class SQLStore:
         loaded (its arguments are withheld).
         """
         with self._tx("loading", write=False) as cur:
-            parsed: dict[str, Any] = {}
-            tasks = [stored_task(r, self._keyring, parsed) for r in self._x(cur, TASK_SELECT).fetchall()]
+            tasks = stored_tasks(self._x(cur, TASK_SELECT).fetchall(), self._keyring)
             in_flight = [
                 _rows.run(r)
                 for r in self._x(
@@ -544,8 +543,7 @@ class SQLStore:
         them without their arguments)."""
         with self._tx("listing jobs", write=False) as cur:
             rows = self._x(cur, f"{TASK_SELECT} ORDER BY t.key").fetchall()
-        parsed: dict[str, Any] = {}
-        return [stored_task(r, self._keyring, parsed) for r in rows]
+        return stored_tasks(rows, self._keyring)
 
     def changed_since(self, since_ns: int) -> list[StoredTask]:
         """Tasks written at or after ``since_ns`` (store clock): the bounded

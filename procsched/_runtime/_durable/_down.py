@@ -38,10 +38,12 @@ def record_down(
     batch = store.batch()
     recorded: dict[str, tuple[int, ...]] = {}
     for task in tasks:
-        key = task.key
         due = task.state.next_due_ns
-        if key not in adopted or (key not in crashed and (due is None or due >= wall)):
+        if due is not None and due >= wall and not crashed:
             continue  # (due from now on, nothing crashed: it missed nothing - a restart's usual case, cheaply)
+        key = task.definition.key
+        if key not in adopted or (key not in crashed and (due is None or due >= wall)):
+            continue
         missed = down_slots(task, crashed.get(key), wall, slots.get(key))
         for slot in missed:
             batch.skipped(key, slot, "down")

@@ -227,48 +227,56 @@ class Journal(Durable):
         self.sync(engine.events)
         self.shapes.extend(m.view(m.AdoptShape, shape) for shape in shapes)
         known, keys, runs_of = self.shapes, self.keys, self.runs
+        hashes, owner, schedules, adopted = self.hashes, self.owner, self.schedules, self.peers.adopted
+        view, AdoptRow, Add, ADD, add_task = m.view, m.AdoptRow, m.Add, m.ADD, engine.add
         decoded: dict[int, Schedule] = {}  # shape -> its tasks' schedule, decoded once (by the engine's first add)
         for message in rows:
-            row = m.view(m.AdoptRow, message)
+            row = view(AdoptRow, message)
             shape, task_id = known[row.shape], row.task_id
             first = row.slot_wall_ns if row.attempt > 1 else row.due_wall_ns  # a retry: the grid goes on from its slot
             start = shape.start_wall_ns  # the shape's schedule was read then: its until counts from then
-            add = m.Add(
-                m.ADD,
-                task_id,
-                first - offset,
-                first - start,
-                start,
-                first,
-                shape.schedule,
-                shape.priority,
-                shape.timeout_ns,
-                shape.name,
-                shape.payload,
-                shape.retry,
-                shape.retry_on,
-                None,
+            add = view(  # (an Add, made as the wire makes it: one C call, not its 14-argument __new__)
+                Add,
+                (
+                    ADD,
+                    task_id,
+                    first - offset,
+                    first - start,
+                    start,
+                    first,
+                    shape.schedule,
+                    shape.priority,
+                    shape.timeout_ns,
+                    shape.name,
+                    shape.payload,
+                    shape.retry,
+                    shape.retry_on,
+                    None,
+                ),
             )
             schedule = decoded.get(row.shape)
-            if engine.add(add, task_id, shape.payload, schedule=schedule) is not None:
+            if add_task(add, task_id, shape.payload, schedule=schedule) is not None:
                 continue  # refused (Engine.add said why)
             if schedule is None:
                 schedule = engine.schedule_of(task_id)
                 if schedule is not None:
                     decoded[row.shape] = schedule
             key = row.key
-            self.hashes[task_id] = row.def_hash  # (a change another scheduler stores is followed: Peers.redefined)
-            self.peers.adopted(key, row.def_hash)
-            runs = max(runs_of.get(key, 0), row.runs)
+            hashes[task_id] = row.def_hash  # (a change another scheduler stores is followed: Peers.redefined)
+            adopted(key, row.def_hash)
+            runs = row.runs
+            seen = runs_of.get(key)
+            if seen is not None and seen > runs:
+                runs = seen
             if row.attempt > 1:
                 engine.continue_runs(task_id, runs, row.attempt, row.due_wall_ns - offset, row.slot_wall_ns - offset)
             elif runs:
                 engine.continue_runs(task_id, runs)
             keys[task_id] = key
-            self.owner[key] = task_id
+            owner[key] = task_id
             runs_of[key] = runs
             if schedule is not None:  # (_remember, with the shape's schedule)
-                self.schedules[task_id] = schedule
+                schedules[task_id] = schedule
             if row.down:  # slots missed while down, stored by the start-up: told, not stored again
                 with self.unwritten(engine.events):
                     engine.events.extend(m.RunSkipped.wire(task_id, w - offset, w, "down", None) for w in row.down)
@@ -285,6 +293,8 @@ class Journal(Durable):
                 )  # (never its pause: the store's, read a moment ago - a resume since must stand)
         if rows and last:  # what they were read from may be stale already (another scheduler's change): re-read soon
             self.peers.sync_soon()
+        elif rows:
+            self.peers.adopting()
 
     def added(self, engine: Engine, task_id: int) -> None:
         """After Engine.add of a keyed task scheduled by the program: store it."""

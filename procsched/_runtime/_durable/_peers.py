@@ -180,6 +180,14 @@ class Peers:
         """Re-read at the next turn."""
         self.sync_at = 0
 
+    def adopting(self) -> None:
+        """A restart's adoption is coming in chunks: no re-read before its
+        last chunk (which asks for one: ``sync_soon``). A re-read between
+        two chunks finds the stored tasks of the chunks to come not adopted
+        yet, and those written in its overlap (a restart right after they
+        were written: every one) were asked of the facade one by one."""
+        self.sync_at = None
+
     # -- a lost claim ------------------------------------------------------------
 
     def lost(

@@ -149,6 +149,8 @@ def retry_slots(store: Any, tasks: list[StoredTask], crashed: dict[str, RunRecor
     the fault campaign, seed 600, a task adopted from another scheduler)."""
     slots: dict[str, int] = {}
     for task in tasks:
+        if not crashed and task.state.next_attempt == 1:
+            continue  # (no crash, no retry: a restart's usual case, cheaply)
         record = crashed.get(task.key)
         run = (
             record.run
@@ -201,21 +203,23 @@ class Plan(NamedTuple):
         to the dispatcher while it makes the next one - the dispatcher's
         adoption of the first chunks overlaps the rest of the planning."""
         crashed, slots, wall = self.crashed, self.slots, self.wall
-        out = []
-        for adoptee in self.tasks[lo:hi]:
-            task = adoptee.task
+        new = tuple.__new__  # (a Row made from its fields in one C call: its __new__ takes 3 times as long)
+        out: list[Row] = []
+        append = out.append
+        for task, shape, name in self.tasks[lo:hi]:
             key = task.definition.key
-            resume = resume_point(task, crashed.get(key), wall, slots.get(key))
+            resume = resume_point(task, crashed.get(key) if crashed else None, wall, slots.get(key) if slots else None)
             assert resume is not None  # (a one-shot it ends is in ``ended``, not here)
             runs, attempt, due, slot, paused = resume
             st = task.state
-            write = task.unloadable is not None or (runs, due, attempt, paused) != (
-                st.run_count,
-                st.next_due_ns,
-                st.next_attempt,
-                st.paused,
-            )  # adopted unchanged: nothing to write
-            out.append(Row(key, adoptee.shape, runs, attempt, due or 0, slot, paused, write, adoptee.name))
+            write = (  # adopted unchanged: nothing to write
+                task.unloadable is not None
+                or runs != st.run_count
+                or due != st.next_due_ns
+                or attempt != st.next_attempt
+                or paused != st.paused
+            )
+            append(new(Row, (key, shape, runs, attempt, due or 0, slot, paused, write, name)))
         return out
 
 
@@ -304,6 +308,7 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
     by_shape: dict[tuple[Any, ...], int] = {}  # -> index into defs
     defs: list[TaskDefinition] = []
     wanted: list[tuple[StoredTask, int]] = []
+    want = wanted.append
     for task in tasks:
         d = task.definition
         if task.untrusted is not None:  # its signature failed (issue 24): never imported nor unpickled
@@ -317,30 +322,32 @@ def plan(tasks: list[StoredTask], crashed: dict[str, RunRecord], slots: dict[str
         if index is None:
             index = by_shape[shape] = len(defs)
             defs.append(d)
-        wanted.append((task, index))
+        want((task, index))
     loaded = _load_shapes(defs, wall, LOAD_TIMEOUT_S) if defs else []
     shape_of: dict[int, int] = {}  # index into defs -> index into result.shapes
     names: list[str | None] = []
+    adoptees, adopted, new = result.tasks, result.adopted, tuple.__new__
     for task, index in wanted:
         d = task.definition
+        key = d.key
         got = loaded[index]
         if isinstance(got, str):
-            logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", d.key, got)
-            result.unloadable[d.key] = got
+            logger.warning("stored task %r cannot be loaded (%s); it is kept in the store, not run", key, got)
+            result.unloadable[key] = got
             continue
-        if index not in shape_of:
-            shape_of[index] = len(result.shapes)
+        at = shape_of.get(index)
+        if at is None:
+            at = shape_of[index] = len(result.shapes)
             result.shapes.append(got[0])
             names.append(got[1])
-        at = shape_of[index]
-        record = crashed.get(d.key)  # (only a crash ends a task: its row is made in Plan.rows)
-        if record is not None and resume_point(task, record, wall, slots.get(d.key)) is None:
+        record = crashed.get(key) if crashed else None  # (only a crash ends a task: its row is made in Plan.rows)
+        if record is not None and resume_point(task, record, wall, slots.get(key)) is None:
             logger.warning(
                 "stored one-shot task %r: its run was in flight when its scheduler died (recorded crashed); it ends",
-                d.key,
+                key,
             )
-            result.ended.append(d.key)
+            result.ended.append(key)
             continue
-        result.tasks.append(Adoptee(task, at, names[at]))
-        result.adopted[d.key] = stored_hash(d)
+        adoptees.append(new(Adoptee, (task, at, names[at])))  # (one C call, as in Plan.rows)
+        adopted[key] = stored_hash(d)
     return result
