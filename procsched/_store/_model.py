@@ -190,35 +190,6 @@ class TaskDefinition:
             )
 
 
-_new = object.__new__
-_set = object.__setattr__
-
-
-def stored_definition(
-    key: str,
-    fn_ref: str,
-    args: bytes,
-    schedule: dict[str, Any],
-    options: dict[str, Any],
-    def_hash: str,
-    max_concurrent: int,
-    group: str | None,
-) -> TaskDefinition:
-    """A definition as a store read it back: checked when it was written
-    (and, with a secret, signed), so not checked again - a load() of
-    100,000 tasks makes 100,000 of these."""
-    d = _new(TaskDefinition)
-    _set(d, "key", key)
-    _set(d, "fn_ref", fn_ref)
-    _set(d, "args", args)
-    _set(d, "schedule", schedule)
-    _set(d, "options", options)
-    _set(d, "def_hash", def_hash)
-    _set(d, "max_concurrent", max_concurrent)
-    _set(d, "group", group)
-    return d
-
-
 @dataclass(frozen=True, slots=True)
 class TaskState:
     """Where a keyed task is. ``run_count``: the number of the last run

@@ -1,9 +1,8 @@
 """Rows of the task tables, by name: the one place that knows the columns of
 a task's SELECT and their order.
 
-    SQLStore reads ──▶ TASK_SELECT rows ──▶ TaskRow (named) ──▶ stored_task() ──▶ StoredTask
+    SQLStore reads ──▶ TASK_SELECT rows ──▶ TaskRow (named) ──▶ stored_tasks() ──▶ StoredTask
                                                             └─ signature fails ──▶ untrusted (never loadable)
-    SQLStore.load / jobs (every task) ──▶ stored_tasks(): the same, made in one loop
 
 ``TASK_COLUMNS`` names each field of :class:`TaskRow` with its column;
 ``TASK_SELECT`` is built from it, so the SELECT and the record cannot drift.
@@ -16,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any, NamedTuple
 
-from ._model import Holder, RunRecord, StoredTask, TaskDefinition, TaskState, stored_definition
+from ._model import Holder, RunRecord, StoredTask, TaskDefinition, TaskState
 from ._trust import Keyring
 
 __all__ = ["TASK_SELECT", "TASK_SELECT_LIGHT", "TaskRow", "holder", "run", "stored_task", "stored_tasks"]
@@ -87,30 +86,8 @@ def run(row: Any) -> RunRecord:
 
 
 def stored_task(raw: Any, keyring: Keyring, parsed: dict[str, Any] | None = None, check: bool = True) -> StoredTask:
-    """A task from its row (TASK_SELECT). ``parsed`` memoizes JSON texts
-    within one read: a load() of 100,000 tasks parses each distinct
-    schedule and options text once (JSON decoding was 60% of load()),
-    so equal dicts are shared. With a secret, the signature is checked
-    here: a row that fails is returned untrusted (see ``_trust``)."""
-    row = TaskRow._make(raw)
-    args = b"" if row.args is None else row.args
-    if check and keyring:
-        why = keyring.check(row.signature, row.key, row.fn_ref, args, row.schedule, row.options)
-        if why is not None:
-            return _untrusted(row, why)
-    if parsed is None:
-        schedule, options = json.loads(row.schedule), json.loads(row.options)
-    else:
-        schedule = parsed.get(row.schedule)
-        if schedule is None:
-            schedule = parsed[row.schedule] = json.loads(row.schedule)
-        options = parsed.get(row.options)
-        if options is None:
-            options = parsed[row.options] = json.loads(row.options)
-    definition = stored_definition(
-        row.key, row.fn_ref, args, schedule, options, row.def_hash, row.max_concurrent, row.group
-    )
-    return _with_state(row, definition, row.unloadable)
+    """A task from its row (TASK_SELECT): see ``stored_tasks``."""
+    return stored_tasks((raw,), keyring, parsed, check)[0]
 
 
 def _untrusted(row: TaskRow, why: str) -> StoredTask:
@@ -200,19 +177,30 @@ _UNPACKED = (
 assert _UNPACKED == TaskRow._fields
 
 
-def stored_tasks(raws: Iterable[Any], keyring: Keyring) -> list[StoredTask]:
-    """Each row's task, as ``stored_task`` (with one ``parsed`` for them
-    all) makes it, made in one loop: a row unpacked once into named locals
-    (``_UNPACKED``), its three records' slots filled directly rather than
-    through their ``__init__`` (which sets each one with
-    ``object.__setattr__``). A restart over 100,000 stored tasks makes
-    100,000 of each: 0.36 s through ``stored_task``, 0.18 s here (issue 25)."""
+def stored_tasks(
+    raws: Iterable[Any], keyring: Keyring, parsed: dict[str, Any] | None = None, check: bool = True
+) -> list[StoredTask]:
+    """Each row's task (TASK_SELECT rows), made in one loop. With a secret
+    (and ``check``), the signature is checked here: a row that fails is
+    returned untrusted (see ``_trust``). ``parsed`` memoizes JSON texts
+    within one read (one for the rows given, if None): a load() of 100,000
+    tasks parses each distinct schedule and options text once (JSON
+    decoding was 60% of load()), so equal dicts are shared.
+
+    Rows read back were checked when they were written (and, with a secret,
+    signed), so they are not checked again: each row is unpacked once into
+    named locals (``_UNPACKED``) and its three frozen records' slots are
+    filled directly rather than through their ``__init__`` (which checks,
+    and sets each field with ``object.__setattr__``). A restart over
+    100,000 stored tasks makes 100,000 of each: 0.36 s through the
+    records' ``__init__``, 0.18 s here (issue 25)."""
     new = object.__new__
     d0, d1, d2, d3, d4, d5, d6, d7 = _DEFINITION
     s0, s1, s2, s3 = _STATE
     t0, t1, t2, t3, t4, t5, t6, t7, t8, t9 = _TASK
-    checking = bool(keyring)
-    parsed: dict[str, Any] = {}
+    checking = check and bool(keyring)
+    if parsed is None:
+        parsed = {}
     out: list[StoredTask] = []
     append = out.append
     for raw in raws:

@@ -1,10 +1,13 @@
-"""A bulk read (``load()``, ``jobs()``: ``_rows.stored_tasks``, one loop,
-issue 25) makes every task as the per-row read (``get()``:
-``_rows.stored_task``) makes it: the same records, field for field, on
-rows of every kind - signed, tampered, unsigned, paused, held, grouped,
-with a retry pending, unloadable - on SQLite and PostgreSQL."""
+"""A read of the stored tasks (``_rows.stored_tasks``: one loop that fills
+the records' slots without their ``__init__``, issue 25) makes the records
+their checked constructors make, field for field, in a bulk read
+(``load()``, ``jobs()``) as in a read by key (``get()``), on rows of every
+kind - signed, tampered, unsigned, paused, held, grouped, with a retry
+pending, unloadable - on SQLite and PostgreSQL."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import schema1
 
@@ -40,6 +43,8 @@ def same(store: SQLStore) -> None:
     for key, task in loaded.items():  # shared dicts, as before: equal texts parsed once
         assert task.definition.schedule == by_row[key].definition.schedule
     assert loaded["held"].holder is not None and loaded["args"].state.paused is True
+    for task in loaded.values():  # as the checked constructors make them
+        assert task == replace(task, definition=replace(task.definition), state=replace(task.state))
 
 
 def test_a_bulk_read_makes_the_tasks_a_read_by_key_makes(store_url):
