@@ -10,8 +10,9 @@ phase, clean shutdowns, the checker) until the time is up, alternating the
 stores, each round with its own seed (the first is ``--seed``, then seed+1,
 ...). At the end it prints the faults injected (by kind), the runs checked
 and every violation found with its evidence and the seed of its round (to
-replay: ``--seed S --rounds 1 --store STORE --round SECONDS``). Exit status:
-0 if no violation was found, 1 otherwise.
+replay: ``--seed S --rounds 1 --store STORE --round SECONDS``), and keeps a
+violating round's evidence (``--keep``). Exit status: 0 if no violation was
+found, 1 otherwise.
 
 It starts its own throwaway PostgreSQL server (tests/campaign/pg.py) and
 removes it, and every process it started, at the end.
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these fault kinds (kill, kill_user, stop, restart, pause, cancel, replace, "
                              "oneshot, pg_drop, pg_stall, pg_lose_commit, sqlite_lock; default: all)")  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="print each fault as it is injected")
+    parser.add_argument("--keep", metavar="DIR", default=os.path.join(tempfile.gettempdir(), "procsched-campaign"),
+                        help="keep each round with a violation here (its runs.log, the instances' stderr, a SQLite "
+                             "store; CAMPAIGN_LOG_INFO=1 logs the instances at INFO); default %(default)s")  # fmt: skip
     args = parser.parse_args(argv)
     if args.seconds is not None:
         budget, fault_phase, rounds = args.seconds, args.seconds, args.rounds or 1
@@ -74,9 +80,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             say = print if args.verbose else None
             print(f"round {done + 1}: store={store} seed={seed} fault phase {phase:.0f} s", flush=True)
-            report = run_campaign(store, phase, seed, cluster=cluster if store == "postgresql" else None,
+            workdir = os.path.join(args.keep, f"{store}-{seed}")
+            shutil.rmtree(workdir, ignore_errors=True)
+            os.makedirs(workdir)
+            report = run_campaign(store, phase, seed, workdir=workdir,
+                                  cluster=cluster if store == "postgresql" else None,
                                   instances=args.instances, lease=args.lease, workers=args.workers, say=say,
                                   kinds=args.faults.split(",") if args.faults else None)  # fmt: skip
+            if report.violations:
+                print(f"  kept: {workdir}", flush=True)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
             faults.update(report.faults_by_kind())
             checked += report.runs_checked
             documented += len(report.documented)
