@@ -41,7 +41,8 @@ The checks (each a function below, each violation with its evidence):
   of one key within seconds are concurrent: each is the store's at its
   instance's next commit, and the one committed last is the task from then
   on - its runs are counted apart as documented ("last deploy wins"), the
-  store's definitions table saying which was written last. A deploy whose
+  store's definitions table saying which was written last (a deploy stored
+  just after a cancel deleted its key makes it live again). A deploy whose
   instance was killed before its next commit is lost with it (documented,
   as for a one-shot's add): stored only if a later deploy of it wrote it;
 - ``processes``, ``traceback``, ``died``, ``unresponsive``: every process
@@ -508,13 +509,9 @@ def _overwritten(
     starting with v3, committed it 3 ms after B.3's replace with v4, and a
     deploy of v5 came 10 s later) - else from the definition stored at the
     end (``stored``)."""
-    deploys = ("add", "readd", "replace", "redefine")
 
     def concurrent(version: int) -> bool:
-        return any(
-            d.key == e.key and d.kind in deploys and d.version == version and 0 <= e.at - d.at <= CONCURRENT_DEPLOYS
-            for d in h.key_events
-        )
+        return _concurrent(h, e, version)
 
     mine = next((t for t in written.get((e.key, e.version), ()) if t >= e.at - SAME), None)
     if mine is not None:
@@ -527,6 +524,28 @@ def _overwritten(
     if final is None or final[0] == e.version or final[1] <= e.at:
         return None
     return final if concurrent(final[0]) else None
+
+
+def _concurrent(h: Any, e: Any, version: int) -> bool:
+    """Was ``version`` of ``e``'s key deployed shortly before ``e`` was acknowledged?"""
+    deploys = ("add", "readd", "replace", "redefine")
+    return any(
+        d.key == e.key and d.kind in deploys and d.version == version and 0 <= e.at - d.at <= CONCURRENT_DEPLOYS
+        for d in h.key_events
+    )
+
+
+def _recreated(h: Any, e: Any, gone: float, written: dict[tuple[str, int], list[float]]) -> tuple[int, float] | None:
+    """(version, written) of a deploy acknowledged shortly before the cancel
+    ``e`` whose definition the store wrote after the cancel deleted the key
+    (at ``gone``): the last write wins - the key lives again with it (the
+    fault campaign, seed 3424, replayed: C.7, starting with r1 v4, stored it
+    4 ms after A.6's cancel deleted r1, and ran it from then on)."""
+    later = sorted((t, v) for (k, v), times in written.items() if k == e.key for t in times if t > gone)
+    if not later:
+        return None
+    t, v = later[0]
+    return (v, t) if _concurrent(h, e, v) else None
 
 
 def _after_events(
@@ -548,7 +567,9 @@ def _after_events(
     lost commit answer and a stopped instance holding locks, 3.5 s); the
     other instances follow it within the re-read interval of that commit,
     the deploying instance at once. ``deleted``: when each key's row was
-    deleted (``storesql.deleted``): a cancel likewise, from its deletion."""
+    deleted (``storesql.deleted``): a cancel likewise, from its deletion -
+    until a deploy acknowledged just before it is stored after it
+    (``_recreated``)."""
     written, deleted = written or {}, deleted or {}
     out, documented = [], []
     events = sorted(h.key_events, key=lambda e: e.at)
@@ -576,12 +597,24 @@ def _after_events(
         elif e.kind == "cancel":
             gone = next((t for t in deleted.get(e.key, ()) if t >= e.at - SAME), None)
             others_at = max(e.at, gone) if gone is not None else e.at
+            again = _recreated(h, e, e.at if gone is None else gone, written)
         until = h.end
         if e.kind in ("pause", "cancel"):
             back = "resume" if e.kind == "pause" else "readd"
             # (a run may start once the resume is asked: the answer can come after it, e.g. from an
             # instance whose store was locked meanwhile)
             until = next((b.asked or b.at for b in events if b.key == e.key and b.kind == back and b.at > e.at), h.end)
+        if e.kind == "cancel":
+            if again is not None and again[1] < until:
+                until = again[1]
+                documented.append(
+                    Violation(
+                        "last deploy wins (documented)",
+                        e.key,
+                        f"v{again[0]}, deployed just before the cancel ({e.via or 'the procsched command'}, "
+                        f"{_ts(e.at)}), was stored after it (at {_ts(again[1])}): the key lives again with it",
+                    )
+                )
 
         def late(a: Attempt, e: Any = e, others_at: float = others_at) -> bool:
             return a.start > (e.at + SAME if a.inst == e.via else others_at + SETTLE)

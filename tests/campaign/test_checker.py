@@ -267,3 +267,21 @@ def test_a_concurrent_deploy_stored_last_is_the_task_until_a_later_one() -> None
     written[("c1", 3)] = [24.198 + CONCURRENT + 1]  # v3 stored only at 30.2: B.3 ran it while v4 was the store's
     found, _ = _after_events(h, v3, {"c1": (5, 34.846)}, {}, written)
     assert [v.kind for v in found] == ["old definition"]
+
+
+def test_a_cancel_ends_where_a_concurrent_deploy_stored_after_it_makes_the_key_live_again() -> None:
+    """C.7 starts with r1 v4 (acknowledged at 19.469) as A.6 cancels r1
+    (19.688); the store deleted r1 at 19.687 and wrote C.7's v4 at 19.691:
+    r1 lives again, and C.7's runs of it from then on are the stored task's
+    (the fault campaign, seed 3424, replayed: reported "cancelled")."""
+    h = SimpleNamespace(
+        end=60.0,
+        key_events=[KeyEvent("redefine", "r1", 19.469, "C.7", 4), KeyEvent("cancel", "r1", 19.688, "A.6", 3)],
+    )
+    runs = [Attempt("r1", 178, 1, "C.7", 4, None, 555, start=21.934, end=21.937, x="ok")]
+    written, deleted = {("r1", 4): [19.691]}, {"r1": [19.687]}
+    found, documented = _after_events(h, runs, {"r1": (4, 19.691)}, {}, written, deleted)
+    assert not found and [v.kind for v in documented] == ["last deploy wins (documented)"]
+    written = {("r1", 4): [19.681]}  # stored before the delete: the cancel stands
+    found, _ = _after_events(h, runs, {}, {}, written, deleted)
+    assert [v.kind for v in found] == ["cancelled"]
