@@ -605,7 +605,10 @@ def test_a_task_cancelled_while_its_run_is_in_flight_has_that_run_s_end_recorded
         wait_until(holding, 30, "a run of it to hold")
         k = b.get("k")
         assert k is not None and k.cancel()
-        time.sleep(1.0)  # real time: b's re-read (every third of the lease) finds the key gone, the run still held
+        wait_until(lambda: "k" not in storesql.tasks(store_url), 30, "the cancel to delete k from the store")
+        read = b.stats()["store"]["rereads"]
+        # b's next re-read but one began after the delete: it found the key gone, the run still held
+        wait_until(lambda: b.stats()["store"]["rereads"] >= read + 2, 30, "b to re-read the store")
         release(fifo)
         wait_until(
             lambda: (runs := storesql.runs(store_url, "k")) and all(r.outcome for r in runs),

@@ -865,6 +865,7 @@ class Journal(Durable):
             "holding": sorted(k for t, k in self.keys.items() if running(t) is TaskState.RUNNING),
             "peers": [{"id": p.id, "host": p.host, "pid": p.pid} for p in self.peers.holders if p.id != h.id],
             "taken_over": self.peers.takeovers,
+            "rereads": self.peers.rereads,  # of what other schedulers changed: done so far
             "standby": sorted(self.keys[t] for t in self.peers.standby if t in self.keys),
         }
 

@@ -143,6 +143,7 @@ class Peers:
         self.again: set[str] = set()  # keys whose adoption failed on a store error: asked again at the next re-read
         self.holders: list[Any] = []  # the registered schedulers as of the last re-read
         self.takeovers = 0
+        self.rereads = 0  # re-reads of the store done (stats()["store"]["rereads"])
         self.standby_told = 0  # standby entries said at INFO (see _tell_standby)
         #: Tasks on standby (see ``stand_by``): task id -> the store's next due
         #: time as last read (UTC ns), None while another scheduler holds a run.
@@ -415,6 +416,7 @@ class Peers:
                     del self.standby[tid]
                 else:
                     self.apply(engine, tid, stored, now, offset, store_now=store_now)
+            self.rereads += 1
         except StoreError as exc:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
         except Exception as exc:  # noqa: BLE001 - a stored task this process reads differently: keep scheduling
