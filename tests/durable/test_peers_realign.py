@@ -98,3 +98,49 @@ def test_a_task_resumed_from_the_store_goes_on_at_the_stored_grid_s_next_slot(tm
     finally:
         journal.close(clean=True)
         store.close()
+
+
+def test_a_task_whose_retry_another_scheduler_runs_stays_on_its_run_s_grid(tmp_path) -> None:
+    """The fault campaign, seed 3404 (SQLite), replayed: this scheduler ran
+    run 191, which failed, and was stopped before its retry; another one
+    took its lease over and claimed the retry. Back, this scheduler found
+    itself fenced out and followed the row: while a retry is in flight the
+    row's due time is the retry's, and the next claim was counted a period
+    from it - a grid of the retry's time, not the task's. On standby it
+    kept that grid; woken, it ran every later slot off the task's grid,
+    and the grid's own slots were neither run nor recorded. The next claim
+    goes on from the retried run's regular slot."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    now = time.time_ns()
+    grid = now - 2 * NS - NS // 2  # run 191's regular slot; the grid's next slot from now is half a period ahead
+    retry = grid + NS // 5  # its second attempt
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(190, grid))
+    batch.commit()
+    b = store.register(lease_ns=30 * NS, pid=1)  # the other scheduler, B
+    batch = store.batch(b)
+    batch.started("k", 191, 1, grid)
+    batch.commit()
+    batch = store.batch(b)
+    batch.finished("k", 191, 1, "error", grid + NS // 10, retry, retry=True)
+    batch.commit()
+    batch = store.batch(b)
+    batch.started("k", 191, 2, retry)  # B holds the retry
+    batch.commit()
+
+    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler
+    try:
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        offset = time.time_ns() - time.monotonic_ns()
+        engine.set_wall_offset(offset, time.monotonic_ns())
+        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
+        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 191, 2, retry, grid, False, False, 1, "h")], offset)
+        peers = journal.peers
+
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset, force=True)  # fenced out: the row, as it is
+        assert engine.next_claim(1) == (192, 1)
+        assert engine.next_wall(1) == grid + 3 * NS  # the grid's next slot from now, not the retry's (retry + 3 s)
+    finally:
+        journal.close(clean=True)
+        store.close()

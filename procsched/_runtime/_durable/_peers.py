@@ -68,19 +68,21 @@ UNKNOWN_KEPT = 10_000
 TOLD_STANDBY = 10
 
 
-def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
+def store_next(task: StoredTask, now_wall: int, regular: int | None = None) -> tuple[int, int, int] | None:
     """Where the store says a task's next claim is: (runs claimed, attempt,
     due UTC ns); None if it says nothing usable (no next due time). While
     another scheduler holds a run, the next claim is not before now: the
     slots its run overlaps are that holder's to catch up when it ends (its
     misfire policy), and a claim of a past slot would only lose again and
-    again until then."""
+    again until then. ``regular``: the regular slot of the run in flight
+    when it is a retry (``retried``): the grid goes on from it, not from the
+    retry's time, which the row holds then."""
     st = task.state
     if st.next_due_ns is None:
         return None
-    if task.holder is not None:  # a run in flight: next_due_ns is its slot
+    if task.holder is not None:  # a run in flight: next_due_ns is its slot (a retry's: its own time)
         schedule = schedule_of(task.definition)
-        due = schedule.next_after(st.next_due_ns)
+        due = schedule.next_after(st.next_due_ns if regular is None else regular)
         if due is None:
             return None
         following = schedule.not_before(due, now_wall)
@@ -90,6 +92,11 @@ def store_next(task: StoredTask, now_wall: int) -> tuple[int, int, int] | None:
 
 #: Two readings of one due time (UTC ns) on two schedulers' clocks differ by less than this.
 SAME_TIME_NS = 1_000_000
+
+
+def retried(task: StoredTask) -> bool:
+    """Is the run another scheduler holds of ``task`` a retry (attempt > 1)?"""
+    return task.holder is not None and task.state.next_attempt > 1
 
 
 def _same_time(local_wall: int | None, stored_wall: int) -> bool:
@@ -549,7 +556,10 @@ class Peers:
             resumed = True
         if state is not TaskState.PENDING:
             return
-        point = store_next(task, now + offset)
+        # A retry in flight: its grid from its run's regular slot (the fault campaign, seed 3404, replayed:
+        # counted from the retry's time, a scheduler on standby woke onto a grid of its own).
+        regular = regular_slot(self.journal.store, task.key, task.state.run_count) if retried(task) else None
+        point = store_next(task, now + offset, regular)
         if point is None:
             return
         runs, attempt, due_wall = point
