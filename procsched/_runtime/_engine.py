@@ -193,16 +193,20 @@ class Engine(Holds):
         events, self.events = self.events, []
         return events
 
-    def _skipped_out(self, after: tuple[int, int] | None = None) -> None:
-        """The core's skipped slots, as RunSkipped events (in order);
-        ``after``: (task id, wall ns) - that task's paused slots up to that
-        time are left out (see ``resume``)."""
+    def _skipped_out(self, task_id: int | None = None, after: int | None = None, before: int | None = None) -> None:
+        """The core's skipped slots, as RunSkipped events (in order); of
+        task ``task_id``'s paused slots, those at or before ``after`` and at
+        or after ``before`` (wall ns) are left out (see ``resume``)."""
         for skip in self.core.take_skips():
-            if after is not None and skip.task_id == after[0] and skip.reason == "paused":
-                later = _slots_after(skip, after[1])
-                if later is None:
+            if task_id is not None and skip.task_id == task_id and skip.reason == "paused":
+                kept: SkipRecord | None = skip
+                if after is not None:
+                    kept = _slots_after(skip, after)
+                if kept is not None and before is not None:
+                    kept = _slots_before(kept, before)
+                if kept is None:
                     continue
-                skip = later
+                skip = kept
             state = None if skip.state is None else skip.state.value
             if skip.state is not None:
                 self.prio.pop(skip.task_id, None)
@@ -353,15 +357,24 @@ class Engine(Holds):
             self.events.append(TaskChanged.wire(task_id, PAUSED, None, None))
         return accepted
 
-    def resume(self, task_id: int, now: int, record: bool = True, after_wall: int | None = None) -> bool:
+    def resume(
+        self,
+        task_id: int,
+        now: int,
+        record: bool = True,
+        after_wall: int | None = None,
+        before_wall: int | None = None,
+    ) -> bool:
         """``record``: the slots passed while paused are recorded skipped
         (False: another scheduler ran the task's grid - see ``Peers.resume``);
-        ``after_wall``: only those after it (the store accounts for the rest)."""
+        ``after_wall``: only those after it (the store accounts for the rest);
+        ``before_wall``: only those before it (another scheduler ran it and
+        the slots after: the resume reached it first)."""
         accepted = self.core.resume(task_id, now, record=record)
         if accepted and self.core.state(task_id) is TaskState.RUNNING:  # the pause asked of its run, taken back
             self.durable.pause_asked(task_id, self.events, False)
         if self.core.skips:  # the slots it was paused over: out now, with the resume (a store journals them)
-            self._skipped_out(None if after_wall is None else (task_id, after_wall))
+            self._skipped_out(task_id, after_wall, before_wall)
         if accepted and self.core.state(task_id) is TaskState.PENDING:
             self.events.append(TaskChanged.wire(task_id, PENDING, self.core.due(task_id), self.core.next_wall(task_id)))
         return accepted
@@ -942,6 +955,17 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return a if a < b else b
+
+
+def _slots_before(skip: SkipRecord, wall: int) -> SkipRecord | None:
+    """``skip`` without its slots at or after ``wall`` (None if none is
+    left; a grid point within half a period of ``wall`` is that slot)."""
+    period = skip.period_ns
+    bound = wall - period // 2
+    if skip.wall_ns >= bound:
+        return None
+    keep = 1 if not period else (bound - skip.wall_ns - 1) // period + 1
+    return skip if keep >= skip.slots else skip._replace(slots=keep)
 
 
 def _slots_after(skip: SkipRecord, wall: int) -> SkipRecord | None:

@@ -15,6 +15,7 @@ import os
 import time
 
 from procsched._core import Policy
+from procsched._core import TaskState as LocalState
 from procsched._core._schedule import Schedule
 from procsched._runtime import _messages as m
 from procsched._runtime._durable._journal import Journal
@@ -141,6 +142,55 @@ def test_a_task_whose_retry_another_scheduler_runs_stays_on_its_run_s_grid(tmp_p
         peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset, force=True)  # fenced out: the row, as it is
         assert engine.next_claim(1) == (192, 1)
         assert engine.next_wall(1) == grid + 3 * NS  # the grid's next slot from now, not the retry's (retry + 3 s)
+    finally:
+        journal.close(clean=True)
+        store.close()
+
+
+def test_a_runner_late_to_a_resume_records_paused_only_the_slots_before_another_ran_them(tmp_path) -> None:
+    """The fault campaign, seed 3404 (SQLite), replayed: the scheduler that
+    ran a task followed its pause, then was stopped across its resume;
+    another scheduler followed the resume first and ran the task's slots
+    from it. Back, the runner recorded every slot from the pause to its own
+    late re-read "paused" - those the other one had run too: one slot, two
+    ends. It records only the slots before the first run claimed since."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    now = time.time_ns()
+    grid = now - 6 * NS  # run 11's slot: the first the pause holds back
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
+    batch.commit()
+
+    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler: it ran runs 1-10
+    try:
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        offset = time.time_ns() - time.monotonic_ns()
+        engine.set_wall_offset(offset, time.monotonic_ns())
+        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
+        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 10, 1, grid, grid, False, False, 1, "h")], offset)
+        peers = journal.peers
+        assert store.pause("k")
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
+        assert engine.state(1) is LocalState.PAUSED
+
+        assert store.resume("k")  # 3 s later (slots grid .. grid + 2 s were paused over) ...
+        a = store.register(lease_ns=30 * NS, pid=1)  # ... another scheduler, A, follows it first
+        for run, slot in ((11, grid + 3 * NS), (12, grid + 4 * NS)):
+            batch = store.batch(a)
+            batch.started("k", run, 1, slot)
+            batch.commit()
+            batch = store.batch(a)
+            batch.finished("k", run, 1, "ok", slot + NS // 10, slot + NS)
+            batch.commit()
+
+        mark = len(engine.events)
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # this one, back: the resume
+        skipped = [m.view(m.RunSkipped, e) for e in engine.events[mark:] if e[0] == m.RUN_SKIPPED]
+        slots = [s.wall_ns + i * s.period_ns for s in skipped for i in range(s.slots)]
+        assert slots == [grid, grid + NS, grid + 2 * NS]  # before: through grid + 5 s, runs 11 and 12's slots too
+        assert all(s.reason == "paused" for s in skipped)
+        assert engine.next_claim(1) == (13, 1)
     finally:
         journal.close(clean=True)
         store.close()

@@ -37,10 +37,10 @@ from typing import Any, Protocol
 from ..._core import Kind, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
-from ..._store import Batch, Holder, SkippedSlot, SQLStore, StoredTask
+from ..._store import Batch, Holder, RunRecord, SkippedSlot, SQLStore, StoredTask
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
-from ._stored import crash_fields, down_slots, regular_slot, schedule_of, stored_hash
+from ._stored import HISTORY_BACK, crash_fields, down_slots, regular_slot, schedule_of, stored_hash
 from ._writer import patiently
 
 #: ``Journalled.owner``'s mark of a key whose definition another scheduler
@@ -172,6 +172,9 @@ class Peers:
         #: the slots the pause left behind - the scheduler that ran them does,
         #: as it follows the resume (``resume``, ``apply``).
         self.paused_elsewhere: set[int] = set()
+        #: Tasks paused here following the store -> the row's run count then:
+        #: runs numbered past it were claimed after the resume (``_run_since``).
+        self.paused_at_run: dict[int, int] = {}
 
     def turn(self, engine: Engine, now: int, offset: int, dead: bool) -> int:
         """A turn of the dispatcher: re-read the store if it is time (not
@@ -284,19 +287,47 @@ class Peers:
         if self.wake(engine, tid, now):
             self.paused_elsewhere.add(tid)
 
-    def resume(self, engine: Engine, tid: int, now: int) -> bool:
-        """Resume ``tid`` (the user's here, or followed from the store): the
-        slots its pause left behind are recorded skipped ("paused") by the
-        scheduler whose grid it was - this one, unless it was paused here while
-        another one ran it and that one is still there to follow the resume.
-        (Recorded by whoever resumed it, they were either missing - a resume
-        from the command line or the console records nothing - or counted
-        from a grid that was not the task's.)"""
+    def resume(self, engine: Engine, tid: int, now: int, stored: StoredTask | None = None) -> bool:
+        """Resume ``tid`` (the user's here, or followed from the store: its
+        row ``stored``): the slots its pause left behind are recorded
+        skipped ("paused") by the scheduler whose grid it was - this one,
+        unless it was paused here while another one ran it and that one is
+        still there to follow the resume. (Recorded by whoever resumed it,
+        they were either missing - a resume from the command line or the
+        console records nothing - or counted from a grid that was not the
+        task's.) Only those before the first slot another scheduler ran
+        since: it followed the resume first."""
         record, after = True, None
         if tid in self.paused_elsewhere:
             self.paused_elsewhere.discard(tid)
             record, after = self._left_by_runner(tid)
-        return engine.resume(tid, now, record=record, after_wall=after)
+        paused_at_run = self.paused_at_run.pop(tid, None)
+        before = None
+        if stored is not None and record and paused_at_run is not None:
+            before = self._run_since(stored, paused_at_run)
+        return engine.resume(tid, now, record=record, after_wall=after, before_wall=before)
+
+    def _run_since(self, stored: StoredTask, paused_at_run: int) -> int | None:
+        """The slot (UTC ns) of the first scheduled run of ``stored``
+        numbered past ``paused_at_run`` (its run count while paused: so,
+        claimed after the resume), or None (none, or not in the store's
+        newest ``HISTORY_BACK`` attempts). A runner stopped across a resume
+        followed it after another scheduler had run slots from it: it
+        recorded them "paused" too (the fault campaign, seed 3404, replayed)
+        - one slot, two ends. Read only when the row counts runs past it: a
+        rare call."""
+        if stored.state.run_count <= paused_at_run:
+            return None
+        try:
+            records = self.journal.store.history(stored.key, HISTORY_BACK)
+        except StoreError:
+            return None
+        slots = [
+            r.scheduled_ns
+            for r in records
+            if isinstance(r, RunRecord) and r.run > paused_at_run and r.attempt == 1 and r.cause == "schedule"
+        ]
+        return min(slots) if slots else None
 
     def _left_by_runner(self, tid: int) -> tuple[bool, int | None]:
         """A task paused here while another scheduler ran it, resumed: are
@@ -410,6 +441,8 @@ class Peers:
                     del self.following[key]
                     self.asked.add(key)
                     engine.emit(AdoptKey.wire(key))
+            for tid in [tid for tid in self.paused_at_run if engine.state(tid) is None]:
+                del self.paused_at_run[tid]  # cancelled here while paused
             me = journal.holder
             for dead in holders:
                 if dead.id != me.id and dead.lease_until_ns < store_now and journal.may_take_over(now):
@@ -546,10 +579,11 @@ class Peers:
             if elsewhere:
                 self.paused_elsewhere.add(tid)
             engine.pause(tid)
+            self.paused_at_run[tid] = task.state.run_count
             return
         elif not task.state.paused and state is TaskState.PAUSED:
             mark = len(engine.events)
-            self.resume(engine, tid, now)
+            self.resume(engine, tid, now, task)
             # (in the re-read pass: the resume is the store's already, the slots it skipped are not)
             self.journal.record_skips(engine.events, mark)
             state = engine.state(tid)
@@ -593,6 +627,7 @@ class Peers:
     def drop(self, engine: Engine, tid: int, key: str, now: int) -> None:
         """Another scheduler cancelled ``key`` (or it ended there): end it here."""
         self.standby.pop(tid, None)
+        self.paused_at_run.pop(tid, None)
         if self.journal.owner.get(key) == tid:
             self.journal.owner[key] = DELETED  # (its run in flight ends recorded, deleting nothing)
         if not engine.running(tid):
