@@ -127,3 +127,31 @@ def test_a_retry_realigned_from_the_store_keeps_its_runs_grid() -> None:
     core.claim(4_300_000_000)
     core.complete(other, 3, "ok", 4_400_000_000)
     assert core.due(other) == 5_300_000_000
+
+
+def test_a_late_crash_that_is_retried_drops_no_slot_the_retry_then_catches_up() -> None:
+    """The fault campaign's stores (seed 3404): a catch_up task's run ended
+    late with a crash (a crash is not caught up: "skip") and was retried.
+    The slots the crash's "skip" passed over were recorded skipped
+    ("misfire"), then the retry went well and the grid went on from the
+    run's slot, catch_up: every one of them ran too - one slot, two ends. A
+    retried run drops nothing; what its last attempt drops is recorded then."""
+    core = SchedulerCore()
+    policy = RetryPolicy(2, 0, 1.0, 0, 0.0, frozenset({"crashed"}))
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS, misfire=Misfire.CATCH_UP), retry=policy)
+    core.claim(0)
+    done = core.complete(tid, 1, "crashed", 3 * NS + NS // 2)  # slots 1 s, 2 s, 3 s passed meanwhile
+    assert done.retrying and done.missed == 0
+    assert core.take_skips() == []
+    retry = core.claim(3 * NS + NS // 2)
+    assert (retry.run, retry.attempt) == (1, 2)
+    done = core.complete(tid, 1, "ok", 4 * NS - 1)
+    assert done.next_due_ns == NS and core.take_skips() == []  # catch_up: 1 s, 2 s, 3 s run, one by one
+
+    tid = core.add(0, schedule=Schedule(Kind.FIXED_RATE, NS, misfire=Misfire.CATCH_UP), retry=policy)
+    core.claim(0)
+    core.complete(tid, 1, "crashed", NS // 2)
+    core.claim(NS // 2)
+    done = core.complete(tid, 1, "crashed", 2 * NS + NS // 2)  # its last attempt crashed too: "skip" to 3 s
+    assert not done.retrying and done.next_due_ns == 3 * NS and done.missed == 2
+    assert [(s.scheduled_ns, s.slots, s.reason) for s in core.take_skips()] == [(NS, 2, "misfire")]
