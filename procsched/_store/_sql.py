@@ -43,8 +43,9 @@ outside, ``_views.py`` the read model.
   (attempt 1) is exactly ``run_count + 1``; a scheduled one (cause
   ``"schedule"``) only while not paused, not while a retry of the task's
   latest run is due (with ``max_concurrent`` 1), and only for a slot at least
-  ``SLOT_GAP_NS`` after the last scheduled slot claimed (a scheduler whose
-  run numbers drifted cannot run a slot twice under another number); a
+  ``SLOT_GAP_NS`` after the last scheduled slot claimed or recorded
+  skipped (a scheduler whose run numbers drifted cannot run a slot twice
+  under another number, nor run one recorded skipped: one slot, one end); a
   retry (attempt k > 1) only if it is the one the state says is next
   (``run_count``, ``next_attempt``) or one a failed attempt of an earlier
   run asked for (``retry_due_ns`` on its row), and never twice. The run row

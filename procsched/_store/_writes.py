@@ -754,7 +754,17 @@ def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?", (op.slots, op.key))
+    last = op.slot_ns + (op.slots - 1) * op.period_ns
+    store._x(cur, _GUARD_PAST, (last, op.key, last))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
+
+
+#: One slot, one end: a slot recorded skipped is never claimed after (by a
+#: scheduler that realigned to it from a row whose due time the skip did not
+#: move: a pause one recorded, another that missed the pause caught up - the
+#: fault campaign's stores). The claims' slot guard (see "Claims") moves past
+#: it; a claim of it is lost, and its claimer goes on from now.
+_GUARD_PAST = "UPDATE procsched_tasks SET last_slot_ns = ? WHERE key = ? AND (last_slot_ns IS NULL OR last_slot_ns < ?)"
 
 
 #: A skipped slot's rows trimmed to the task's last ``keep_runs`` (after its insert).
@@ -795,9 +805,11 @@ def _misfires_folded(ops: list[Op]) -> list[Op]:
 def _skips_gathered(ops: list[Op]) -> list[Op]:
     """``ops`` with each skipped slot moved later, past claims and ends, to
     just before the next op of another kind (or the end), so a batch's skips
-    come in long groups. A skip writes its own table and its task's skip
-    counters, which no claim or end reads or writes: the order among them
-    does not change what the batch does."""
+    come in long groups. A skip writes its own table, its task's skip
+    counters and its slot guard (``_GUARD_PAST``): only a claim of a slot
+    the same batch records skipped reads what a skip writes, and no
+    scheduler claims a slot it skips - the order among them does not change
+    what the batch does."""
     if not any(op[0] == "skipped" for op in ops):
         return ops
     out: list[Op] = []
@@ -852,6 +864,12 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
     for key, reason, slots in _insert_skips(store, cur, rows):
         new[key, reason] = new.get((key, reason), 0) + slots
         added[key] = added.get(key, 0) + 1
+    lasts: dict[str, int] = {}  # the slot guard past each task's last slot recorded (``_GUARD_PAST``)
+    for op in group:
+        last = op.slot_ns + (op.slots - 1) * op.period_ns
+        if last > lasts.get(op.key, last - 1):
+            lasts[op.key] = last
+    cur.executemany(store._q(_GUARD_PAST), [(last, key, last) for key, last in sorted(lasts.items())])
     for reason in sorted({reason for _, reason in new}):
         column = f"skipped_{reason}"  # (one of SKIP_REASONS: Batch.skipped checks)
         cur.executemany(

@@ -29,6 +29,8 @@ The checks (each a function below, each violation with its evidence):
   slots (issue 22: rows of ``procsched_runs`` with outcome ``skipped`` -
   ``_recorded_skips`` is the one place that knows where), those excuses are
   dropped: every slot must be a run or a recorded skip;
+- ``two ends``: no slot of a periodic task both ran and is recorded
+  skipped (one slot, one end: a skip means it never runs);
 - ``stalled``: in the calm phase at the end every live task runs, and every
   one-shot has run once and left the store's live set (one that ran again
   because its end was not stored before its instance was killed is the
@@ -53,6 +55,7 @@ The checks (each a function below, each violation with its evidence):
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -151,7 +154,9 @@ def check(h: Any, log_path: str) -> tuple[list[Violation], list[Violation], int]
         for r in rows
         if r.outcome is None
     ]
-    out += _slots(h, attempts, rows, storesql.skipped(h.url))
+    stored = storesql.skipped(h.url)
+    out += _slots(h, attempts, rows, stored)
+    out += _two_ends(h, attempts, stored)
     found, limits = _stalled(h, attempts, tasks, lives, rows)
     out += found
     documented += limits
@@ -390,6 +395,26 @@ def _slots(
                     tuple(f"fault near: {x}" for x in near[:5]),
                 )
             )
+    return out
+
+
+def _two_ends(h: Any, attempts: list[Attempt], stored: dict[str, set[int]]) -> list[Violation]:
+    """``stored``: the slots the store records skipped (``storesql.skipped``)."""
+    out = []
+    for key, spec in h.specs.items():
+        skipped = sorted(stored.get(key, ()))
+        if spec["kind"] not in ("rate", "cron") or not skipped:
+            continue
+        tol = min(round(spec.get("period", 1.0) * 1e6) // 4, 50_000)
+        both = []
+        for a in attempts:
+            if a.key == key and a.attempt == 1 and a.slot_us is not None:
+                i = bisect_left(skipped, a.slot_us - tol)
+                if i < len(skipped) and skipped[i] <= a.slot_us + tol:
+                    both.append(a)
+        if both:
+            what = f"{len(both)} slot(s) ran and are recorded skipped too"
+            out.append(Violation("two ends", key, what, tuple(map(str, both[:4]))))
     return out
 
 

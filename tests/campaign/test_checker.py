@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from tests.campaign.campaign import KeyEvent, Life
 from tests.campaign.checker import CONCURRENT_DEPLOYS as CONCURRENT
-from tests.campaign.checker import Attempt, _after_events, _overlap, _slots, _stalled
+from tests.campaign.checker import Attempt, _after_events, _overlap, _slots, _stalled, _two_ends
 from tests.campaign.storesql import RunRow
 
 LEASE = 1.0
@@ -285,3 +285,12 @@ def test_a_cancel_ends_where_a_concurrent_deploy_stored_after_it_makes_the_key_l
     written = {("r1", 4): [19.681]}  # stored before the delete: the cancel stands
     found, _ = _after_events(h, runs, {}, {}, written, deleted)
     assert [v.kind for v in found] == ["cancelled"]
+
+
+def test_a_slot_that_ran_and_is_recorded_skipped_has_two_ends() -> None:
+    h = SimpleNamespace(specs={"r1": {"kind": "rate", "period": 0.25, "misfire": "catch_up"}})
+    ran = [Attempt("r1", n, 1, "A.1", 1, 100_000_000 + n * 250_000 + 7, 111, start=100.0 + n / 4) for n in range(4)]
+    retry = Attempt("r1", 3, 2, "A.1", 1, 100_000_000 + 3 * 250_000 + 7, 111, start=101.0)  # (its slot: its own time)
+    assert _two_ends(h, [*ran, retry], {"r1": {100_000_000 + 4 * 250_000}}) == []
+    found = _two_ends(h, [*ran, retry], {"r1": {100_000_000 + 250_000, 100_000_000 + 500_000}})
+    assert [(v.kind, v.what) for v in found] == [("two ends", "2 slot(s) ran and are recorded skipped too")]

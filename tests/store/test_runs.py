@@ -138,7 +138,7 @@ def _skip_ops(b, base):
     keep_runs of one task, a slot twice, one recorded in an earlier batch
     (both still kept: a slot already trimmed is recorded again, op by op),
     several reasons, and a task deleted with its history after its skip."""
-    b.started("k", 2, 1, T0 + 2 * P)
+    b.started("k", 2, 1, T0 + 112 * P)  # (past every slot recorded skipped before: a claim of one is lost)
     for i in range(12):
         b.skipped("k", T0 + (100 + i) * P, "misfire")
         b.skipped("other", T0 + (100 + i) * P, "overlap" if i % 2 else "late")

@@ -145,3 +145,29 @@ def test_the_misfire_slots_a_run_end_dropped_go_on_its_run_row(store):
 def _own_rows(store, key):
     with store._tx("counting", write=False) as cur:
         return store._x(cur, "SELECT count(*) FROM procsched_skipped WHERE key = ?", (key,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["with another skip", "alone"])
+def test_a_slot_recorded_skipped_is_never_claimed_after(store, together):
+    """One slot, one end (the fault campaign's stores): a scheduler that
+    recorded slots 10-12 "paused" and another that realigned to the row's
+    due time (slot 10: the skips did not move it) and caught up - both
+    wrote an end for the same slots. A claim of a slot recorded skipped is
+    lost; the next slot is claimed as before."""
+    add(store)
+    add(store, "other")
+    a, other = store.register(), store.register()
+    b = store.batch(a)
+    b.skipped("k", T0 + 10 * P, "paused", period_ns=P, slots=3)
+    if together:
+        b.skipped("other", T0 + 5 * P, "paused")  # (two rows: written set-wise)
+    assert b.commit().ok
+    for slot in (10, 12):
+        b = store.batch(other)
+        b.started("k", 1, 1, T0 + slot * P + 1000)  # (its clock's reading of the slot: microseconds off)
+        assert b.commit().lost == [("k", 1, 1)]
+    b = store.batch(other)
+    b.started("k", 1, 1, T0 + 13 * P)
+    result = b.commit()
+    assert result.ok and result.lost == []
+    store.close()
