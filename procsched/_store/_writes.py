@@ -743,6 +743,11 @@ def _op_unloadable(store: StoreAccess, cur: Any, c: Commit, op: Unloadable) -> N
 
 
 def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
+    for part in _unclaimed(store, cur, [op]):
+        _skip_one(store, cur, c, part)
+
+
+def _skip_one(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
     h = c.holder
     recorded = c.now if op.recorded_ns is None else op.recorded_ns
     cur = store._x(
@@ -757,6 +762,53 @@ def _op_skipped(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
     last = op.slot_ns + (op.slots - 1) * op.period_ns
     store._x(cur, _GUARD_PAST, (last, op.key, last))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
+
+
+def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipped]:
+    """``skips`` without the slots a scheduled run claimed (one slot, one
+    end: a scheduler that followed a resume recorded "paused" up to its own
+    now, after another had claimed a slot from it - the fault campaign's
+    stores). Only a skip that reaches back to its task's slot guard (the
+    last slot claimed, ``_GUARD_PAST``) can hold one: the others cost one
+    read of the guards; those read their task's runs there (rare)."""
+    keys = sorted({op.key for op in skips})
+    guards: dict[str, int] = {}
+    for i in range(0, len(keys), _SKIP_ROWS):
+        chunk = keys[i : i + _SKIP_ROWS]
+        sql = f"SELECT key, last_slot_ns FROM procsched_tasks WHERE key IN ({', '.join('?' * len(chunk))})"
+        guards.update({r[0]: int(r[1]) for r in store._x(cur, sql, chunk).fetchall() if r[1] is not None})
+    out: list[Skipped] = []
+    for op in skips:
+        guard = guards.get(op.key)
+        if guard is None or op.slot_ns > guard + SLOT_GAP_NS:
+            out.append(op)
+            continue
+        last = min(op.slot_ns + (op.slots - 1) * op.period_ns, guard)
+        claimed = store._x(
+            cur,
+            "SELECT scheduled_ns FROM procsched_runs WHERE key = ? AND cause = 'schedule' "
+            "AND scheduled_ns >= ? AND scheduled_ns <= ?",
+            (op.key, op.slot_ns - SLOT_GAP_NS, last + SLOT_GAP_NS),
+        ).fetchall()
+        out += _split(op, [int(r[0]) for r in claimed])
+    return out
+
+
+def _split(op: Skipped, claimed: list[int]) -> list[Skipped]:
+    """``op``'s slots without those within ``SLOT_GAP_NS`` of a claimed one, as runs of slots."""
+    taken = set()
+    for slot in claimed:
+        i = 0 if not op.period_ns else round((slot - op.slot_ns) / op.period_ns)
+        if 0 <= i < op.slots and abs(op.slot_ns + i * op.period_ns - slot) < SLOT_GAP_NS:
+            taken.add(i)
+    if not taken:
+        return [op]
+    out, start = [], 0
+    for i in [*sorted(taken), op.slots]:
+        if i > start:
+            out.append(op._replace(slot_ns=op.slot_ns + start * op.period_ns, slots=i - start))
+        start = i + 1
+    return out
 
 
 #: One slot, one end: a slot recorded skipped is never claimed after (by a
@@ -837,6 +889,9 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
     statements for each made recording them the store's bottleneck
     (keyed runs/s fell ~10x, ``python -m benchmarks.durable``)."""
     holder = None if c.holder is None else c.holder.id
+    group = _unclaimed(store, cur, group)
+    if not group:
+        return
     first: dict[str, dict[int, tuple[Any, ...]]] = {}
     for op in group:
         rows_of = first.setdefault(op.key, {})

@@ -171,3 +171,26 @@ def test_a_slot_recorded_skipped_is_never_claimed_after(store, together):
     result = b.commit()
     assert result.ok and result.lost == []
     store.close()
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["with another skip", "alone"])
+def test_a_skip_leaves_out_the_slots_a_run_claimed(store, together):
+    """One slot, one end, the other order (the fault campaign's stores): a
+    scheduler that followed a resume late recorded "paused" every slot up
+    to its own now - one another scheduler had claimed and run since. The
+    claimed slots are left out of the skip (and of its counts); the rest is
+    recorded."""
+    add(store)
+    add(store, "other")
+    a, other = store.register(), store.register()
+    b = store.batch(other)
+    b.started("k", 1, 1, T0 + 12 * P + 1000)  # (its clock's reading of slot 12: microseconds off)
+    assert b.commit().ok
+    b = store.batch(a)
+    b.skipped("k", T0 + 10 * P, "paused", period_ns=P, slots=5)  # 10-14: 12 ran
+    if together:
+        b.skipped("other", T0 + 5 * P, "paused")  # (two rows: written set-wise)
+    assert b.commit().ok
+    assert slots(store) == [10, 11, 13, 14]
+    assert store.counts().by_job["k"][1]["paused"] == 4
+    store.close()
