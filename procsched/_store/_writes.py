@@ -62,7 +62,9 @@ _RESCHEDULE = f"""UPDATE procsched_tasks SET next_due_ns = CASE WHEN sched_run =
     in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END,
     holder = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="holder")} END,
     token = CASE WHEN in_flight <= 1 THEN NULL ELSE {_OTHER_HOLDER.format(col="token")} END,
-    last_outcome = ?, {_RUN_COUNTER_SETS}, skipped_misfire = skipped_misfire + ?, updated_ns = ? WHERE key = ?"""
+    last_outcome = ?, {_RUN_COUNTER_SETS}, skipped_misfire = skipped_misfire + ?,
+    last_slot_ns = CASE WHEN sched_run = ? AND ? > COALESCE(last_slot_ns, -1) THEN ? ELSE last_slot_ns END,
+    updated_ns = ? WHERE key = ?"""
 # A run's end trims the run that fell out of the kept window (run - keep_runs,
 # every attempt of it); every TRIM_SWEEP-th run's end trims all runs below the
 # window (one that was still in flight when its turn came, a run number never
@@ -504,7 +506,15 @@ def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
     next_attempt = (op.run, op.run, op.attempt + 1 if op.retry else 1)  # ... AND run_count = ? THEN ? ...
     other_holder = (op.run, op.attempt) * 2  # the holder and token of another run in flight
     counts = (*_outcome_counts(op.outcome), op.skip_slots)
-    return (*next_due, *next_attempt, *other_holder, op.outcome, *counts, now, op.key)
+    guard = (op.run, _skip_last(op), _skip_last(op))  # the slot guard past its misfire slots (_GUARD_PAST)
+    return (*next_due, *next_attempt, *other_holder, op.outcome, *counts, *guard, now, op.key)
+
+
+def _skip_last(op: Finished) -> int:
+    """The last misfire slot folded on ``op`` (``_misfires_folded``), or -1 (none)."""
+    if not op.skip_slots or op.skip_first_ns is None:
+        return -1
+    return op.skip_first_ns + (op.skip_slots - 1) * op.skip_period_ns
 
 
 def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
@@ -602,7 +612,11 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             next_due_ns = CASE WHEN t.sched_run = v.run THEN v.next_due_ns ELSE t.next_due_ns END,
             next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
                 ELSE t.next_attempt END,
-            last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots, updated_ns = ?
+            last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots,
+            last_slot_ns = CASE WHEN t.sched_run = v.run AND v.skip_slots > 0
+                AND v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns > COALESCE(t.last_slot_ns, -1)
+                THEN v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns ELSE t.last_slot_ns END,
+            updated_ns = ?
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key),
         trimmed AS (DELETE FROM procsched_runs r USING v JOIN done USING (key, run, attempt)
             WHERE r.key = v.key AND r.run >= v.trim_from AND r.run <= v.trim_to AND r.outcome IS NOT NULL)

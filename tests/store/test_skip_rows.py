@@ -194,3 +194,34 @@ def test_a_skip_leaves_out_the_slots_a_run_claimed(store, together):
     assert slots(store) == [10, 11, 13, 14]
     assert store.counts().by_job["k"][1]["paused"] == 4
     store.close()
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["with another end", "alone"])
+def test_the_misfire_slots_a_run_end_dropped_are_never_claimed_after(store, together):
+    """One slot, one end, for the misfire slots a run's end drops (written
+    on its run's row): the fault campaign, seed 3821 (PostgreSQL) - C's run
+    16 of r2 crashed late (a crash is not caught up: its end dropped the
+    next slot), and A, whose own next slot that was, claimed and ran it
+    after. The end moves the slot guard past them too."""
+    add(store)
+    add(store, "other")
+    a, other = store.register(), store.register()
+    b = store.batch(a)
+    b.started("k", 1, 1, T0 + 10 * P)
+    b.started("other", 1, 1, T0 + 10 * P)
+    assert b.commit().ok
+    b = store.batch(a)
+    b.finished("k", 1, 1, "crashed", T0 + 12 * P + P // 2, T0 + 13 * P)
+    b.skipped("k", T0 + 11 * P, "misfire", period_ns=P, slots=2)  # (folded on the end: slots 11 and 12)
+    if together:
+        b.finished("other", 1, 1, "ok", T0 + 10 * P + P // 2, T0 + 11 * P)  # (ends written set-wise)
+    assert b.commit().ok
+    assert slots(store) == [11, 12]
+    for slot in (11, 12):
+        b = store.batch(other)
+        b.started("k", 2, 1, T0 + slot * P + 1000)
+        assert b.commit().lost == [("k", 2, 1)]
+    b = store.batch(other)
+    b.started("k", 2, 1, T0 + 13 * P)
+    assert b.commit().lost == []
+    store.close()
