@@ -779,12 +779,15 @@ def _skip_one(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
 
 
 def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipped]:
-    """``skips`` without the slots a scheduled run claimed (one slot, one
-    end: a scheduler that followed a resume recorded "paused" up to its own
-    now, after another had claimed a slot from it - the fault campaign's
-    stores). Only a skip that reaches back to its task's slot guard (the
-    last slot claimed, ``_GUARD_PAST``) can hold one: the others cost one
-    read of the guards; those read their task's runs there (rare)."""
+    """``skips`` without the slots a scheduled run claimed, nor those after
+    the first of them: from there on the slots are that run's scheduler's,
+    to run or record (one slot, one end: a scheduler that followed a resume
+    late recorded "paused" up to its own now, after another had claimed a
+    slot from it - the fault campaign's stores; the slots after it too,
+    and their guard made the other lose its catch-up: seed 3910). Only a
+    skip that reaches back to its task's slot guard (the last slot claimed,
+    ``_GUARD_PAST``) can hold one: the others cost one read of the guards;
+    those read their task's runs there (rare)."""
     keys = sorted({op.key for op in skips})
     guards: dict[str, int] = {}
     for i in range(0, len(keys), _SKIP_ROWS):
@@ -804,24 +807,16 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
             "AND scheduled_ns >= ? AND scheduled_ns <= ?",
             (op.key, op.slot_ns - SLOT_GAP_NS, last + SLOT_GAP_NS),
         ).fetchall()
-        out += _split(op, [int(r[0]) for r in claimed])
-    return out
-
-
-def _split(op: Skipped, claimed: list[int]) -> list[Skipped]:
-    """``op``'s slots without those within ``SLOT_GAP_NS`` of a claimed one, as runs of slots."""
-    taken = set()
-    for slot in claimed:
-        i = 0 if not op.period_ns else round((slot - op.slot_ns) / op.period_ns)
-        if 0 <= i < op.slots and abs(op.slot_ns + i * op.period_ns - slot) < SLOT_GAP_NS:
-            taken.add(i)
-    if not taken:
-        return [op]
-    out, start = [], 0
-    for i in [*sorted(taken), op.slots]:
-        if i > start:
-            out.append(op._replace(slot_ns=op.slot_ns + start * op.period_ns, slots=i - start))
-        start = i + 1
+        if claimed:
+            first = min(int(r[0]) for r in claimed) - SLOT_GAP_NS  # (a clock's reading of a slot: microseconds off)
+            if first <= op.slot_ns:
+                kept = 0
+            else:  # the slots before ``first``
+                kept = (first - op.slot_ns - 1) // op.period_ns + 1 if op.period_ns else 1
+            if kept < op.slots:
+                op = op._replace(slots=kept)
+        if op.slots:
+            out.append(op)
     return out
 
 
