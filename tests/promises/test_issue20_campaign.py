@@ -73,6 +73,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -620,7 +622,7 @@ def test_a_task_cancelled_while_its_run_is_in_flight_has_that_run_s_end_recorded
 @pytest.mark.parametrize("retried", [False, True], ids=["no retry left", "retried"])
 def test_a_crash_recorded_at_start_up_is_rescheduled_in_the_same_transaction(store_url, retried) -> None:
     """13. Run 1's first attempt failed and its retry (0.3 s later) was in
-    flight when its scheduler (another host's, its lease run out) died.
+    flight when its scheduler (of this host: its process gone) died.
     Right after start-up's recovery - what any other scheduler reads from
     then on - the row is where the task goes on: the run's next attempt
     now, or the slot after run 1's regular one; never the retry's time."""
@@ -635,7 +637,9 @@ def test_a_crash_recorded_at_start_up_is_rescheduled_in_the_same_transaction(sto
         b = store.batch()
         b.upsert(TaskDefinition("k", f"{TASKS}:mark", b"x", schedule, options), TaskState(0, first))
         b.commit()
-        dead = store.register(lease_ns=1, host="elsewhere", pid=4242)
+        gone = subprocess.Popen([sys.executable, "-c", ""])
+        gone.wait()  # (its pid: a process of this host that is gone)
+        dead = store.register(lease_ns=1, pid=gone.pid)
         assert store.claim_run(dead, "k", 1, 1, first)
         assert store.finish_run(dead, "k", 1, 1, "error", first + 5, first + 300_000_000, retry=True)
         assert store.claim_run(dead, "k", 1, 2, first + 300_000_000)
@@ -646,5 +650,32 @@ def test_a_crash_recorded_at_start_up_is_rescheduled_in_the_same_transaction(sto
             assert (st.run_count, st.next_attempt) == (1, 3) and st.next_due_ns >= first + 300_000_000
         else:  # the slot after run 1's, on its grid (before: run 2 due at the retry's time)
             assert (st.run_count, st.next_attempt, st.next_due_ns) == (1, 1, first + period)
+    finally:
+        store.close()
+
+
+def test_a_start_up_takes_over_no_scheduler_whose_lease_ran_out_but_that_may_be_alive(store_url) -> None:
+    """The fault campaign, seed 3920 (SQLite): a lock held the store for
+    1.6 s, longer than the lease; A's one-shot o3 ended meanwhile and its
+    end waited for the store. B started during the lock; its start-up
+    recovery took A over as soon as the store let it - A's lease had run
+    out, as every lease had - recorded o3's run crashed and ran it again,
+    though A was alive and recorded its end 0.1 s later. A start-up takes
+    over only schedulers dead for certain (of this host, their process
+    gone); one whose lease ran out is left to the dispatcher, which takes
+    it over once it has itself written for a whole lease."""
+    from procsched._runtime._durable._recovery import recover
+
+    once = {"kind": "once"}
+    store = open_store(store_url)
+    try:
+        b = store.batch()
+        b.upsert(TaskDefinition("o3", f"{TASKS}:mark", b"x", once, {}), TaskState(0, time.time_ns()))
+        b.commit()
+        a = store.register(lease_ns=1, host="elsewhere", pid=4242)  # its lease ran out: alive or not, who knows
+        assert store.claim_run(a, "o3", 1, 1, time.time_ns())
+        found = recover(store)
+        assert found.crashed == {} and [h.id for h in found.others] == [a.id]
+        assert [(r.run, r.outcome) for r in store.history("o3")] == [(1, None)]  # still A's, in flight
     finally:
         store.close()

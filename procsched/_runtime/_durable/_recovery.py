@@ -100,11 +100,18 @@ class Recovered(NamedTuple):
 
 def recover(store: Any) -> Recovered:
     """Start-up: record the runs of dead schedulers ``crashed`` (once) and
-    return what the store holds (see ``Recovered``)."""
+    return what the store holds (see ``Recovered``). Dead for certain only:
+    those of this host whose process is gone. One whose lease ran out is
+    taken over by this scheduler's dispatcher once it has itself written to
+    the store for a whole lease (``Journal.may_take_over``), as any running
+    scheduler does: a lease runs out alike when its holder died and when the
+    store refused everyone's writes (a lock, a restart), and a scheduler
+    that started then took over every one alive, recording their runs
+    crashed to run them again (the fault campaign, seed 3920: a one-shot
+    ran to completion twice)."""
     loaded = store.load()
     dead = dead_here(loaded.schedulers)
-    expired = store.expired_holders()
-    gone = {h.id for h in dead + expired}
+    gone = {h.id for h in dead}
     me = (socket.gethostname(), os.getpid())  # (this scheduler registers itself meanwhile: never "another")
     others = [h for h in loaded.schedulers if h.id not in gone and (h.host, h.pid) != me]
     crashed: dict[str, RunRecord] = {}
@@ -119,8 +126,8 @@ def recover(store: Any) -> Recovered:
         except Exception:  # noqa: BLE001 - whatever a bad stored record raises
             return {}
 
-    for holder in dead + [h for h in expired if h not in dead]:
-        runs = store.take_over(holder, None, force=holder in dead, reschedule=reschedule)
+    for holder in dead:
+        runs = store.take_over(holder, None, force=True, reschedule=reschedule)
         for record in runs or ():
             crashed[record.key] = record
     tasks = store.load().tasks if crashed else loaded.tasks
