@@ -600,6 +600,8 @@ class Campaign:
             self.unresponsive,
         )
         violations, documented, checked = checker.check(history, self.log)
+        if violations and self.kind == "postgresql":  # (its database goes with the cluster: kept as text)
+            storesql.dump(self.check_url, os.path.join(self.workdir, "store.txt"))
         return Report(
             self.seed, self.kind, self.seconds, self.faults, checked, violations, documented, time.monotonic() - wall0
         )

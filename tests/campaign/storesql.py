@@ -75,6 +75,18 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         conn.close()
 
 
+def dump(url: str, path: str) -> None:
+    """The store's task, run and skipped-slot rows into ``path`` as text
+    (a violating round's evidence where the store is not a file)."""
+    with open(path, "w") as out:
+        for table in ("procsched_tasks", "procsched_runs", "procsched_skipped"):
+            names = "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position"
+            columns = query(url, names, (table,))
+            out.write(f"== {table}: {' | '.join(c[0] for c in columns)}\n")
+            for row in query(url, f"SELECT * FROM {table} ORDER BY 1, 2"):
+                out.write(" | ".join("" if x is None else str(x) for x in row) + "\n")
+
+
 def watch(url: str) -> None:
     """Log, with triggers (in the writer's own transaction: a row is there
     once the write committed), every write of ``procsched_definitions`` into
