@@ -27,6 +27,20 @@ NS = 1_000_000_000
 RATE = {"kind": "fixed_rate", "period_ns": NS, "initial_delay_ns": 0, "misfire": "catch_up"}
 
 
+def _this_scheduler(path: str, grid: int, runs: int, attempt: int, due: int) -> tuple[Journal, Engine, int]:
+    """This scheduler on the store at ``path``: a real journal, its engine
+    (the engine's tests' recorder for a carrier) and its wall offset, with
+    task 1, key "k" (a fixed rate of 1 s on ``grid``), adopted where the
+    store had it: ``runs`` claimed, next ``attempt``, due at ``due``."""
+    journal = Journal(path, os.getpid(), emit=lambda events: None)
+    engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+    offset = time.time_ns() - time.monotonic_ns()
+    engine.set_wall_offset(offset, time.monotonic_ns())
+    shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
+    journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, runs, attempt, due, grid, False, False, 1, "h")], offset)
+    return journal, engine, offset
+
+
 def test_a_claim_moved_past_a_holders_run_goes_back_to_the_slot_the_holder_gave_up(tmp_path) -> None:
     path = str(tmp_path / "s.db")
     store = open_store(path)
@@ -39,13 +53,8 @@ def test_a_claim_moved_past_a_holders_run_goes_back_to_the_slot_the_holder_gave_
     batch.started("k", 20, 1, slot20)  # A holds run 20 (given ahead to its busy worker)
     batch.commit()
 
-    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler, C
+    journal, engine, offset = _this_scheduler(path, slot20, 19, 1, slot20)  # this scheduler, C
     try:
-        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
-        offset = time.time_ns() - time.monotonic_ns()
-        engine.set_wall_offset(offset, time.monotonic_ns())
-        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), slot20, 0, None, "k", b"", None, None)
-        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 19, 1, slot20, slot20, False, False, 1, "h")], offset)
         peers = journal.peers
 
         peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # A's run 20 in flight
@@ -81,14 +90,9 @@ def test_a_task_resumed_from_the_store_goes_on_at_the_stored_grid_s_next_slot(tm
     batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(80, grid + 3 * NS, 1, True))  # B ran 77-80, paused
     batch.commit()
 
-    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler
+    retry = grid + NS // 20  # run 77's second attempt, as this scheduler had it
+    journal, engine, offset = _this_scheduler(path, grid, 77, 2, retry)  # this scheduler
     try:
-        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
-        offset = time.time_ns() - time.monotonic_ns()
-        engine.set_wall_offset(offset, time.monotonic_ns())
-        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
-        retry = grid + NS // 20  # run 77's second attempt, as this scheduler had it
-        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 77, 2, retry, grid, False, False, 1, "h")], offset)
         peers = journal.peers
 
         peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the store's pause, followed
@@ -130,13 +134,8 @@ def test_a_task_whose_retry_another_scheduler_runs_stays_on_its_run_s_grid(tmp_p
     batch.started("k", 191, 2, retry)  # B holds the retry
     batch.commit()
 
-    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler
+    journal, engine, offset = _this_scheduler(path, grid, 191, 2, retry)  # this scheduler
     try:
-        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
-        offset = time.time_ns() - time.monotonic_ns()
-        engine.set_wall_offset(offset, time.monotonic_ns())
-        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
-        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 191, 2, retry, grid, False, False, 1, "h")], offset)
         peers = journal.peers
 
         peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset, force=True)  # fenced out: the row, as it is
@@ -162,13 +161,8 @@ def test_a_runner_late_to_a_resume_records_paused_only_the_slots_before_another_
     batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
     batch.commit()
 
-    journal = Journal(path, os.getpid(), emit=lambda events: None)  # this scheduler: it ran runs 1-10
+    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)  # this scheduler: it ran runs 1-10
     try:
-        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
-        offset = time.time_ns() - time.monotonic_ns()
-        engine.set_wall_offset(offset, time.monotonic_ns())
-        shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
-        journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, 10, 1, grid, grid, False, False, 1, "h")], offset)
         peers = journal.peers
         assert store.pause("k")
         peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
