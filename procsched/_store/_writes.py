@@ -514,7 +514,12 @@ def _skip_last(op: Finished) -> int:
     """The last misfire slot folded on ``op`` (``_misfires_folded``), or -1 (none)."""
     if not op.skip_slots or op.skip_first_ns is None:
         return -1
-    return op.skip_first_ns + (op.skip_slots - 1) * op.skip_period_ns
+    return _last_slot(op.skip_first_ns, op.skip_period_ns, op.skip_slots)
+
+
+def _last_slot(first: int, period: int, slots: int) -> int:
+    """The last of ``slots`` slots ``period`` apart from ``first`` (a skipped row's)."""
+    return first + (slots - 1) * period
 
 
 def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
@@ -773,7 +778,7 @@ def _skip_one(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?", (op.slots, op.key))
-    last = op.slot_ns + (op.slots - 1) * op.period_ns
+    last = _last_slot(op.slot_ns, op.period_ns, op.slots)
     store._x(cur, _GUARD_PAST, (last, op.key, last))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
 
@@ -800,7 +805,7 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
         if guard is None or op.slot_ns > guard + SLOT_GAP_NS:
             out.append(op)
             continue
-        last = min(op.slot_ns + (op.slots - 1) * op.period_ns, guard)
+        last = min(_last_slot(op.slot_ns, op.period_ns, op.slots), guard)
         claimed = store._x(
             cur,
             "SELECT scheduled_ns FROM procsched_runs WHERE key = ? AND cause = 'schedule' "
@@ -930,9 +935,8 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
         added[key] = added.get(key, 0) + 1
     lasts: dict[str, int] = {}  # the slot guard past each task's last slot recorded (``_GUARD_PAST``)
     for op in group:
-        last = op.slot_ns + (op.slots - 1) * op.period_ns
-        if last > lasts.get(op.key, last - 1):
-            lasts[op.key] = last
+        last = _last_slot(op.slot_ns, op.period_ns, op.slots)
+        lasts[op.key] = max(last, lasts.get(op.key, last))
     cur.executemany(store._q(_GUARD_PAST), [(last, key, last) for key, last in sorted(lasts.items())])
     for reason in sorted({reason for _, reason in new}):
         column = f"skipped_{reason}"  # (one of SKIP_REASONS: Batch.skipped checks)
