@@ -792,12 +792,17 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
     and their guard made the other lose its catch-up: seed 3910). Only a
     skip that reaches back to its task's slot guard (the last slot claimed,
     ``_GUARD_PAST``) can hold one: the others cost one read of the guards;
-    those read their task's runs there (rare)."""
+    those read their task's runs there (rare). On PostgreSQL the guards are
+    read locked (in key order, as ``_lock_keys``): read as committed, a
+    claim another scheduler had written but not yet committed was missed,
+    and its slot recorded skipped too (SQLite serialises writers)."""
     keys = sorted({op.key for op in skips})
     guards: dict[str, int] = {}
     for i in range(0, len(keys), _SKIP_ROWS):
         chunk = keys[i : i + _SKIP_ROWS]
         sql = f"SELECT key, last_slot_ns FROM procsched_tasks WHERE key IN ({', '.join('?' * len(chunk))})"
+        if store._pg:  # locked: a claim not yet committed is waited for, not missed (seed 4115)
+            sql += " ORDER BY key FOR UPDATE"
         guards.update({r[0]: int(r[1]) for r in store._x(cur, sql, chunk).fetchall() if r[1] is not None})
     out: list[Skipped] = []
     for op in skips:

@@ -5,6 +5,8 @@ On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 
 import pytest
 
@@ -230,3 +232,56 @@ def test_the_misfire_slots_a_run_end_dropped_are_never_claimed_after(store, toge
     b.started("k", 2, 1, T0 + 13 * P)
     assert b.commit().lost == []
     store.close()
+
+
+def test_a_skip_waits_for_a_claim_in_flight_on_postgresql(pg_url):
+    """One slot, one end, when the claim is not yet committed (the fault
+    campaign, seed 4115, PostgreSQL): a skip read its task's slot guard
+    while another scheduler's claim of slot 12 held the row uncommitted,
+    saw no claim, and recorded slot 12 "paused" too. The skip now reads
+    the guard locked: it waits for the claim and leaves its slots out.
+    The claim is held open by a trigger that waits on a lock the test
+    holds (the store's own claim and skip, two connections)."""
+    import psycopg
+
+    store, other_store = open_store(pg_url), open_store(pg_url)
+    add(store)
+    a, other = store.register(), other_store.register()
+    gate = psycopg.connect(pg_url, autocommit=True)
+    gate.execute("SELECT pg_advisory_lock(20)")
+    gate.execute(
+        "CREATE FUNCTION held() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN PERFORM pg_advisory_xact_lock_shared(20); RETURN NEW; END $$"
+    )
+    gate.execute("CREATE TRIGGER held AFTER INSERT ON procsched_runs FOR EACH ROW EXECUTE FUNCTION held()")
+
+    def waiting() -> int:  # the store's connections that wait on a lock
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        return gate.execute(sql).fetchone()[0]
+
+    def until(n: int) -> None:  # (a poll of the server's own view, with a deadline)
+        deadline = time.monotonic() + 20
+        while waiting() < n:
+            assert time.monotonic() < deadline, f"timed out waiting for {n} connection(s) to wait on a lock"
+            time.sleep(0.005)
+
+    claimed, skipped = [], []
+    b = other_store.batch(other)
+    b.started("k", 1, 1, T0 + 12 * P)
+    claim = threading.Thread(target=lambda: claimed.append(b.commit()))
+    claim.start()
+    until(1)  # the claim holds k's row, its run row not yet written
+    s = store.batch(a)
+    s.skipped("k", T0 + 10 * P, "paused", period_ns=P, slots=5)  # 10-14: 12 is being claimed
+    skip = threading.Thread(target=lambda: skipped.append(s.commit()))
+    skip.start()
+    until(2)  # the skip waits on k's row
+    gate.execute("SELECT pg_advisory_unlock(20)")
+    claim.join(20)
+    skip.join(20)
+    assert claimed[0].ok and claimed[0].lost == [] and skipped[0].ok
+    assert slots(store) == [10, 11]
+    assert store.counts().by_job["k"][1]["paused"] == 2
+    gate.close()
+    store.close()
+    other_store.close()
