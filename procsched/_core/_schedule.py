@@ -182,6 +182,15 @@ class Schedule(NamedTuple):
     def periodic(self) -> bool:
         return self.kind is not Kind.ONCE
 
+    def same_grid(self, other: Schedule) -> bool:
+        """Do both put a periodic task's slots at the same points: the same
+        kind and period (fixed rate, fixed delay), or cron expression and
+        zone (calendar)? Policies, bounds and limits aside: a deploy that
+        changes only those (or the function, its arguments, its options)
+        keeps a stored task's grid."""
+        same = other.kind is self.kind and other.period_ns == self.period_ns and other.trigger == self.trigger
+        return self.periodic and same
+
     @property
     def limited(self) -> bool:
         """Does something beyond the kind end it (a trigger's end, until, max_runs)?

@@ -34,6 +34,8 @@ class Upsert(NamedTuple):
     kind: str
     definition: TaskDefinition
     state: TaskState | None
+    keep_state: bool = False
+    """A stored task keeps its state; ``state`` is a new one's."""
 
 
 class Update(NamedTuple):
@@ -146,16 +148,18 @@ class Batch:
             raise ValueError(f"{what} needs a batch made with the scheduler's holder: store.batch(holder)")
         self.fenced = self.fenced or fenced
 
-    def upsert(self, definition: TaskDefinition, state: TaskState | None = None) -> None:
+    def upsert(self, definition: TaskDefinition, state: TaskState | None = None, *, keep_state: bool = False) -> None:
         """Store ``definition`` (insert or replace; clears ``unloadable``;
         signed if the store has a secret). ``state``: None keeps a stored
-        task's state (a new one starts at ``TaskState()``). Never touches
+        task's state (a new one starts at ``TaskState()``); with
+        ``keep_state`` a stored task keeps its state, a new one starts at
+        ``state``. Never touches
         the runs in flight. The definition's row is written only if it
         changed (an unchanged one, declared again at a restart, costs no
         write of its arguments)."""
         if not isinstance(definition, TaskDefinition):
             raise TypeError(f"definition must be a TaskDefinition, got {type(definition).__name__}")
-        self.ops.append(Upsert("upsert", definition, state))
+        self.ops.append(Upsert("upsert", definition, state, bool(keep_state)))
 
     def update(self, key: str, **fields: Any) -> None:
         """Set state fields of ``key``: ``next_due_ns``, ``paused``,

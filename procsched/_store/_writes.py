@@ -674,7 +674,7 @@ def _op_upsert(store: StoreAccess, cur: Any, c: Commit, op: Upsert) -> None:
     # deploy with a changed definition leaves a paused task paused).
     state_update = (
         ""
-        if s is None
+        if s is None or op.keep_state
         else "".join(
             f", {col} = CASE WHEN procsched_tasks.in_flight = 0 AND procsched_tasks.run_count <= excluded.run_count "
             f"THEN excluded.{col} ELSE procsched_tasks.{col} END"

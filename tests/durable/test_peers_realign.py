@@ -24,6 +24,7 @@ from procsched._store import TaskDefinition, TaskState, open_store
 from tests.runtime.test_engine import FakeCarrier
 
 NS = 1_000_000_000
+PAYLOAD = ("fn", "args")
 RATE = {"kind": "fixed_rate", "period_ns": NS, "initial_delay_ns": 0, "misfire": "catch_up"}
 
 
@@ -188,3 +189,56 @@ def test_a_runner_late_to_a_resume_records_paused_only_the_slots_before_another_
     finally:
         journal.close(clean=True)
         store.close()
+
+
+def _deploy(journal: Journal, engine: Engine, offset: int, period: int) -> None:
+    """The program schedules "k" here again with a changed definition (its
+    arguments): task 2, a fixed rate of ``period``, due a period from now
+    on a grid of its own (as the facade adds it); the dispatcher's
+    definition, add and store write."""
+    schedule = Schedule.fixed_rate(period)
+    now = time.monotonic_ns()
+    options = {"priority": 0, "timeout_ns": None, "name": "k", "retry": None}
+    record = schedule.to_record(period, now + offset)
+    define = m.Define.wire(2, "k", "m:f", b"changed", record, options, f"changed {period}", False)
+    journal.expect(m.view(m.Define, define))
+    add = m.Add.wire(
+        2, now + period, period, now + offset, None, schedule.to_wire(), 0, None, "k", PAYLOAD, None, None, None
+    )
+    assert engine.add(m.view(m.Add, add), 2, PAYLOAD) is None
+    journal.added(engine, 2)
+
+
+def test_a_deploy_that_changes_a_task_but_not_its_grid_goes_on_on_the_stored_grid(tmp_path) -> None:
+    """The fault campaign, seed 4008 (SQLite): an instance that deployed a
+    changed definition of a task (its arguments; the same period) added it
+    on a grid counted from its own add, 30 ms off the stored one the other
+    instances went on with: for a moment two grids ran one task, and a
+    slot of one was recorded paused while the other's ran. A changed
+    definition on the same grid goes on from the stored next slot (and
+    the row keeps its state); a changed period starts a grid of its own."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    due = time.time_ns() + NS // 3  # the stored grid's next slot: a third of a period from now
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(19, due))
+    batch.commit()
+    for period, expected in ((NS, due), (2 * NS, None)):
+        journal = Journal(path, os.getpid(), emit=lambda events: None)
+        engine = Engine(FakeCarrier(prefetch=2), workers=1, policy=Policy.PRIORITY, durable=journal)
+        offset = time.time_ns() - time.monotonic_ns()
+        engine.set_wall_offset(offset, time.monotonic_ns())
+        try:
+            _deploy(journal, engine, offset, period)
+            wall = engine.next_wall(2)
+            assert wall is not None
+            if expected is not None:
+                assert engine.next_claim(2) == (20, 1)
+                assert abs(wall - expected) < NS // 1000  # (clock readings: microseconds off; before: 2/3 s later)
+                assert journal.batch.commit().ok  # (what the dispatcher's next turn commits)
+                assert store.get("k").state.next_due_ns == due and store.get("k").definition.args == b"changed"
+            else:
+                assert wall > due + NS // 2  # a new grid: two periods from the add
+        finally:
+            journal.close(clean=True)
+    store.close()

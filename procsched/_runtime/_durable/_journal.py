@@ -73,7 +73,7 @@ from .._store_hooks import Durable
 from ._limited import Limited
 from ._peers import DELETED, REPLACING, Peers
 from ._requests import Requests
-from ._stored import regular_slot, stored_hash
+from ._stored import regular_slot, schedule_of, stored_hash
 from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
@@ -334,6 +334,17 @@ class Journal(Durable):
             with self.unwritten(engine.events):
                 self.peers.apply(engine, task_id, stored, now, time.time_ns() - now, force=True)
             return
+        # A changed definition on the same grid (a deploy: new code, the same period) goes on from
+        # the stored task's state, as the same definition would: its next slot, its pause (the row
+        # keeps them). On a grid of its own from this add, two grids ran one task for a moment, and
+        # a slot of one was recorded paused while the other's ran (the fault campaign, seed 4008).
+        keep = row is not None and self._same_grid(engine, task_id, row.definition)
+        if keep:
+            assert row is not None
+            now = time.monotonic_ns()
+            with self.unwritten(engine.events):
+                self.peers.apply(engine, task_id, row, now, time.time_ns() - now, force=True, fresh=True)
+            runs = self.runs[key]
         d = TaskDefinition(
             key,
             define.fn_ref,
@@ -343,7 +354,8 @@ class Journal(Durable):
             define.def_hash,
             group=define.schedule.get("group"),  # the store counts its claims against the group's limit
         )
-        self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)))  # (never the pause of a stored row)
+        # (never the pause of a stored row; with ``keep`` none of its state - a new row, or one gone since, starts here)
+        self.batch.upsert(d, StoredState(runs, engine.next_wall(task_id)), keep_state=keep)
         if row is not None and row.state.paused:  # the stored row is paused: so is the task
             with self.unwritten(engine.events):
                 engine.pause(task_id)
@@ -352,6 +364,14 @@ class Journal(Durable):
             # than a resume written since - the fault campaign, seed 1413, replayed: this
             # "paused = 1" was written 14 ms after another instance's resume)
             engine.pause(task_id)
+
+    @staticmethod
+    def _same_grid(engine: Engine, task_id: int, stored: TaskDefinition) -> bool:
+        schedule = engine.schedule_of(task_id)
+        try:
+            return schedule is not None and schedule.same_grid(schedule_of(stored))
+        except ValueError:  # a stored schedule this process cannot read (an unknown zone): a grid of its own
+            return False
 
     def _remember(self, engine: Engine, task_id: int) -> None:
         """Keep a keyed task's schedule: its slot after a run stopped by

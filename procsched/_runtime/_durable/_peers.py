@@ -553,6 +553,7 @@ class Peers:
         lost: tuple[int, int] | None = None,
         force: bool = False,
         store_now: int | None = None,
+        fresh: bool = False,
     ) -> None:
         """Bring the local task ``tid`` to where the stored ``task`` is.
         ``lost``: the (run, attempt) whose claim was just lost; realigning to
@@ -561,9 +562,11 @@ class Peers:
         ``force``: take the stored due time even for the same next claim (a
         task just scheduled here, on a grid of its own). A task on standby
         stays there while the store (read at ``store_now``) shows it kept
-        up; otherwise it wakes and is realigned."""
+        up; otherwise it wakes and is realigned. ``fresh``: a task just
+        added here, realigned even while the row names this scheduler (the
+        run in flight is its key's previous task's, replaced)."""
         state = engine.state(tid)
-        if state is None or task.holder == self.journal.holder.id:
+        if state is None or (task.holder == self.journal.holder.id and not fresh):
             return
         elsewhere = False  # on standby: another scheduler ran it
         if tid in self.standby:
