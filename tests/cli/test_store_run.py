@@ -456,5 +456,5 @@ def test_verbose_start_up_beside_a_live_instance_says_found_not_resumed(tmp_path
     assert_all_gone(family)
     other = f"{os.uname().nodename}/{first.pid}"
     assert said.startswith("procsched: found 2 stored task(s) that scheduler "), said
-    assert f"scheduler {other}, alive on the store, runs too" in said and "stands by" in said, said
+    assert f"scheduler {other}, registered on the store, runs too" in said and "stands by" in said, said
     assert "resumed" not in said, said

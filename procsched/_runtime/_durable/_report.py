@@ -2,8 +2,8 @@
 
     _recovery.recover, plan ──▶ resumed(found, plan, wall) ──▶ logger "procsched", INFO:
         resumed 3 stored task(s) from the store: tick (run 44 next), slow (run 7 next), ...
-        (another scheduler alive on the store: found 3 stored task(s) that scheduler vm/3029,
-         alive on the store, runs too: tick (run 44 next), ...; ... this one stands by ...)
+        (another scheduler registered on the store: found 3 stored task(s) that scheduler vm/3029,
+         registered on the store, runs too: tick (run 44 next), ...; ... this one stands by ...)
         tick: 449 slots missed since 12:00:01 UTC while no scheduler ran it; misfire catch_up
               makes up every one of them now, back to back
         slow run 6 (attempt 1) was in flight when its scheduler died: recorded crashed
@@ -42,8 +42,9 @@ MAKES_UP = {
 
 def resumed(found: Recovered, plan: Plan, wall: int) -> None:
     """Log what ``plan`` adopts of what start-up ``found``: resumed here,
-    or, while other schedulers are alive on the store, found and run with
-    them (this one stands by while they keep a task up); the slots each
+    or, while other schedulers are registered on the store (alive, or not
+    known dead: a lease that ran out is taken over later, if it stays out),
+    found and run with them (this one stands by while they keep a task up); the slots each
     task missed while no scheduler ran it, and the runs recorded
     ``crashed`` (in flight when their scheduler died)."""
     if not logger.isEnabledFor(logging.INFO) or not plan.tasks:
@@ -63,7 +64,7 @@ def resumed(found: Recovered, plan: Plan, wall: int) -> None:
         names = ", ".join(f"{h.host}/{h.pid}" for h in found.others[:TOLD])
         names += f" and {len(found.others) - TOLD} more" if len(found.others) > TOLD else ""
         logger.info(
-            "found %d stored task(s) that %s, alive on the store, %s too: %s%s; each run runs once among them: "
+            "found %d stored task(s) that %s, registered on the store, %s too: %s%s; each run runs once among them: "
             "this one stands by for a task while %s keeps it up, and takes it over if it stops",
             count,
             f"scheduler {names}" if one else f"schedulers {names}",
