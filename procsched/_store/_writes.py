@@ -826,8 +826,56 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
             if kept < op.slots:
                 op = op._replace(slots=kept)
         if op.slots:
-            out.append(op)
+            out += _unrecorded(store, cur, op)
     return out
+
+
+def _unrecorded(store: StoreAccess, cur: Any, op: Skipped) -> list[Skipped]:
+    """``op`` without the slots recorded skipped already (or dropped by a
+    run's end) on its grid, within a clock's reading: two schedulers that
+    both recorded a pause's slots wrote them twice, microseconds apart (the
+    fault campaign's stores: "first reason stands" held only for the same
+    nanosecond), and counted them twice. The rest of ``op``, in pieces."""
+    period = op.period_ns
+    tol = _tolerance(period)
+    last = _last_slot(op.slot_ns, period, op.slots)
+    rows = store._x(
+        cur,
+        "SELECT slot_ns, period_ns, slots FROM procsched_skipped WHERE key = ? AND slot_ns <= ? "
+        "AND slot_ns + (slots - 1) * period_ns >= ? UNION ALL "
+        "SELECT skip_first_ns, skip_period_ns, skip_slots FROM procsched_runs WHERE key = ? AND skip_slots > 0 "
+        "AND skip_first_ns <= ? AND skip_first_ns + (skip_slots - 1) * skip_period_ns >= ?",
+        (op.key, last + tol, op.slot_ns - tol) * 2,
+    ).fetchall()
+    left = [(0, op.slots - 1)]  # the slots of ``op`` not recorded yet, as index ranges
+    for first, p, n in rows:
+        first, p, n = int(first), int(p), int(n)
+        if not period:  # ``op`` is one slot: is it one of the row's?
+            t = _tolerance(p)
+            a, b = _index_range(first, p, op.slot_ns - t, op.slot_ns + t)
+            if a <= b and a < n and b >= 0:
+                return []
+            continue
+        if n > 1 and (p != period or tol < (op.slot_ns - first) % period < period - tol):
+            continue  # another grid's (another period, or the same one off by more than a reading)
+        lo, hi = _index_range(op.slot_ns, period, first - tol, _last_slot(first, p, n) + tol)
+        if lo <= hi:
+            left = [(a, b) for a0, b0 in left for a, b in ((a0, min(b0, lo - 1)), (max(a0, hi + 1), b0)) if a <= b]
+    return [op._replace(slot_ns=op.slot_ns + a * period, slots=b - a + 1) for a, b in left]
+
+
+def _tolerance(period: int) -> int:
+    """How far two readings of one slot may differ: ``SLOT_GAP_NS``, and
+    less than half a period (a neighbour is never the same slot)."""
+    return SLOT_GAP_NS if not period else min(SLOT_GAP_NS, (period - 1) // 2)
+
+
+def _index_range(start: int, period: int, lo: int, hi: int) -> tuple[int, int]:
+    """The indexes i of the grid points ``start + i * period`` in [lo, hi]
+    (an empty range if none; a single slot's grid has the one point 0)."""
+    if not period:
+        return (0, 0) if lo <= start <= hi else (1, 0)
+    return -((start - lo) // period), (hi - start) // period
 
 
 #: One slot, one end: a slot recorded skipped is never claimed after (by a

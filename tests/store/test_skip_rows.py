@@ -285,3 +285,39 @@ def test_a_skip_waits_for_a_claim_in_flight_on_postgresql(pg_url):
     gate.close()
     store.close()
     other_store.close()
+
+
+def test_slots_two_schedulers_recorded_microseconds_apart_are_recorded_and_counted_once(store):
+    """The fault campaign's stores: two schedulers that both recorded a
+    pause's slots wrote each twice, their clocks' readings of it
+    microseconds apart ("first reason stands" held for the same nanosecond
+    only), and counted them twice. A slot recorded skipped (or dropped by a
+    run's end) is recorded once; the new slots of an overlapping skip are
+    recorded; another grid's slots (30 ms off) are not the same slots."""
+    add(store)
+    a, other = store.register(), store.register()
+    us = 1000
+    b = store.batch(a)
+    b.skipped("k", T0 + 10 * P, "paused", period_ns=P, slots=3)  # 10-12
+    assert b.commit().ok
+    b = store.batch(other)
+    b.skipped("k", T0 + 10 * P + 200 * us, "paused", period_ns=P, slots=5)  # 10-14: 13 and 14 are new
+    b.skipped("k", T0 + 11 * P - 300 * us, "misfire")  # slot 11, alone
+    assert b.commit().ok
+    assert slots(store) == [10, 11, 12, 13, 14]
+    assert store.counts().by_job["k"][1]["paused"] == 5 and store.counts().by_job["k"][1]["misfire"] == 0
+    b = store.batch(a)
+    b.started("k", 1, 1, T0 + 20 * P)
+    assert b.commit().ok
+    b = store.batch(a)
+    b.finished("k", 1, 1, "crashed", T0 + 22 * P + P // 2, T0 + 23 * P)
+    b.skipped("k", T0 + 21 * P, "misfire", period_ns=P, slots=2)  # (folded on the end: 21, 22)
+    assert b.commit().ok
+    b = store.batch(other)
+    b.skipped("k", T0 + 16 * P + 100 * us, "paused", period_ns=P, slots=8)  # 16-23: 20 ran, the rest is its own
+    b.skipped("k", T0 + 14 * P + 30 * P // 1000, "paused")  # another grid's slot, 30 ms after 14
+    assert b.commit().ok
+    got = [round((x.slot_ns - T0) / P, 3) for x in store.history("k", 100, skipped=True) if isinstance(x, SkippedSlot)]
+    assert got == [10, 11, 12, 13, 14, 14.03, 16, 17, 18, 19, 21, 22]
+    assert store.counts().by_job["k"][1]["paused"] == 10 and store.counts().by_job["k"][1]["misfire"] == 2
+    store.close()
