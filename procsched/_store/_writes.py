@@ -730,10 +730,17 @@ def op_update(store: StoreAccess, cur: Any, c: Commit, op: Update) -> None:
         # in _op_upsert): several schedulers, one that adopted the task
         # before another claimed a run must not set the count back.
         # Nor may it move the next attempt of the same run back (a take-over
-        # asked for a retry after the writer read the task: the retry stands).
+        # asked for a retry after the writer read the task: the retry stands),
+        # nor ask again for a retry claimed since (its run's row says so: the
+        # task's row is back at attempt 1 once the retry ended - a start-up's
+        # write, committed late, set a retry that had run ok due again, and
+        # no claim of it could ever win: the fault campaign, seed 4300).
         attempt = fields.get("next_attempt")
         guard = "run_count <= ?" if attempt is None else "(run_count < ? OR (run_count = ? AND next_attempt <= ?))"
         bounds = (fields["run_count"],) if attempt is None else (fields["run_count"], fields["run_count"], attempt)
+        if attempt is not None and attempt > 1:
+            guard += " AND NOT EXISTS (SELECT 1 FROM procsched_runs r WHERE r.key = ? AND r.run = ? AND r.attempt >= ?)"
+            bounds += (op.key, fields["run_count"], attempt)
         store._x(
             cur,
             f"UPDATE procsched_tasks SET {sets}, updated_ns = ? WHERE key = ? AND in_flight = 0 AND {guard}",

@@ -281,3 +281,30 @@ def test_a_busy_turn_mixes_plain_claims_with_grouped_manual_and_retry_ones(store
     assert result.stale == [("p5", 2, 1)]
     assert store.counts().runs["ok"] == 6
     store.close()
+
+
+def test_a_late_write_of_a_retry_that_ran_since_does_not_ask_for_it_again(store):
+    """The fault campaign, seed 4300 (SQLite): a start-up recorded run 12
+    crashed (its scheduler died) and the retry, attempt 2, due; its
+    adoption's write of that state (run 12, attempt 2) committed late,
+    after another scheduler had claimed attempt 2 and run it ok - the
+    row's next claim went back to a retry that had run, which no claim
+    could win again: the task never ran again. A write of a retry claimed
+    since changes nothing; one of a retry not yet claimed stands."""
+    add(store, due=T0 + 11 * P)
+    a, b = store.register(), store.register()
+    assert claim(store, a, "k", 1, slot=T0 + 11 * P).ok
+    assert end(store, a, "k", 1, outcome="crashed", due=T0 + 12 * P, retry=True).ok  # (12, 2) due
+    stale = store.batch(b)  # what a start-up read then: attempt 2 of run 1 next
+    stale.update("k", run_count=1, next_due_ns=T0 + 12 * P, next_attempt=2)
+    assert claim(store, a, "k", 1, attempt=2, slot=T0 + 12 * P).ok
+    assert end(store, a, "k", 1, attempt=2, due=T0 + 13 * P).ok
+    assert stale.commit().ok  # (late)
+    assert store.get("k").state == TaskState(run_count=1, next_due_ns=T0 + 13 * P, next_attempt=1)
+    assert claim(store, b, "k", 2, slot=T0 + 13 * P).ok  # the next run goes on
+    assert end(store, b, "k", 2, outcome="error", due=T0 + 14 * P, retry=True).ok
+    assert store.get("k").state.next_attempt == 2
+    fresh = store.batch(b)  # a retry not claimed yet: its write stands
+    fresh.update("k", run_count=2, next_due_ns=T0 + 15 * P, next_attempt=2)
+    assert fresh.commit().ok
+    assert store.get("k").state == TaskState(run_count=2, next_due_ns=T0 + 15 * P, next_attempt=2)
