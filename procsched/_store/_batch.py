@@ -107,7 +107,15 @@ class Answer(NamedTuple):
     error: str | None
 
 
-Op = Upsert | Update | Delete | Unloadable | Started | Finished | Skipped | Answer
+class Moved(NamedTuple):
+    kind: str
+    key: str
+    run: int
+    attempt: int
+    worker_pid: int | None
+
+
+Op = Upsert | Update | Delete | Unloadable | Started | Finished | Skipped | Answer | Moved
 
 
 def op_key(op: Any) -> str | None:
@@ -205,6 +213,14 @@ class Batch:
             raise ValueError(f"cause must be one of {CAUSES}, got {cause!r}")
         self._need_holder("started")
         self.ops.append(Started("started", key, run, attempt, scheduled_ns, started_ns, cause, worker_pid))
+
+    def moved(self, key: str, run: int, attempt: int, worker_pid: int | None) -> None:
+        """(key, run, attempt), in flight here, was taken back from the
+        worker it was given to before it started and given to another: its
+        row names that one (``worker_pid``). Nothing if it has ended, or is
+        not this holder's."""
+        self._need_holder("moved", fenced=False)
+        self.ops.append(Moved("moved", key, run, attempt, worker_pid))
 
     def finished(
         self,

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _schema
-from ._batch import Answer, Batch, Delete, Finished, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
+from ._batch import Answer, Batch, Delete, Finished, Moved, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
 from ._model import OUTCOMES, BatchResult, FailedOp, Holder, RunRecord, TaskState
 from ._schema import RUN_COLS
 
@@ -1043,6 +1043,17 @@ def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> 
     return inserted
 
 
+def _op_moved(store: StoreAccess, cur: Any, c: Commit, op: Moved) -> None:
+    h = c.holder
+    assert h is not None
+    store._x(
+        cur,
+        "UPDATE procsched_runs SET worker_pid = ? WHERE key = ? AND run = ? AND attempt = ? AND outcome IS NULL "
+        "AND holder = ? AND token = ?",
+        (op.worker_pid, op.key, op.run, op.attempt, h.id, h.token),
+    )
+
+
 def _op_answer(store: StoreAccess, cur: Any, c: Commit, op: Answer) -> None:
     h = c.holder
     assert h is not None
@@ -1123,6 +1134,7 @@ _OPS: dict[str, Any] = {
     "finished": _op_finished,
     "skipped": _op_skipped,
     "answer": _op_answer,
+    "moved": _op_moved,
 }
 
 

@@ -57,6 +57,32 @@ def test_a_run_records_cause_reason_error_traceback_worker_and_output(store):
     assert store.counts().runs["cancelled"] == 1
 
 
+def test_a_run_in_flight_given_to_another_worker_names_that_one(store):
+    """A run given ahead to a busy worker and taken back before it started
+    runs on another: its row in flight named the first until its end (the
+    console and ``procsched jobs`` showed a worker that was not running
+    it). ``Batch.moved`` names the new one; not a run that ended, nor
+    another holder's."""
+    add(store)
+    h, other = store.register(), store.register()
+    b = store.batch(h)
+    b.started("k", 1, 1, T0, T0 + 1, worker_pid=777)
+    assert b.commit().ok
+    b = store.batch(h)
+    b.moved("k", 1, 1, 778)
+    assert b.commit().ok and b.fenced is False
+    assert [r.worker_pid for r in store.load().in_flight] == [778]
+    b = store.batch(other)
+    b.moved("k", 1, 1, 999)  # not its run: nothing
+    assert b.commit().ok
+    assert [r.worker_pid for r in store.load().in_flight] == [778]
+    b = store.batch(h)
+    b.finished("k", 1, 1, "ok", T0 + 2, T0 + P, worker_pid=778)
+    b.moved("k", 1, 1, 777)  # ended: nothing
+    assert b.commit().ok
+    assert store.history("k")[0].worker_pid == 778
+
+
 def test_bad_cause_reason_and_skip_reason_are_refused_at_the_call(store):
     h = store.register()
     b = store.batch(h)

@@ -40,6 +40,7 @@ def test_a_real_instance_records_output_tracebacks_worker_pids_and_its_workers(s
     # A lease of 0.6 s: the instance publishes its status every 0.2 s (a third of it).
     s = procsched.Scheduler(workers=2, store=store_url, capture_output=True, lease=0.6)
     served = serve(store_source(store_url))
+    running = None  # held's connection, once it has started
     try:
         chatty = s.schedule_at_fixed_rate(web_jobs.chatty, 0.2, key="chatty")
         s.schedule_at_fixed_rate(web_jobs.fails, 0.3, key="fails")
@@ -59,7 +60,16 @@ def test_a_real_instance_records_output_tracebacks_worker_pids_and_its_workers(s
         assert failed["error"] == "ValueError: bad luck"
         assert 'raise ValueError("bad luck")' in failed["traceback"] and failed["output"] is None
         crashed = wait_until(lambda: run_of(served, "crash", "crashed"), what="crash's run in the store")
-        held = wait_until(lambda: run_of(served, "held", None), what="held's run in flight")
+        gate.settimeout(30)
+        running, _ = gate.accept()  # held has started: its worker says which it is
+        with running.makefile() as said:
+            pid = said.readline().strip()
+        # In flight, its row names that worker - also when it was given ahead to another first
+        # and taken back before it started (the row named the first until its end: seen in CI).
+        held = wait_until(
+            lambda: (run := run_of(served, "held", None)) and run["worker"] == pid and run,
+            what=f"held's run in flight, on worker {pid}",
+        )
         # Each run names its worker: a pid, the pid of one of the instance's workers at the time.
         for run in (ok, failed, crashed, held):
             assert run["worker"] is not None and run["worker"].isdigit(), run
@@ -82,11 +92,13 @@ def test_a_real_instance_records_output_tracebacks_worker_pids_and_its_workers(s
         assert "hello from chatty" in page and ok["worker"] in page
         assert "bad luck" in served.client.get("/jobs/fails").text
 
-        gate.close()
+        running.close()
         done = wait_until(lambda: run_of(served, "held", "ok"), what="held's end in the store")
         assert done["worker"] == held["worker"]
     finally:
         gate.close()
+        if running is not None:
+            running.close()
         served.close()
         s.shutdown(wait=True, cancel_futures=True)
         os.unlink(os.path.join(where, "gate"))
@@ -126,3 +138,56 @@ def test_a_batch_publishes_the_status_with_its_heartbeat_or_on_its_own(store_url
     finally:
         served.close()
         store.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_run_taken_back_from_a_busy_worker_names_the_worker_that_runs_it(store_url):
+    """A keyed run given ahead to a busy worker, taken back before it
+    started and run by the other worker once that one was free: its row in
+    flight named the first worker until its end (seen in CI: the console
+    showed a worker that was not running it). It names the one running it.
+    Real workers; each gated run says its worker's pid on a socket."""
+    where = tempfile.mkdtemp(prefix="psch-gate-")
+    gates = {}
+    for name in ("a", "b", "k"):
+        gates[name] = socket.socket(socket.AF_UNIX)
+        gates[name].bind(os.path.join(where, name))
+        gates[name].listen()
+        gates[name].settimeout(30)
+    conns: dict[str, socket.socket] = {}
+
+    def started(name: str) -> int:
+        conns[name], _ = gates[name].accept()
+        with conns[name].makefile() as said:
+            return int(said.readline())
+
+    s = procsched.Scheduler(workers=2, store=store_url, lease=0.6)
+    store = open_store(store_url)
+    try:
+        s.schedule(web_jobs.wait, args=(os.path.join(where, "a"),))
+        s.schedule(web_jobs.wait, args=(os.path.join(where, "b"),))
+        busy = {"a": started("a"), "b": started("b")}  # both workers run a gated run
+        s.schedule_at_fixed_rate(web_jobs.wait, 3600, args=(os.path.join(where, "k"),), key="k")
+
+        def in_flight() -> int | None:
+            runs = [r for r in store.load().in_flight if r.key == "k"]
+            return runs[0].worker_pid if runs else None
+
+        given = wait_until(in_flight, what="k's run claimed, given ahead to a busy worker")
+        assert given in busy.values()
+        other = next(name for name, pid in busy.items() if pid != given)
+        conns[other].close()  # the other worker is free: it takes k's run over
+        ran = started("k")
+        assert ran == busy[other] != given
+        wait_until(lambda: in_flight() == ran, what=f"k's row in flight naming worker {ran}")
+        conns["k"].close()
+        done = wait_until(lambda: [r for r in store.history("k") if r.outcome == "ok"], what="k's end")
+        assert done[0].worker_pid == ran
+    finally:
+        for sock in (*conns.values(), *gates.values()):
+            sock.close()
+        s.shutdown(wait=True, cancel_futures=True)
+        store.close()
+        for name in gates:
+            os.unlink(os.path.join(where, name))
+        os.rmdir(where)

@@ -43,13 +43,15 @@ def crash() -> None:
 
 
 def wait(path: str) -> None:
-    """Blocks until the test closes its socket listening at ``path`` (a
-    connection refused, reset or ended: it returns)."""
+    """Says its worker's pid to the test listening at ``path``, then blocks
+    until the test closes the connection (refused, reset or ended: it
+    returns)."""
     import socket
 
     with socket.socket(socket.AF_UNIX) as conn:
         try:
             conn.connect(path)
+            conn.sendall(f"{os.getpid()}\n".encode())
             conn.recv(1)
         except OSError:
             pass

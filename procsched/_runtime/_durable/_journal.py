@@ -392,12 +392,16 @@ class Journal(Durable):
         if run.task_id in self.keys:
             claim = (run.task_id, run.run, run.attempt)
             known = self.claims.get(claim)
+            pid = worker.ident if isinstance(worker.ident, int) else None
             if known is None:
-                pid = worker.ident if isinstance(worker.ident, int) else None
                 self.claims[claim] = [QUEUED, run, self.keys[run.task_id], pid]
                 self.held.append(claim)
-            elif known[0] == RECORDED and self.lease_known(time.monotonic_ns()):  # given ahead, taken back
-                claim = None
+            elif known[3] != pid:  # given to another worker, taken back before it started: this one runs it
+                if known[0] != QUEUED:  # (its start is written, or on its way: its row names the first)
+                    self.batch.moved(known[2], run.run, run.attempt, pid)
+                known[3] = pid
+            if known is not None and known[0] == RECORDED and self.lease_known(time.monotonic_ns()):
+                claim = None  # given ahead, taken back
             # (else recorded, but the lease is not known to be ours: taken back after a stall whose lease
             # renewal failed, it waits for a write to succeed - fenced out meanwhile, it never starts here:
             # sent at once, it started beside another scheduler's retry of it - the fault campaign, seed 1919)
