@@ -511,10 +511,26 @@ def _reschedule_params(op: Finished, now: int) -> tuple[Any, ...]:
 
 
 def _skip_last(op: Finished) -> int:
-    """The last misfire slot folded on ``op`` (``_misfires_folded``), or -1 (none)."""
+    """The slot guard past the last misfire slot folded on ``op``
+    (``_misfires_folded``, ``_skip_guard``), or -1 (none)."""
     if not op.skip_slots or op.skip_first_ns is None:
         return -1
-    return _last_slot(op.skip_first_ns, op.skip_period_ns, op.skip_slots)
+    return _skip_guard(_last_slot(op.skip_first_ns, op.skip_period_ns, op.skip_slots))
+
+
+#: How far below the last slot recorded skipped its slot guard stays. A claim
+#: needs its slot ``SLOT_GAP_NS`` past the guard: at the slot itself the guard
+#: refuses a claim of it (a reading of it microseconds off included) and lets
+#: the next slot of a 1 ms grid be claimed - at the slot, that next slot was
+#: exactly ``SLOT_GAP_NS`` past it, and a claim whose clock read it a
+#: microsecond early was lost: half of a late 1 ms task's claims, keyed runs/s
+#: halved (``python -m benchmarks.durable --only throughput``).
+SKIP_GUARD_BACK_NS = SLOT_GAP_NS // 2
+
+
+def _skip_guard(last: int) -> int:
+    """The slot guard a skip whose last slot is ``last`` leaves (``_GUARD_PAST``)."""
+    return last - SKIP_GUARD_BACK_NS
 
 
 def _last_slot(first: int, period: int, slots: int) -> int:
@@ -619,8 +635,10 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
                 ELSE t.next_attempt END,
             last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots,
             last_slot_ns = CASE WHEN t.sched_run = v.run AND v.skip_slots > 0
-                AND v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns > COALESCE(t.last_slot_ns, -1)
-                THEN v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns ELSE t.last_slot_ns END,
+                AND v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS}
+                > COALESCE(t.last_slot_ns, -1)
+                THEN v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS}
+                ELSE t.last_slot_ns END,
             updated_ns = ?
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key),
         trimmed AS (DELETE FROM procsched_runs r USING v JOIN done USING (key, run, attempt)
@@ -785,8 +803,8 @@ def _skip_one(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?", (op.slots, op.key))
-    last = _last_slot(op.slot_ns, op.period_ns, op.slots)
-    store._x(cur, _GUARD_PAST, (last, op.key, last))
+    guard = _skip_guard(_last_slot(op.slot_ns, op.period_ns, op.slots))
+    store._x(cur, _GUARD_PAST, (guard, op.key, guard))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
 
 
@@ -814,7 +832,8 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
     out: list[Skipped] = []
     for op in skips:
         guard = guards.get(op.key)
-        if guard is None or op.slot_ns > guard + SLOT_GAP_NS:
+        tol = _tolerance(op.period_ns)  # (a slot a period after a claimed one is not that one: a 1 ms grid)
+        if guard is None or op.slot_ns > guard + tol:
             out.append(op)
             continue
         last = min(_last_slot(op.slot_ns, op.period_ns, op.slots), guard)
@@ -822,10 +841,10 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
             cur,
             "SELECT scheduled_ns FROM procsched_runs WHERE key = ? AND cause = 'schedule' "
             "AND scheduled_ns >= ? AND scheduled_ns <= ?",
-            (op.key, op.slot_ns - SLOT_GAP_NS, last + SLOT_GAP_NS),
+            (op.key, op.slot_ns - tol, last + tol),
         ).fetchall()
         if claimed:
-            first = min(int(r[0]) for r in claimed) - SLOT_GAP_NS  # (a clock's reading of a slot: microseconds off)
+            first = min(int(r[0]) for r in claimed) - tol  # (a clock's reading of a slot: microseconds off)
             if first <= op.slot_ns:
                 kept = 0
             else:  # the slots before ``first``
@@ -889,7 +908,8 @@ def _index_range(start: int, period: int, lo: int, hi: int) -> tuple[int, int]:
 #: scheduler that realigned to it from a row whose due time the skip did not
 #: move: a pause one recorded, another that missed the pause caught up - the
 #: fault campaign's stores). The claims' slot guard (see "Claims") moves past
-#: it; a claim of it is lost, and its claimer goes on from now.
+#: it (to ``_skip_guard`` of its last slot); a claim of it is lost, and its
+#: claimer goes on from now.
 _GUARD_PAST = "UPDATE procsched_tasks SET last_slot_ns = ? WHERE key = ? AND (last_slot_ns IS NULL OR last_slot_ns < ?)"
 
 
@@ -995,7 +1015,7 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
         added[key] = added.get(key, 0) + 1
     lasts: dict[str, int] = {}  # the slot guard past each task's last slot recorded (``_GUARD_PAST``)
     for op in group:
-        last = _last_slot(op.slot_ns, op.period_ns, op.slots)
+        last = _skip_guard(_last_slot(op.slot_ns, op.period_ns, op.slots))
         lasts[op.key] = max(last, lasts.get(op.key, last))
     cur.executemany(store._q(_GUARD_PAST), [(last, key, last) for key, last in sorted(lasts.items())])
     for reason in sorted({reason for _, reason in new}):
