@@ -634,10 +634,8 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             next_attempt = CASE WHEN t.sched_run = v.run AND t.run_count = v.run THEN v.next_attempt
                 ELSE t.next_attempt END,
             last_outcome = v.outcome, {counters}, skipped_misfire = t.skipped_misfire + v.skip_slots,
-            last_slot_ns = CASE WHEN t.sched_run = v.run AND v.skip_slots > 0
-                AND v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS}
-                > COALESCE(t.last_slot_ns, -1)
-                THEN v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS}
+            last_slot_ns = CASE WHEN t.sched_run = v.run AND v.skip_slots > 0 THEN GREATEST(t.last_slot_ns,
+                v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS})
                 ELSE t.last_slot_ns END,
             updated_ns = ?
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key),

@@ -338,9 +338,9 @@ class Journal(Durable):
         # the stored task's state, as the same definition would: its next slot, its pause (the row
         # keeps them). On a grid of its own from this add, two grids ran one task for a moment, and
         # a slot of one was recorded paused while the other's ran (the fault campaign, seed 4008).
-        keep = row is not None and self._same_grid(engine, task_id, row.definition)
-        if keep:
-            assert row is not None
+        keep = False
+        if row is not None and self._same_grid(engine, task_id, row.definition):
+            keep = True
             now = time.monotonic_ns()
             with self.unwritten(engine.events):
                 self.peers.apply(engine, task_id, row, now, time.time_ns() - now, force=True, fresh=True)
