@@ -734,17 +734,23 @@ class SQLStore:
                 )
             return bool(cur.rowcount == 1)
 
-    def unregister(self, holder: Holder) -> bool:
+    def unregister(self, holder: Holder, *, ends_written: bool = False) -> bool:
         """A clean shutdown: drop the registration (its in-flight runs, if
         any, are recorded ``cancelled``: it stopped them; the requests it
         took and did not answer are given back). False if it was taken over
-        already."""
+        already. ``ends_written``: the caller wrote the end of every run it
+        started, so the runs still in flight never started; each leaves its
+        slot (or its retry) to the next claim, as a run given ahead and
+        cancelled by shutdown does. Otherwise a run whose end was not written
+        may have run: its slot stays claimed (never twice)."""
         with self._tx("unregistering a scheduler") as cur:
             now = self._now(cur)
             cur = self._x(cur, "DELETE FROM procsched_schedulers WHERE id = ? AND token = ?", (holder.id, holder.token))
             if cur.rowcount != 1:
                 return False
-            _writes.end_runs_of(self, cur, holder.id, holder.token, now, "cancelled", None, None)
+            runs = _writes.end_runs_of(self, cur, holder.id, holder.token, now, "cancelled", None, None)
+            if ends_written:
+                _writes.leave_slots(self, cur, runs)
             self._bump(cur, None)
             return True
 

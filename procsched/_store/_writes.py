@@ -1134,6 +1134,35 @@ def end_runs_of(
     ]
 
 
+def leave_slots(store: StoreAccess, cur: Any, runs: list[RunRecord]) -> None:
+    """``runs``, just ended ``cancelled`` by ``end_runs_of``, never started:
+    each leaves what it claimed to the next claim, as a cancelled end of a
+    run given ahead does (``_LEAVE_SLOT``): a scheduled run its slot, a
+    retry its attempt (the next one, at its time). A one-shot whose only run
+    a clean shutdown cancelled so kept its slot guard, and every claim of
+    its next run was refused: it never ran (the fault campaign, seed 4607)."""
+    slots = [
+        (2 * SLOT_GAP_NS, r.key, r.run, r.run, SLOT_GAP_NS, SLOT_GAP_NS)
+        for r in runs
+        if r.attempt == 1 and r.cause == "schedule"
+    ]
+    if slots:
+        cur.executemany(store._q(_LEAVE_SLOT), slots)
+    for r in runs:
+        if r.attempt > 1:
+            store._x(
+                cur,
+                "UPDATE procsched_tasks SET next_attempt = ? WHERE key = ? AND run_count = ? AND next_attempt = 1 "
+                "AND in_flight = 0",
+                (r.attempt + 1, r.key, r.run),
+            )
+            store._x(
+                cur,
+                "UPDATE procsched_runs SET retry_due_ns = scheduled_ns WHERE key = ? AND run = ? AND attempt = ?",
+                (r.key, r.run, r.attempt),
+            )
+
+
 def _name(options: str) -> str | None:
     """A task's display name: ``options["name"]`` (None: none, or not a str)."""
     try:

@@ -491,3 +491,33 @@ def test_a_run_that_ends_past_its_trim_goes_with_the_next_sweep(store_url, toget
     for k in keys:
         assert [r.run for r in store.history(k, 100)] == list(range(TRIM_SWEEP + 3, TRIM_SWEEP + 8))
     store.close()
+
+
+def test_unregister_with_every_end_written_leaves_the_slots_of_runs_that_never_started(store):
+    """A clean shutdown that wrote the end of every run it started: its runs
+    still in flight never started, and their slots go to the next claim (the
+    fault campaign, seed 4607: a one-shot whose only run was so cancelled
+    kept its slot claimed, every later claim of it was refused, it never
+    ran). A retry so cancelled is tried again, as the next attempt."""
+    add(store, "once")
+    add(store, "retried")
+    h = store.register()
+    assert store.claim_run(h, "once", 1, 1, T0)
+    cycle(store, h, "retried", 1, outcome="error", retry=True)
+    assert store.claim_run(h, "retried", 1, 2, T0)
+    assert store.unregister(h, ends_written=True)
+    assert [r.outcome for r in store.history("once")] == ["cancelled"]
+    g = store.register()
+    assert store.claim_run(g, "once", 2, 1, T0)  # its slot, left to the next claim
+    assert store.get("retried").state.next_attempt == 3
+    assert store.claim_run(g, "retried", 1, 3, T0)
+
+
+def test_unregister_keeps_the_slot_of_a_run_whose_end_may_be_lost(store):
+    """Without every end written, a run still in flight may have run: its
+    slot stays claimed (never twice)."""
+    add(store, "once")
+    h = store.register()
+    assert store.claim_run(h, "once", 1, 1, T0)
+    assert store.unregister(h)
+    assert not store.claim_run(store.register(), "once", 2, 1, T0)

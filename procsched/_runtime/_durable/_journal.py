@@ -169,6 +169,7 @@ class Journal(Durable):
         self.told: list[Any] = []  # journalled events for the user, sent once the commit recording them is done
         self.closing = False  # shutdown: cancels stop tasks, they stay stored
         self.dead = False
+        self.drained = False  # a clean end's drain wrote every change (see drain, close)
         self.renew_at = 0
         self.submitted_at = 0  # when the commit in flight (or the last one) was handed to the writer
         self.lapsed = False  # the lease ran short without a renewal: the runs given ahead were taken back
@@ -1017,7 +1018,7 @@ class Journal(Durable):
         before this returns. A commit the store refused is tried again, at
         its back-off, for up to DRAIN_PATIENCE_NS: a pause acknowledged while
         the store was locked, then a restart, lost that pause (the fault
-        campaign, seed 316)."""
+        campaign, seed 316). ``drained`` says whether all of it was written."""
         self.requests.closing()
         deadline = now + DRAIN_PATIENCE_NS
         while True:
@@ -1028,6 +1029,7 @@ class Journal(Durable):
                 self.committed(engine, carrier, now)
                 self.turn(engine, carrier, offset, now)
             if self.dead or not len(self.batch) or self.retry_at is None:
+                self.drained = not self.dead and not len(self.batch)
                 return
             now = time.monotonic_ns()
             if now >= deadline:
@@ -1043,7 +1045,9 @@ class Journal(Durable):
         try:
             self.writer.close()  # after the commit in flight, if any
             if clean:
-                self.store.unregister(self.holder)
+                # every end written: a run still recorded in flight here never
+                # started, and leaves its slot to the next claim
+                self.store.unregister(self.holder, ends_written=self.drained)
         except StoreError:
             pass
         finally:
