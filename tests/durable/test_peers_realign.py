@@ -191,6 +191,43 @@ def test_a_runner_late_to_a_resume_records_paused_only_the_slots_before_another_
         store.close()
 
 
+def test_a_runner_late_to_a_resume_runs_the_slots_since_the_resume(tmp_path) -> None:
+    """A resume written to the store is followed by the task's runner at its
+    next re-read - late by seconds when the store was locked meanwhile. It
+    went on at its next slot from that re-read and recorded the slots before
+    it "paused", those after the resume too (the fault campaign, seed 4622,
+    SQLite: a slot a third of a second after the store's resume recorded
+    "paused"). On resume a task goes on at its next slot from the resume
+    (the row's write; catch_up runs the slots since, late); only the slots
+    before it were paused over."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    grid = time.time_ns() - 2 * NS + NS // 2  # the first slot the pause holds back; it and the next pass
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
+    batch.commit()
+
+    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)  # this scheduler: it ran runs 1-10
+    try:
+        peers = journal.peers
+        assert store.pause("k")
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
+        assert engine.state(1) is LocalState.PAUSED
+        assert store.resume("k")  # half a period before the third slot, grid + 2 s
+
+        late = time.monotonic_ns() + 3 * NS  # this scheduler's re-read, 3 s late (three more slots passed)
+        mark = len(engine.events)
+        peers.apply(engine, 1, store.get("k"), late, offset)
+        skipped = [m.view(m.RunSkipped, e) for e in engine.events[mark:] if e[0] == m.RUN_SKIPPED]
+        slots = [s.wall_ns + i * s.period_ns for s in skipped for i in range(s.slots)]
+        assert slots == [grid, grid + NS]  # before: through grid + 4 s, recorded "paused" after the resume
+        assert engine.next_claim(1) == (11, 1)
+        assert engine.next_wall(1) == grid + 2 * NS  # before: grid + 5 s (the next slot from the re-read)
+    finally:
+        journal.close(clean=True)
+        store.close()
+
+
 def _deploy(journal: Journal, engine: Engine, offset: int, period: int) -> None:
     """The program schedules "k" here again with a changed definition (its
     arguments): task 2, a fixed rate of ``period``, due a period from now

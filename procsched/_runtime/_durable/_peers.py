@@ -287,7 +287,9 @@ class Peers:
         if self.wake(engine, tid, now):
             self.paused_elsewhere.add(tid)
 
-    def resume(self, engine: Engine, tid: int, now: int, stored: StoredTask | None = None) -> bool:
+    def resume(
+        self, engine: Engine, tid: int, now: int, stored: StoredTask | None = None, resumed_wall: int | None = None
+    ) -> bool:
         """Resume ``tid`` (the user's here, or followed from the store: its
         row ``stored``): the slots its pause left behind are recorded
         skipped ("paused") by the scheduler whose grid it was - this one,
@@ -296,7 +298,9 @@ class Peers:
         they were either missing - a resume from the command line or the
         console records nothing - or counted from a grid that was not the
         task's.) Only those before the first slot another scheduler ran
-        since: it followed the resume first."""
+        since: it followed the resume first. ``resumed_wall``: the first
+        slot (UTC ns) from the store's resume: it and the slots after it are
+        not the pause's."""
         record, after = True, None
         if tid in self.paused_elsewhere:
             self.paused_elsewhere.discard(tid)
@@ -305,6 +309,8 @@ class Peers:
         before = None
         if stored is not None and record and paused_at_run is not None:
             before = self._run_since(stored, paused_at_run)
+        if resumed_wall is not None and record:  # the slots after the resume are not the pause's
+            before = resumed_wall if before is None else min(before, resumed_wall)
         return engine.resume(tid, now, record=record, after_wall=after, before_wall=before)
 
     def _run_since(self, stored: StoredTask, paused_at_run: int) -> int | None:
@@ -586,7 +592,7 @@ class Peers:
             return
         elif not task.state.paused and state is TaskState.PAUSED:
             mark = len(engine.events)
-            self.resume(engine, tid, now, task)
+            self.resume(engine, tid, now, task, resumed_slot(task, now + offset))
             # (in the re-read pass: the resume is the store's already, the slots it skipped are not)
             self.journal.record_skips(engine.events, mark)
             state = engine.state(tid)
@@ -606,7 +612,9 @@ class Peers:
             # (a catch_up task realigned to it made up every slot it was paused over). Not the local
             # task's own next slot: one that waited for a retry another scheduler ran resumes "now",
             # off the grid (the fault campaign, seed 3302, replayed).
-            following = schedule.not_before(due_wall, now + offset)
+            # From the resume (the row's write), not from this re-read: the slots since are to run (a re-read
+            # late by a store lock recorded them "paused" - the fault campaign, seed 4622).
+            following = schedule.not_before(due_wall, resumed_at(task, now + offset))
             due_wall = due_wall if following is None else following
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
         if engine.next_claim(tid) == claim and not force and _same_time(engine.next_wall(tid), due_wall):
@@ -642,3 +650,17 @@ class Peers:
             self.journal.keys.pop(tid, None)
         engine.cancel(tid, False, now)
         self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)
+
+
+def resumed_slot(task: StoredTask, now_wall: int) -> int | None:
+    """The first slot (UTC ns) of the stored ``task``'s grid from its resume
+    (see ``resumed_at``), or None (no due time)."""
+    due = task.state.next_due_ns
+    return None if due is None else schedule_of(task.definition).not_before(due, resumed_at(task, now_wall))
+
+
+def resumed_at(task: StoredTask, now_wall: int) -> int:
+    """When the stored ``task``, found resumed at ``now_wall`` (UTC ns), was
+    resumed: its row's last write - the resume, or a later one (never a slot
+    of the pause made to run)."""
+    return min(now_wall, task.updated_ns) if task.updated_ns else now_wall
