@@ -228,6 +228,41 @@ def test_a_runner_late_to_a_resume_runs_the_slots_since_the_resume(tmp_path) -> 
         store.close()
 
 
+def test_a_resume_asked_here_goes_on_on_the_stored_grid_not_at_a_stale_retry(tmp_path) -> None:
+    """The fault campaign, seed 4605 (PostgreSQL): this scheduler followed
+    the task from the store while another one ran it - last while that one
+    retried run 14 - then the task was paused from outside, and the user
+    resumed it here. Its local next claim was still run 14's retry, which
+    the core resumes "as soon as it may": now, off the grid; that due time,
+    written with the resume, became every instance's, and the grid moved
+    (20 slots lost). A resume asked here goes on at the stored grid's next
+    slot from now."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    now = time.time_ns()
+    grid = now - 3 * NS + NS // 3  # run 16's slot; the grid's next slot from now is a third of a period ahead
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(15, grid, 1, True))  # another ran 14-15; paused
+    batch.commit()
+
+    retry = grid - 2 * NS + NS // 20  # run 14's second attempt, as this scheduler had it
+    journal, engine, offset = _this_scheduler(path, grid - 2 * NS, 14, 2, retry)
+    journal.offset = offset  # (the dispatcher's, at its last turn)
+    try:
+        peers = journal.peers
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the store's pause, followed
+        assert engine.state(1) is LocalState.PAUSED
+
+        now_mono = time.monotonic_ns()
+        peers.controlled(engine, 1, now_mono)  # the user's resume, here
+        assert peers.resume(engine, 1, now_mono)
+        assert engine.next_claim(1) == (16, 1)  # before: (14, 2), run 14's retry
+        assert engine.next_wall(1) == grid + 3 * NS  # before: now, off the grid
+    finally:
+        journal.close(clean=True)
+        store.close()
+
+
 def _deploy(journal: Journal, engine: Engine, offset: int, period: int) -> None:
     """The program schedules "k" here again with a changed definition (its
     arguments): task 2, a fixed rate of ``period``, due a period from now

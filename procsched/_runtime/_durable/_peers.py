@@ -121,6 +121,7 @@ class Journalled(Protocol):
     hashes: dict[int, str]  # task id -> the hash of the definition it runs
     cancelled: list[int]
     pausing: dict[str, int]  # key -> pauses and resumes journalled, not yet committed
+    offset: int  # the dispatcher's wall offset (UTC ns - monotonic ns), at its last turn
 
     def expecting(self, key: str) -> bool: ...
 
@@ -311,7 +312,28 @@ class Peers:
             before = self._run_since(stored, paused_at_run)
         if resumed_wall is not None and record:  # the slots after the resume are not the pause's
             before = resumed_wall if before is None else min(before, resumed_wall)
-        return engine.resume(tid, now, record=record, after_wall=after, before_wall=before)
+        done = engine.resume(tid, now, record=record, after_wall=after, before_wall=before)
+        if done and stored is None and engine.state(tid) is TaskState.PENDING:
+            self._resumed_here(engine, tid, now)
+        return done
+
+    def _resumed_here(self, engine: Engine, tid: int, now: int) -> None:
+        """The user resumed the keyed task ``tid`` here: it goes on at the
+        stored grid's next slot from now. Its local next claim may be stale
+        - followed from the store while it was paused or on standby here: a
+        retry another scheduler has run since resumed "now", off the grid,
+        and that due time, written with the resume, moved every instance's
+        grid (the fault campaign, seed 4605: 20 slots lost)."""
+        journal = self.journal
+        key = journal.keys.get(tid)
+        if key is None:
+            return
+        try:
+            task = journal.store.get(key)
+        except StoreError:
+            return  # (as the core resumed it; the next re-read realigns it)
+        if task is not None:
+            self._realign(engine, tid, task, now, journal.offset, None, False, now + journal.offset)
 
     def _run_since(self, stored: StoredTask, paused_at_run: int) -> int | None:
         """The slot (UTC ns) of the first scheduled run of ``stored``
@@ -597,8 +619,25 @@ class Peers:
             self.journal.record_skips(engine.events, mark)
             state = engine.state(tid)
             resumed = True
-        if state is not TaskState.PENDING:
-            return
+        if state is TaskState.PENDING:
+            self._realign(
+                engine, tid, task, now, offset, lost, force, resumed_at(task, now + offset) if resumed else None
+            )
+
+    def _realign(
+        self,
+        engine: Engine,
+        tid: int,
+        task: StoredTask,
+        now: int,
+        offset: int,
+        lost: tuple[int, int] | None,
+        force: bool,
+        resumed: int | None,
+    ) -> None:
+        """Bring the PENDING local task ``tid`` to the stored ``task``'s next
+        claim (see ``apply``). ``resumed``: it was just resumed, at that wall
+        time: it goes on at the stored grid's first slot from then."""
         # A retry in flight: its grid from its run's regular slot (the fault campaign, seed 3404, replayed:
         # counted from the retry's time, a scheduler on standby woke onto a grid of its own).
         regular = regular_slot(self.journal.store, task.key, task.state.run_count) if retried(task) else None
@@ -607,14 +646,14 @@ class Peers:
             return
         runs, attempt, due_wall = point
         schedule = schedule_of(task.definition)
-        if resumed and attempt == 1:
+        if resumed is not None and attempt == 1:
             # Its next slot from now on the stored grid: the row's due may be the one before the pause
             # (a catch_up task realigned to it made up every slot it was paused over). Not the local
             # task's own next slot: one that waited for a retry another scheduler ran resumes "now",
             # off the grid (the fault campaign, seed 3302, replayed).
             # From the resume (the row's write), not from this re-read: the slots since are to run (a re-read
             # late by a store lock recorded them "paused" - the fault campaign, seed 4622).
-            following = schedule.not_before(due_wall, resumed_at(task, now + offset))
+            following = schedule.not_before(due_wall, resumed)
             due_wall = due_wall if following is None else following
         claim = (runs + 1, 1) if attempt == 1 else (runs, attempt)
         if engine.next_claim(tid) == claim and not force and _same_time(engine.next_wall(tid), due_wall):
