@@ -35,7 +35,8 @@ order the engine gave them, so a run that needs no commit (unkeyed, or
 recorded already) waits behind a held one. A held run was never sent:
 the engine takes it back with ``withdraw`` (always True), and what the store
 knows of it follows the stage its claim reached (``claims``): not written
-yet - dropped from the batch, nothing recorded; committed or in flight - it
+yet - dropped from the batch, nothing recorded; committed, in flight, or in
+a commit that failed (which may have written it: a lost COMMIT answer) - it
 stays recorded started (a run given ahead and taken back is the same run
 when it is given again: no second claim), and if it then ends without
 starting (``unstarted``: cancelled, or stopped by shutdown) its end is
@@ -77,8 +78,10 @@ from ._stored import regular_slot, schedule_of, stored_hash
 from ._writer import Writer, open_patiently, patiently
 
 # The stages of a claim (Journal.claims): its start is to be written, in the
-# batch being built, in the transaction in flight, committed.
-QUEUED, BATCHED, FLIGHT, RECORDED = range(4)
+# batch being built, in it again after a commit that failed (which may have
+# written it: a COMMIT whose answer was lost), in the transaction in flight,
+# committed.
+QUEUED, BATCHED, RESENT, FLIGHT, RECORDED = range(5)
 logger = logging.getLogger("procsched")
 PENDING, PAUSED, CANCELLED = TaskState.PENDING.value, TaskState.PAUSED.value, TaskState.CANCELLED.value
 #: The dispatcher renews its registration this often (a third of the lease).
@@ -417,7 +420,9 @@ class Journal(Durable):
     def withdraw(self, worker: Any, run: Run, peek: bool = False) -> bool:
         """Take back ``run`` if it is the last run held for ``worker`` (True:
         it was never sent). Its claim, if not written yet, is dropped; if
-        written (in flight or committed), it stays."""
+        written (in flight or committed) or maybe written (``RESENT``), it
+        stays - dropped, the start a failed commit had written all the same
+        stayed in flight in the store, under this scheduler, with no end."""
         fifo = self.fifo.get(worker)
         if not fifo:
             return False
@@ -447,7 +452,8 @@ class Journal(Durable):
 
     def unstarted(self, run: Run, now: int, events: list[m.Message], paused_at: int | None = None) -> bool:
         """A claimed run, taken back before it started, ends cancelled.
-        Recorded so if its start was written (see the module docstring);
+        Recorded so if its start was (or may have been) written (see the
+        module docstring);
         stopped by shutdown, its slot stays its task's next (a retry's: the
         next attempt of its run); taken back by a pause, the task's next slot
         is ``paused_at`` (a scheduler that adopts the paused task goes on on
@@ -732,7 +738,7 @@ class Journal(Durable):
             waiting, self.waiting = self.waiting, []
             for claim in waiting:
                 known = self.claims.get(claim)
-                if known is not None and known[0] == BATCHED:
+                if known is not None and known[0] in (BATCHED, RESENT):
                     known[0] = FLIGHT
             told, self.told = self.told, []
             self.submitted_at = now
@@ -1007,7 +1013,7 @@ class Journal(Durable):
         self.batch.ops[:0] = batch.ops
         self.batch.fenced = self.batch.fenced or batch.fenced  # its claims and ends are fenced again
         for _c, known in mine:
-            known[0] = BATCHED
+            known[0] = RESENT  # (written, maybe: as in flight, it is never dropped - see withdraw, unstarted)
         self.waiting[:0] = [c for c, _known in mine]
         # Keyed runs wait for the store, not on the workers: the unkeyed ones
         # go on meanwhile (their claims, dropped, are made again at the retry).
