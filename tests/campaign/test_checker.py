@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from tests.campaign.campaign import KeyEvent, Life
 from tests.campaign.checker import CONCURRENT_DEPLOYS as CONCURRENT
 from tests.campaign.checker import Attempt, _after_events, _overlap, _slots, _stalled, _two_ends
-from tests.campaign.storesql import RunRow
+from tests.campaign.storesql import RunRow, TaskRow
 
 LEASE = 1.0
 
@@ -294,3 +294,25 @@ def test_a_slot_that_ran_and_is_recorded_skipped_has_two_ends() -> None:
     assert _two_ends(h, [*ran, retry], {"r1": {100_000_000 + 4 * 250_000}}) == []
     found = _two_ends(h, [*ran, retry], {"r1": {100_000_000 + 250_000, 100_000_000 + 500_000}})
     assert [(v.kind, v.what) for v in found] == [("two ends", "2 slot(s) ran and are recorded skipped too")]
+
+
+def _paused_at_the_end(killed: float, faults: list) -> tuple[list, list]:
+    """Seed 4820 (SQLite): r2 paused through A at 51.3, resumed through C.5
+    (acknowledged at 53.5), C.5 killed at ``killed``; the store still has r2
+    paused at the end, and r2 ran nothing in the calm phase."""
+    c5 = Life("C", 5, "C.5", started=51.8, ended=killed, how="kill")
+    events = [KeyEvent("pause", "r2", 51.3, "A.3", 1), KeyEvent("resume", "r2", 53.5, "C.5", 1)]
+    h = SimpleNamespace(
+        calm_start=60.0, calm_end=65.0, lease=LEASE, live_at_end={"r2"}, oneshots={}, key_events=events, faults=faults
+    )
+    row = TaskRow("r2", "tests.campaign.work:work", 65, None, True, None, None)
+    ran = [Attempt("r2", 65, 1, "A.3", 1, None, 111, start=51.0, end=51.5, x="ok")]
+    return _stalled(h, ran, {"r2": row}, {"C.5": c5}, [])
+
+
+def test_a_resume_lost_with_its_killed_instance_is_the_documented_limit() -> None:
+    lock = SimpleNamespace(kind="sqlite_lock", at=53.77)
+    found, documented = _paused_at_the_end(killed=54.9, faults=[lock])  # its commit waited for the lock
+    assert not found and [v.kind for v in documented] == ["stalled (documented)"]
+    found, documented = _paused_at_the_end(killed=58.0, faults=[])  # it had seconds to store the resume
+    assert [v.kind for v in found] == ["stalled"] and not documented
