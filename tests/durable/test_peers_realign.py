@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from procsched._core import Policy
 from procsched._core import TaskState as LocalState
@@ -40,6 +41,21 @@ def _this_scheduler(path: str, grid: int, runs: int, attempt: int, due: int) -> 
     shape = m.AdoptShape.wire(Schedule.fixed_rate(NS).to_wire(), grid, 0, None, "k", b"", None, None)
     journal.adopt(engine, [shape], [m.AdoptRow.wire("k", 0, runs, attempt, due, grid, False, False, 1, "h")], offset)
     return journal, engine, offset
+
+
+def _paused_from_the_store(path: str, grid: int) -> tuple[Any, Journal, Engine, int]:
+    """The store at ``path`` holds "k" with run 11 due at ``grid``; this
+    scheduler ran runs 1-10 and has followed a pause of it from the store.
+    (store, journal, engine, offset): see ``_this_scheduler``."""
+    store = open_store(path)
+    batch = store.batch()
+    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
+    batch.commit()
+    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)
+    assert store.pause("k")
+    journal.peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
+    assert engine.state(1) is LocalState.PAUSED
+    return store, journal, engine, offset
 
 
 def test_a_claim_moved_past_a_holders_run_goes_back_to_the_slot_the_holder_gave_up(tmp_path) -> None:
@@ -154,21 +170,10 @@ def test_a_runner_late_to_a_resume_records_paused_only_the_slots_before_another_
     from it. Back, the runner recorded every slot from the pause to its own
     late re-read "paused" - those the other one had run too: one slot, two
     ends. It records only the slots before the first run claimed since."""
-    path = str(tmp_path / "s.db")
-    store = open_store(path)
-    now = time.time_ns()
-    grid = now - 6 * NS  # run 11's slot: the first the pause holds back
-    batch = store.batch()
-    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
-    batch.commit()
-
-    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)  # this scheduler: it ran runs 1-10
+    grid = time.time_ns() - 6 * NS  # run 11's slot: the first the pause holds back
+    store, journal, engine, offset = _paused_from_the_store(str(tmp_path / "s.db"), grid)
     try:
         peers = journal.peers
-        assert store.pause("k")
-        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
-        assert engine.state(1) is LocalState.PAUSED
-
         assert store.resume("k")  # 3 s later (slots grid .. grid + 2 s were paused over) ...
         a = store.register(lease_ns=30 * NS, pid=1)  # ... another scheduler, A, follows it first
         for run, slot in ((11, grid + 3 * NS), (12, grid + 4 * NS)):
@@ -200,19 +205,10 @@ def test_a_runner_late_to_a_resume_runs_the_slots_since_the_resume(tmp_path) -> 
     "paused"). On resume a task goes on at its next slot from the resume
     (the row's write; catch_up runs the slots since, late); only the slots
     before it were paused over."""
-    path = str(tmp_path / "s.db")
-    store = open_store(path)
     grid = time.time_ns() - 2 * NS + NS // 2  # the first slot the pause holds back; it and the next pass
-    batch = store.batch()
-    batch.upsert(TaskDefinition("k", "m:f", b"", RATE), TaskState(10, grid))
-    batch.commit()
-
-    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)  # this scheduler: it ran runs 1-10
+    store, journal, engine, offset = _paused_from_the_store(str(tmp_path / "s.db"), grid)
     try:
         peers = journal.peers
-        assert store.pause("k")
-        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed
-        assert engine.state(1) is LocalState.PAUSED
         assert store.resume("k")  # half a period before the third slot, grid + 2 s
 
         late = time.monotonic_ns() + 3 * NS  # this scheduler's re-read, 3 s late (three more slots passed)
