@@ -194,11 +194,7 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                 if store._row_fault(exc):
                     raise _RowFault(exc) from exc
                 raise
-        left = [
-            (2 * SLOT_GAP_NS, op.key, op.run, op.run, SLOT_GAP_NS, SLOT_GAP_NS)
-            for op in ops
-            if op[0] == "finished" and _left_slot(op)
-        ]
+        left = [_left(op.key, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
         if left:
             cur.executemany(store._q(_LEAVE_SLOT), left)
     c.result.lost = list(dict.fromkeys(c.result.lost))
@@ -214,6 +210,11 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
 _LEAVE_SLOT = """UPDATE procsched_tasks SET last_slot_ns = last_slot_ns - ?
     WHERE key = ? AND sched_run = ? AND run_count = ? AND in_flight = 0 AND last_outcome = 'cancelled'
     AND next_due_ns >= last_slot_ns - ? AND next_due_ns <= last_slot_ns + ?"""
+
+
+def _left(key: str, run: int) -> tuple[Any, ...]:
+    """_LEAVE_SLOT's parameters for ``run`` of ``key``, in its order."""
+    return (2 * SLOT_GAP_NS, key, run, run, SLOT_GAP_NS, SLOT_GAP_NS)
 
 
 def _left_slot(op: Finished) -> bool:
@@ -1141,11 +1142,7 @@ def leave_slots(store: StoreAccess, cur: Any, runs: list[RunRecord]) -> None:
     retry its attempt (the next one, at its time). A one-shot whose only run
     a clean shutdown cancelled so kept its slot guard, and every claim of
     its next run was refused: it never ran (the fault campaign, seed 4607)."""
-    slots = [
-        (2 * SLOT_GAP_NS, r.key, r.run, r.run, SLOT_GAP_NS, SLOT_GAP_NS)
-        for r in runs
-        if r.attempt == 1 and r.cause == "schedule"
-    ]
+    slots = [_left(r.key, r.run) for r in runs if r.attempt == 1 and r.cause == "schedule"]
     if slots:
         cur.executemany(store._q(_LEAVE_SLOT), slots)
     for r in runs:
