@@ -516,7 +516,7 @@ def _skip_last(op: Finished) -> int:
     (``_misfires_folded``, ``_skip_guard``), or -1 (none)."""
     if not op.skip_slots or op.skip_first_ns is None:
         return -1
-    return _skip_guard(_last_slot(op.skip_first_ns, op.skip_period_ns, op.skip_slots))
+    return _skip_guard(op.skip_first_ns, op.skip_period_ns, op.skip_slots)
 
 
 #: How far below the last slot recorded skipped its slot guard stays. A claim
@@ -529,9 +529,10 @@ def _skip_last(op: Finished) -> int:
 SKIP_GUARD_BACK_NS = SLOT_GAP_NS // 2
 
 
-def _skip_guard(last: int) -> int:
-    """The slot guard a skip whose last slot is ``last`` leaves (``_GUARD_PAST``)."""
-    return last - SKIP_GUARD_BACK_NS
+def _skip_guard(first: int, period: int, slots: int) -> int:
+    """The slot guard a skip of ``slots`` slots ``period`` apart from
+    ``first`` leaves (``_GUARD_PAST``): below its last slot."""
+    return _last_slot(first, period, slots) - SKIP_GUARD_BACK_NS
 
 
 def _last_slot(first: int, period: int, slots: int) -> int:
@@ -802,7 +803,7 @@ def _skip_one(store: StoreAccess, cur: Any, c: Commit, op: Skipped) -> None:
         return  # recorded already: its first reason stands
     column = f"skipped_{op.reason}"
     store._x(cur, f"UPDATE procsched_tasks SET {column} = {column} + ? WHERE key = ?", (op.slots, op.key))
-    guard = _skip_guard(_last_slot(op.slot_ns, op.period_ns, op.slots))
+    guard = _skip_guard(op.slot_ns, op.period_ns, op.slots)
     store._x(cur, _GUARD_PAST, (guard, op.key, guard))
     store._x(cur, _TRIM_SKIPPED, (op.key, op.key, store.keep_runs - 1))
 
@@ -907,7 +908,7 @@ def _index_range(start: int, period: int, lo: int, hi: int) -> tuple[int, int]:
 #: scheduler that realigned to it from a row whose due time the skip did not
 #: move: a pause one recorded, another that missed the pause caught up - the
 #: fault campaign's stores). The claims' slot guard (see "Claims") moves past
-#: it (to ``_skip_guard`` of its last slot); a claim of it is lost, and its
+#: it (to its ``_skip_guard``); a claim of it is lost, and its
 #: claimer goes on from now.
 _GUARD_PAST = "UPDATE procsched_tasks SET last_slot_ns = ? WHERE key = ? AND (last_slot_ns IS NULL OR last_slot_ns < ?)"
 
@@ -1014,7 +1015,7 @@ def _skip_group(store: StoreAccess, cur: Any, c: Commit, group: list[Skipped]) -
         added[key] = added.get(key, 0) + 1
     lasts: dict[str, int] = {}  # the slot guard past each task's last slot recorded (``_GUARD_PAST``)
     for op in group:
-        last = _skip_guard(_last_slot(op.slot_ns, op.period_ns, op.slots))
+        last = _skip_guard(op.slot_ns, op.period_ns, op.slots)
         lasts[op.key] = max(last, lasts.get(op.key, last))
     cur.executemany(store._q(_GUARD_PAST), [(last, key, last) for key, last in sorted(lasts.items())])
     for reason in sorted({reason for _, reason in new}):

@@ -334,9 +334,7 @@ def test_the_slot_after_a_skip_on_a_1_ms_grid_is_claimed_though_read_a_microseco
     ms, us = P // 1000, P // 1_000_000
     add(store)
     h = store.register()
-    b = store.batch(h)
-    b.started("k", 1, 1, T0)
-    assert b.commit().ok
+    assert store.claim_run(h, "k", 1, 1, T0)
     b = store.batch(h)
     if folded:
         b.finished("k", 1, 1, "ok", T0 + 4 * ms, T0 + 4 * ms)
