@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
@@ -212,6 +213,12 @@ _LAZY_CONDITION = sorted(vars(concurrent.futures.Future())) == [
     "_state",
     "_waiters",
 ]
+#: The Future fields a handle makes when first used (``TaskHandle.__getattr__``).
+_LAZY_FIELDS: dict[str, Callable[[], Any]] = {
+    "_condition": threading.Condition,
+    "_waiters": list,
+    "_done_callbacks": list,
+}
 
 
 class Owner(Protocol):
@@ -255,10 +262,8 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         key: str | None = None,
         next_wall: int | None = None,
     ) -> None:
-        if _LAZY_CONDITION:  # Future.__init__ without its Condition (see __getattr__)
+        if _LAZY_CONDITION:  # Future.__init__ without its Condition and lists (see __getattr__)
             self._state, self._result, self._exception = _PENDING, None, None
-            self._waiters: list[Any] = []
-            self._done_callbacks: list[Any] = []
         else:
             super().__init__()
         self._owner = owner
@@ -274,15 +279,18 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def __getattr__(self, name: str) -> Any:
         """A Future's ``_condition`` (an RLock in a Condition: 60% of making
-        a handle, and a restart makes 100,000 handles) is made when first
-        used - by whichever thread comes first, once, under a module lock."""
-        if name != "_condition":
+        a handle, and a restart makes 100,000 handles) and its lists of
+        waiters and callbacks (a third of what is left, and as much again
+        in the collection after a restart) are made when first used - by
+        whichever thread comes first, once, under a module lock."""
+        make = _LAZY_FIELDS.get(name)
+        if make is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         with _CONDITION_LOCK:
-            condition = self.__dict__.get("_condition")
-            if condition is None:
-                condition = self.__dict__["_condition"] = threading.Condition()
-        return condition
+            value = self.__dict__.get(name)
+            if value is None:
+                value = self.__dict__[name] = make()
+        return value
 
     # Reading a finished handle needs no Condition: its state never changes
     # again, and ``_on_result`` sets the result before the state.

@@ -86,3 +86,34 @@ def test_a_bulk_read_checks_every_row_s_signature(store_url):
     assert {t.key: t.definition.args for t in signed.load().tasks if t.untrusted}["bad"] == b""  # withheld
     for s in (plain, signed, conn_store):
         s.close()
+
+
+def test_a_bulk_read_shares_what_the_tasks_of_one_definition_share(store_url):
+    """Without a secret, a definition's function, arguments, schedule and
+    options are read once (by its digest) and shared by its tasks."""
+    store = open_store(store_url)
+    b = store.batch()
+    for i in range(3):
+        b.upsert(TaskDefinition(f"t{i}", "store_funcs:plain", b"ab", {"kind": "fixed_rate", "period_ns": P}, {}),
+                 TaskState(0, T0 + i))  # fmt: skip
+    assert b.commit().ok
+    fill(store)
+    same(store)
+    tasks = [t for t in store.load().tasks if t.key.startswith("t")]
+    assert len({id(t.definition.args) for t in tasks}) == len({id(t.definition.schedule) for t in tasks}) == 1
+    assert [t.state.next_due_ns for t in sorted(tasks, key=lambda t: t.key)] == [T0, T0 + 1, T0 + 2]
+    store.close()
+
+
+def test_a_digest_that_stands_for_two_definitions_reads_each_task_whole(store_url):
+    """A store written by hand: two different definitions under one digest.
+    Each task still gets its own definition (then every row is read whole)."""
+    store = open_store(store_url)
+    fill(store)
+    sql(store_url, "UPDATE procsched_definitions SET def_hash = 'same' WHERE key IN ('plain', 'args')")
+    loaded = {t.key: t.definition for t in store.load().tasks}
+    assert (loaded["plain"].args, loaded["plain"].schedule["kind"]) == (b"", "fixed_rate")
+    args = loaded["args"]
+    assert (args.args, args.schedule["kind"], args.options) == (b"xy", "once", {"name": "n"})
+    same(store)
+    store.close()

@@ -190,6 +190,9 @@ class FailingCursor:
     def fetchall(self):
         return self.cur.fetchall()
 
+    def fetchmany(self, size):
+        return self.cur.fetchmany(size)
+
     @property
     def rowcount(self):
         return self.cur.rowcount
