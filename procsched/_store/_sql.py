@@ -513,7 +513,7 @@ class SQLStore:
     # -- reads ---------------------------------------------------------------
 
     def load(self) -> Loaded:
-        """Every stored task, every in-flight run, every registered scheduler,
+        """Every stored task (by key), every in-flight run, every registered scheduler,
         every retry due and not claimed yet.
 
         The caller records as ``crashed`` the in-flight runs whose holder is
@@ -551,11 +551,13 @@ class SQLStore:
         """Stored tasks, by key, definitions included (``jobs_view`` lists
         them without their arguments)."""
         with self._tx("listing jobs", write=False) as cur:
-            return self._every_task(cur, " ORDER BY t.key")
+            return self._every_task(cur)
 
-    def _every_task(self, cur: Any, order: str = "") -> list[StoredTask]:
-        """Every stored task (``order``: an ORDER BY for ``TASK_SELECT``),
-        read a few hundred rows at a time (``_streamed``). Without a secret,
+    def _every_task(self, cur: Any) -> list[StoredTask]:
+        """Every stored task, by key (SQLite: the tasks table's own order,
+        its rows read in one pass: without an order it walked an index and
+        looked each row up, 0.27 -> 0.24 s for 100,000), read a few hundred
+        rows at a time (``_streamed``). Without a secret,
         what tasks of one definition share is read once per definition and
         shared (``_rows.shared_parts``); with one, each row is read whole:
         its signature is checked over its own columns."""
@@ -563,9 +565,9 @@ class SQLStore:
             parsed: dict[str, Any] = {}
             shared = shared_parts(self._x(cur, SHAPE_SELECT).fetchall(), parsed)
             if shared is not None:
-                rows = _streamed(self._x(cur, TASK_SELECT_BARE + order))
+                rows = _streamed(self._x(cur, f"{TASK_SELECT_BARE} ORDER BY t.key"))
                 return stored_tasks(rows, self._keyring, parsed, shared=shared)
-        return stored_tasks(_streamed(self._x(cur, TASK_SELECT + order)), self._keyring)
+        return stored_tasks(_streamed(self._x(cur, f"{TASK_SELECT} ORDER BY t.key")), self._keyring)
 
     def changed_since(self, since_ns: int) -> list[StoredTask]:
         """Tasks written at or after ``since_ns`` (store clock): the bounded
