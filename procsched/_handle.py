@@ -199,6 +199,7 @@ def run_in_progress(
 
 _PENDING = concurrent.futures._base.PENDING
 _FINISHED = concurrent.futures._base.FINISHED
+_CANCELLED_AND_NOTIFIED = concurrent.futures._base.CANCELLED_AND_NOTIFIED
 _CONDITION_LOCK = threading.Lock()
 #: Guards every handle's run list: the event thread appends and trims it, a
 #: reader makes its records RunInfo in place (``TaskHandle.runs``).
@@ -443,6 +444,17 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
             self.set_result(value)
 
     def _on_cancelled(self) -> None:
+        if _LAZY_CONDITION:
+            with _CONDITION_LOCK:
+                if "_condition" not in self.__dict__:
+                    # Nobody waits on it or has a callback on it (as in
+                    # _on_result): cancelled without making its Condition and
+                    # lists - a shutdown cancels every pending handle.
+                    if self._state is _PENDING:
+                        self._task_state = TaskState.CANCELLED
+                        self.next_run = None
+                        self._state = _CANCELLED_AND_NOTIFIED
+                    return
         if self.done():
             return  # (told again: its task cancelled a second time while its last run was in flight)
         self._task_state = TaskState.CANCELLED

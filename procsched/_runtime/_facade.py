@@ -324,23 +324,23 @@ class Scheduler(LiveTasks, SchedulingAPI, concurrent.futures.Executor):
                 chunk: list[m.Message] = []
                 append = chunk.append
                 for row in plan.rows(lo, lo + ADOPT_CHUNK) if rows is None else rows[lo : lo + ADOPT_CHUNK]:
-                    key, due = row.key, row.due_wall_ns
+                    key, shape, runs, attempt, due, slot, paused, write, name = row  # (Row's fields: see _recovery)
                     task_id = next(ids)
-                    handle = TaskHandle(self, task_id, row.name, (due - offset) / NS, key, due)
-                    if row.paused:
+                    handle = TaskHandle(self, task_id, name, (due - offset) / NS, key, due)
+                    if paused:
                         handle._on_paused()  # (as the dispatcher will say: known from the call on)
                     handles[task_id] = handle
                     keys[key] = handle
                     append(
                         wire(
                             key,
-                            row.shape + base,
-                            row.runs,
-                            row.attempt,
+                            shape + base,
+                            runs,
+                            attempt,
                             due,
-                            row.slot_wall_ns,
-                            row.paused,
-                            row.write,
+                            slot,
+                            paused,
+                            write,
                             task_id,
                             hashes[key],
                             down.pop(key, ()) if down else (),  # (told once: at this start)

@@ -125,3 +125,34 @@ def test_args_and_kwargs(sched: procsched.InlineScheduler) -> None:
     handle = sched.schedule(lambda *a, **k: (a, k), 0, args=[1, 2], kwargs={"x": 3})
     sched.run_due()
     assert handle.result(timeout=0) == ((1, 2), {"x": 3})
+
+
+def test_a_handle_cancelled_with_nobody_waiting_is_a_cancelled_future(sched: procsched.InlineScheduler) -> None:
+    """Cancelled before anyone waited on it or gave it a callback (a
+    shutdown's every pending handle): the handle makes no Condition, and is
+    every bit a cancelled Future after."""
+    handle = sched.schedule(lambda: 1, 5)
+    assert handle.cancel()
+    assert "_condition" not in vars(handle)
+    assert handle.cancelled() and handle.done() and handle.state is TaskState.CANCELLED and handle.next_run is None
+    with pytest.raises(concurrent.futures.CancelledError):
+        handle.result(timeout=0)
+    with pytest.raises(concurrent.futures.CancelledError):
+        handle.exception(timeout=0)
+    fired: list[bool] = []
+    handle.add_done_callback(lambda f: fired.append(f.cancelled()))
+    assert fired == [True]
+    assert list(concurrent.futures.as_completed([handle], timeout=0)) == [handle]
+    assert not handle.cancel() or handle.cancelled()  # (a second cancel changes nothing)
+    assert handle.cancelled()
+
+
+def test_a_handle_waited_on_is_woken_by_its_cancel(sched: procsched.InlineScheduler) -> None:
+    handle = sched.schedule(lambda: 1, 5)
+    done, not_done = concurrent.futures.wait([handle], timeout=0)  # (made its Condition and lists)
+    assert not done
+    fired: list[bool] = []
+    handle.add_done_callback(lambda f: fired.append(f.cancelled()))
+    assert handle.cancel()
+    assert fired == [True] and handle.cancelled()
+    assert concurrent.futures.wait([handle], timeout=0).done == {handle}

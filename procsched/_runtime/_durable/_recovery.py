@@ -186,6 +186,11 @@ class Row(NamedTuple):
     name: str | None
 
 
+# The adoption loop unpacks a Row in this order (``Scheduler._adopt``: 100,000
+# rows read through their fields' properties cost ~30 ms more).
+assert Row._fields == ("key", "shape", "runs", "attempt", "due_wall_ns", "slot_wall_ns", "paused", "write", "name")
+
+
 class Plan(NamedTuple):
     """How to adopt stored tasks (see :func:`plan`)."""
 
