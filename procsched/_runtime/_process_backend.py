@@ -3,6 +3,8 @@ process and carries commands to it and event batches back (see _dispatcher.py)."
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -22,6 +24,11 @@ from ._wire import pack_call, recv, send, send_command
 
 #: How long shutdown waits for the dispatcher to exit once it said "closed".
 EXIT_GRACE = 10.0
+#: The command pipe's size (Linux; the default is 64 KiB): a restart's chunks
+#: of stored tasks (~0.5 MB each) are written while the dispatcher adopts the
+#: one before, not after it - 100,000 stored tasks, SQLite: the writes took
+#: 0.15 s of the constructor's 0.9 s, 0.06 s with this.
+CMD_PIPE_BYTES = 1 << 20
 
 
 class ProcessBackend:
@@ -39,6 +46,9 @@ class ProcessBackend:
         #: dispatcher dies, their process groups are killed from here.
         self.workers: set[int] = set()
         cmd_r, cmd_w = os.pipe()
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):  # (over the user's pipe quota: the default size)
+                fcntl.fcntl(cmd_w, fcntl.F_SETPIPE_SZ, CMD_PIPE_BYTES)
         evt_r, evt_w = os.pipe()
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)  # the store's secret goes in the configuration frame: workers never inherit it
