@@ -108,14 +108,18 @@ def shared_parts(raws: Iterable[Any], parsed: dict[str, Any]) -> dict[str, tuple
     for def_hash, fn_ref, args, schedule_text, options_text in raws:
         if def_hash in out:
             return None
-        schedule = parsed.get(schedule_text)
-        if schedule is None:
-            schedule = parsed[schedule_text] = json.loads(schedule_text)
-        options = parsed.get(options_text)
-        if options is None:
-            options = parsed[options_text] = json.loads(options_text)
+        schedule, options = _json(schedule_text, parsed), _json(options_text, parsed)
         out[def_hash] = (fn_ref, b"" if args is None else args, schedule, options)
     return out
+
+
+def _json(text: str, parsed: dict[str, Any]) -> Any:
+    """``text`` decoded, once per distinct text of a read (``parsed``):
+    equal texts give one shared value."""
+    value = parsed.get(text)
+    if value is None:
+        value = parsed[text] = json.loads(text)
+    return value
 
 
 def holder(row: Any) -> Holder:
@@ -264,12 +268,7 @@ def stored_tasks(
                 if why is not None:
                     append(_untrusted(TaskRow._make(raw), why))
                     continue
-            schedule = parsed.get(schedule_text)
-            if schedule is None:
-                schedule = parsed[schedule_text] = json.loads(schedule_text)
-            options = parsed.get(options_text)
-            if options is None:
-                options = parsed[options_text] = json.loads(options_text)
+            schedule, options = _json(schedule_text, parsed), _json(options_text, parsed)
         d = new(TaskDefinition)
         d0(d, key)
         d1(d, fn_ref)
