@@ -410,7 +410,10 @@ def run_scenario(module: Any, ctx: Context) -> ScenarioResult:
     t0 = time.monotonic()
     mark, waited0 = ctx.foreign_mark(), ctx.waited
     runner: Callable[..., ScenarioResult] = getattr(module, "run", None) or standard_run
-    result = runner(module, ctx, p)
+    try:
+        result = runner(module, ctx, p)
+    finally:
+        _contenders.end_ray()  # (not left running into the next scenario's measurements)
     result.seconds = time.monotonic() - t0
     result.load = tuple(round(x, 2) for x in os.getloadavg())
     # Other processes compete for the same cores and skew every timing: say how much.
