@@ -230,10 +230,14 @@ def _measure(adapter: Any, p: dict[str, Any], tmp: str) -> dict[str, Any]:
 def _in_child(name: str, p: dict[str, Any]) -> dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scenarios.crashes", name, str(p["workers"]), str(p["normal_ms"])],
-        capture_output=True, text=True, timeout=60, env=env, cwd=root,
-    )  # fmt: skip
+    tmp = tempfile.mkdtemp(prefix="bench-crash-")  # (made and removed here: the child dies with its tasks)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.scenarios.crashes", name, str(p["workers"]), str(p["normal_ms"]), tmp],
+            capture_output=True, text=True, timeout=60, env=env, cwd=root,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     ok = {int(i) for i in re.findall(r"ok (\d+)\n", proc.stdout)}
     code = proc.returncode
     how = f"signal {-code}" if code < 0 else f"exit code {code}"
@@ -248,10 +252,9 @@ def _in_child(name: str, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _child(name: str, workers: int, normal_ms: int) -> None:
+def _child(name: str, workers: int, normal_ms: int, tmp: str) -> None:
     adapter = _contenders.make(name, workers)
     adapter.start()
-    tmp = tempfile.mkdtemp(prefix="bench-crash-")
 
     def report(i: int, outcome: _contenders.Outcome) -> None:
         if outcome.error is None:
@@ -316,4 +319,4 @@ def plot(result: ScenarioResult, path: str) -> None:
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
