@@ -294,7 +294,7 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         return value
 
     # Reading a finished handle needs no Condition: its state never changes
-    # again, and ``_on_result`` sets the result before the state.
+    # again, and ``_settle_unwatched`` sets the result before the state.
 
     def done(self) -> bool:
         if self._state is _FINISHED:
@@ -428,39 +428,37 @@ class TaskHandle(concurrent.futures.Future):  # type: ignore[type-arg]
         """The task ended in ``state`` (DONE/FAILED) with a value or exception."""
         self._task_state = state
         self.next_run = None
-        if _LAZY_CONDITION:
-            with _CONDITION_LOCK:
-                if self._state is _PENDING and "_condition" not in self.__dict__:
-                    # Nobody waits on it or has a callback on it (either
-                    # would have made its Condition, under this lock): it is
-                    # finished without making one - the usual case for a
-                    # handle read only after it finished.
-                    self._result, self._exception = value, exc
-                    self._state = _FINISHED
-                    return
+        if self._settle_unwatched(_FINISHED, value, exc):
+            return
         if exc is not None:
             self.set_exception(exc)
         else:
             self.set_result(value)
 
     def _on_cancelled(self) -> None:
-        if _LAZY_CONDITION:
-            with _CONDITION_LOCK:
-                if "_condition" not in self.__dict__:
-                    # Nobody waits on it or has a callback on it (as in
-                    # _on_result): cancelled without making its Condition and
-                    # lists - a shutdown cancels every pending handle.
-                    if self._state is _PENDING:
-                        self._task_state = TaskState.CANCELLED
-                        self.next_run = None
-                        self._state = _CANCELLED_AND_NOTIFIED
-                    return
-        if self.done():
+        if self._state is not _PENDING:
             return  # (told again: its task cancelled a second time while its last run was in flight)
         self._task_state = TaskState.CANCELLED
         self.next_run = None
-        concurrent.futures.Future.cancel(self)
-        self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+        if not self._settle_unwatched(_CANCELLED_AND_NOTIFIED):
+            concurrent.futures.Future.cancel(self)
+            self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+
+    def _settle_unwatched(self, state: str, value: Any = None, exc: BaseException | None = None) -> bool:
+        """Settle the pending Future in ``state`` (finished, or cancelled) if
+        nobody waits on it or has a callback on it - either would have made
+        its Condition, under this lock - without making its Condition and
+        lists: the usual case for a handle read only after it ended, and for
+        every pending handle a shutdown cancels. False: the Future's own
+        methods settle it (and wake who waits). Only the event thread
+        settles a handle, so a handle seen pending here is pending."""
+        if _LAZY_CONDITION:
+            with _CONDITION_LOCK:
+                if self._state is _PENDING and "_condition" not in self.__dict__:
+                    self._result, self._exception = value, exc  # (before the state: see result())
+                    self._state = state
+                    return True
+        return False
 
 
 def _slot_time(info: RunInfo) -> float:

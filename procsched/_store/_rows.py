@@ -109,7 +109,7 @@ def shared_parts(raws: Iterable[Any], parsed: dict[str, Any]) -> dict[str, tuple
         if def_hash in out:
             return None
         schedule, options = _json(schedule_text, parsed), _json(options_text, parsed)
-        out[def_hash] = (fn_ref, b"" if args is None else args, schedule, options)
+        out[def_hash] = (fn_ref, args, schedule, options)
     return out
 
 

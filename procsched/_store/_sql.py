@@ -557,10 +557,10 @@ class SQLStore:
         """Every stored task, by key (SQLite: the tasks table's own order,
         its rows read in one pass: without an order it walked an index and
         looked each row up, 0.27 -> 0.24 s for 100,000), read a few hundred
-        rows at a time (``_streamed``). Without a secret,
-        what tasks of one definition share is read once per definition and
-        shared (``_rows.shared_parts``); with one, each row is read whole:
-        its signature is checked over its own columns."""
+        rows at a time (``_streamed``). Without a secret, what tasks of one
+        definition share is read once per definition and shared
+        (``_rows.shared_parts``); with one, each row is read whole: its
+        signature is checked over its own columns."""
         if not self._keyring:
             parsed: dict[str, Any] = {}
             shared = shared_parts(self._x(cur, SHAPE_SELECT).fetchall(), parsed)
