@@ -88,6 +88,10 @@ PENDING, PAUSED, CANCELLED = TaskState.PENDING.value, TaskState.PAUSED.value, Ta
 LEASE_NS = 30 * NS
 #: A turn waits this long for its commit before going on (see Journal.turn).
 COMMIT_WAIT_S = 0.0002
+#: The next commit waits for the ends of the runs the last one sent, for as
+#: long as that commit took, at most this long - if that commit was computed
+#: in this process (see Journal.holding).
+HOLD_MAX_NS = 2_000_000
 #: After a failed commit, the next try waits this long, doubling up to RETRY_MAX_NS.
 RETRY_FIRST_NS = 50_000_000
 RETRY_MAX_NS = 2_000_000_000
@@ -175,6 +179,11 @@ class Journal(Durable):
         self.drained = False  # a clean end's drain wrote every change (see drain, close)
         self.renew_at = 0
         self.submitted_at = 0  # when the commit in flight (or the last one) was handed to the writer
+        #: The runs the last commit sent whose ends have not come, and until
+        #: when the next commit waits for them (see ``holding``).
+        self.going: set[tuple[int, int, int]] = set()
+        self.hold_until = 0
+        self.hold_max_ns = HOLD_MAX_NS  # 0 once draining: every change goes at once
         self.lapsed = False  # the lease ran short without a renewal: the runs given ahead were taken back
         self.status_at = 0  # when to publish this instance's status next (its workers, its standby)
         self.retry_ns = 0  # the back-off after a failed commit (0: the last one committed)
@@ -645,6 +654,8 @@ class Journal(Durable):
         tid, state = ev.task_id, ev.state
         if self.claims:
             self.claims.pop((tid, ev.run, ev.attempt), None)
+        if self.going:
+            self.going.discard((tid, ev.run, ev.attempt))
         error = ev.error
         pending = state in (PENDING, PAUSED)
         # (paused by a pause asked during the run: its next slot is kept, so that whoever
@@ -731,6 +742,8 @@ class Journal(Durable):
             self.told.extend(engine.take_events())
         if self.writer.busy:  # pipelined: this turn's changes go with the next commit (group commit)
             pass
+        elif self.holding(now):  # and with the ends of the runs the last commit sent, if they come soon
+            pass
         elif len(self.batch) and (self.retry_at is None or now >= self.retry_at):
             batch, self.batch = self.batch, self.writer.store.batch(self.holder)
             if batch.fenced and now >= self.status_at:  # with the lease this commit renews
@@ -795,7 +808,26 @@ class Journal(Durable):
         wake = min(self.renew_at, peers_at, self.limited.at or self.renew_at)
         if self.retry_at is not None and not self.writer.busy:
             return min(wake, self.retry_at)
+        if not self.writer.busy and self.holding(now):
+            return min(wake, self.hold_until)
         return wake
+
+    def holding(self, now: int) -> bool:
+        """The batch waits for the ends of the runs the last commit sent
+        (``going``), until ``hold_until``: as long again as that commit took,
+        at most HOLD_MAX_NS - when that commit was computed in this process
+        (SQLite: ``Spent.computed``; see ``committed``). Sent the moment
+        the writer is free, a commit carries the few ends that came during
+        the last one, and each run sent by the last one ends during it: its
+        end and its task's next claim wait for the commit after, so a keyed
+        task runs once in two commits. Waiting, one commit carries each
+        task's end and next claim. A commit that waits for a server (a
+        network round trip, an fsync) is better sent at once: the runs go
+        on meanwhile. ``benchmarks.durable --only throughput`` (20 keyed
+        tasks at 1 ms, 2 workers), alternated: SQLite 6.3k -> 8.2-8.4k
+        runs/s; PostgreSQL with a hold 2.5-2.7k against 2.7-3.3k without.
+        What it costs a keyed start: at most the last commit's time more."""
+        return bool(self.going) and now < self.hold_until and len(self.batch) > 0
 
     def may_take_over(self, now: int) -> bool:
         """Whether this scheduler may take over another whose lease expired:
@@ -949,6 +981,9 @@ class Journal(Durable):
                 gone.append(known)
             else:
                 known[0] = RECORDED
+        spent = self.writer.spent
+        self.going = {claim for claim, known in mine if known[0] == RECORDED} if spent.computed else set()
+        self.hold_until = now + min(spent.wall_ns, self.hold_max_ns)
         if gone:  # a run another scheduler holds never started here: the user hears nothing of it
             ids = {(known[1].task_id, known[1].run) for known in gone}
             told = _split_started(told, ids)[0]
@@ -1026,6 +1061,7 @@ class Journal(Durable):
         the store was locked, then a restart, lost that pause (the fault
         campaign, seed 316). ``drained`` says whether all of it was written."""
         self.requests.closing()
+        self.hold_max_ns = self.hold_until = 0  # nothing waits for a run's end now
         deadline = now + DRAIN_PATIENCE_NS
         while True:
             self.turn(engine, carrier, offset, now)

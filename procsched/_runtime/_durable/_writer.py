@@ -38,7 +38,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..._errors import StoreError
 from ..._store import SQLStore, open_store
@@ -53,6 +53,20 @@ T = TypeVar("T")
 #: keeps locked, a connection dropped) - the dispatcher waits it out (back-off
 #: from 50 ms, doubling to 1 s) rather than dying of it.
 PATIENCE_S = 30.0
+
+
+class Spent(NamedTuple):
+    """What the last commit took: its wall time, and the writer thread's CPU
+    time in it (SQLite computes a commit in this thread; a server's commit is
+    mostly waiting for its answer)."""
+
+    wall_ns: int = 0
+    cpu_ns: int = 0
+
+    @property
+    def computed(self) -> bool:
+        """The commit was mostly this thread's own work (not a wait)."""
+        return 2 * self.cpu_ns >= self.wall_ns
 
 
 def patiently(what: Callable[[], T]) -> T:
@@ -83,6 +97,7 @@ class Writer:
         # secret, it signs the definitions it writes.
         self.store = open_patiently(target, secret)
         self.busy = False  # a batch is in flight (only the dispatcher thread reads or writes this)
+        self.spent = Spent()  # the last commit's (written by the writer thread before it says it ended)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._result: Any = None
         self._done = threading.Event()
@@ -130,10 +145,12 @@ class Writer:
             if job is None:
                 return
             batch, held = job
+            wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 outcome: Any = batch.commit()
             except BaseException as exc:  # noqa: BLE001 - StoreError (logged) or a bug (re-raised) in the dispatcher
                 outcome = exc
+            self.spent = Spent(time.perf_counter_ns() - wall, time.thread_time_ns() - cpu)
             self._result = (held, outcome)
             os.write(self._wfd, b"c")  # before _done: collect() after wait() finds the byte there
             self._done.set()
