@@ -443,7 +443,7 @@ def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started
     )
     rows = store._x(
         cur,
-        f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS (VALUES {values}),
+        f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS ({values}),
         won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
             sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
             last_holder = ?, updated_ns = ?
@@ -620,7 +620,7 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
             cur,
             f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
             next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns,
-            skip_first_ns, skip_period_ns, skip_slots, trim_from, trim_to) AS (VALUES {values}),
+            skip_first_ns, skip_period_ns, skip_slots, trim_from, trim_to) AS ({values}),
         done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
             error_type = v.error_type, error_message = v.error_message, error_traceback = v.error_traceback,
             reason = v.reason, worker_pid = COALESCE(v.worker_pid, r.worker_pid), output = v.output,
@@ -1057,8 +1057,8 @@ def _insert_skips(store: StoreAccess, cur: Any, rows: list[tuple[Any, ...]]) -> 
         if store._pg:
             values, params = _values(chunk, ("text", "bigint", "text", "bigint", "text", "bigint", "bigint"))
         else:
-            values, params = ", ".join([_SKIP_VALUES] * len(chunk)), [x for row in chunk for x in row]
-        sql = f"{_INSERT_SKIP} VALUES {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason, slots"
+            values, params = "VALUES " + ", ".join([_SKIP_VALUES] * len(chunk)), [x for row in chunk for x in row]
+        sql = f"{_INSERT_SKIP} {values} ON CONFLICT (key, slot_ns) DO NOTHING RETURNING key, reason, slots"
         inserted += [(r[0], r[1], int(r[2])) for r in store._x(cur, sql, params).fetchall()]
     return inserted
 
@@ -1184,6 +1184,11 @@ _OPS: dict[str, Any] = {
 
 
 def _values(rows: list[tuple[Any, ...]], types: tuple[str, ...]) -> tuple[str, list[Any]]:
-    """A typed ``VALUES`` list of ``rows`` and its flat parameters (PostgreSQL)."""
-    one = "(" + ", ".join(f"?::{t}" for t in types) + ")"
-    return ", ".join([one] * len(rows)), [x for row in rows for x in row]
+    """``rows`` as a query (PostgreSQL): ``unnest`` of one typed array per
+    column, its parameters. Its text is the same for any number of rows, so
+    the driver converts it once and the server prepares it once: a
+    ``VALUES`` list of as many rows was a new statement for each count (its
+    text parsed by the driver at every commit: 17 % of the writer thread's
+    samples in ``benchmarks.durable``, PostgreSQL)."""
+    cols = ", ".join(f"?::{t}[]" for t in types)
+    return f"SELECT * FROM unnest({cols})", [list(col) for col in zip(*rows, strict=True)]
