@@ -21,7 +21,9 @@ function, arguments, schedule and options share one import, one pickled
 call and one add message; a row per task carries only its key, run
 numbers and due time, and its handle is made in the facade, with no round
 trip. Then the dispatcher owns the store: each turn's changes go to the
-writer thread as one transaction (``_writer.py``), and a keyed run reaches
+writer thread as one transaction (``_writer.py``; after a commit computed
+in this process, the next waits a little for the ends of the runs it sent:
+``holding``), and a keyed run reaches
 its worker only after the transaction that records it started committed;
 the user hears of a turn's events once it has committed (``history()``
 after ``result()`` finds the run). A run's end is recorded with the
