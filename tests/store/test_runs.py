@@ -214,3 +214,33 @@ def test_a_batch_of_skips_records_what_they_do_one_by_one(store_url, together):
     assert counts.by_job["other"][1] == {"overlap": 6, "misfire": 0, "late": 6, "paused": 0, "down": 0}
     assert [(r.run, r.outcome) for r in store.history("k")] == [(1, "ok"), (2, "ok")]
     store.close()
+
+
+def test_a_turn_s_ends_and_claims_keep_every_text_as_it_was_given(store):
+    """The set-wise statements carry a turn's rows as one array per column
+    (PostgreSQL: ``unnest``): a text that looks like array syntax, an
+    empty one, a column that is NULL in every row, keys alike but for
+    their case or quotes - each row reads back exactly as written."""
+    awkward = ['{"a", b}', "", "NULL", "back\\slash, comma", 'quote " and }{', "line\nbreak\ttab", "é ✓"]
+    keys = ["k", "K", 'k"', "k,1", "{k}", "k\\", "k k"]
+    for key in keys:
+        add(store, key)
+    h = store.register()
+    b = store.batch(h)
+    for key in keys:
+        b.started(key, 1, 1, T0, T0 + 1)
+    assert b.commit().ok
+    b = store.batch(h)
+    for key, text in zip(keys, awkward, strict=True):
+        b.finished(key, 1, 1, "error", T0 + 2, T0 + P, error_type=text, error_message=text, output=text)
+    result = b.commit()
+    assert result.ok and not result.stale
+    b = store.batch(h)
+    for key in keys:
+        b.started(key, 2, 1, T0 + P, T0 + P + 1)
+    result = b.commit()
+    assert result.ok and not result.lost
+    for key, text in zip(keys, awkward, strict=True):
+        first, second = store.history(key)
+        assert (first.error_type, first.error_message, first.output, first.error_traceback) == (text, text, text, None)
+        assert (second.run, second.outcome) == (2, None)
