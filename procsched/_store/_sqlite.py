@@ -14,7 +14,8 @@ the last turns (the database stays consistent: SQLite's WAL is checksummed,
 a torn tail is dropped). ``synchronous="FULL"`` (``sqlite:///path?synchronous=FULL``)
 fsyncs each commit and survives those too, at one fsync per dispatcher turn
 (3-5x fewer keyed runs per second on this project's test machine). WAL
-checkpoints are taken off the commit path (``manual_checkpoints``).
+checkpoints are taken off the commit path (``manual_checkpoints``);
+temporary storage (a savepoint's sub-journal) is in memory.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"{self.describe}: cannot open: {exc}") from exc
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            # A statement inside a savepoint (a batch's set-wise group) keeps the pages it changes
+            # in a sub-journal, which spills to a temporary file past 64 KiB: a group of 20 keyed
+            # tasks' ends or claims did (a lone commit of 20 ends and claims: 0.67 -> 0.50 ms in
+            # memory; of 100: 3.2 -> 2.4 ms). In memory, and no temporary file on disk.
+            self.conn.execute("PRAGMA temp_store = MEMORY")
             if read_only:
                 self.conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it a database?
                 check_schema(self)

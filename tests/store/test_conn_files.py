@@ -53,6 +53,19 @@ def test_a_new_store_s_files_are_private_whatever_the_umask(tmp_path):
     assert modes == dict.fromkeys(("db", "-wal", "-shm", "-procsched.lock"), "0o600")
 
 
+def test_temporary_storage_is_in_memory(tmp_path):
+    """A savepoint's sub-journal (a batch's set-wise group) spills past 64
+    KiB to a temporary file, by default on disk: in memory instead (faster,
+    and no file of the store's data outside its directory)."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    _write(store)
+    reader = open_store(path, read_only=True)
+    assert [s.conn.execute("PRAGMA temp_store").fetchone()[0] for s in (store, reader)] == [2, 2]  # MEMORY
+    reader.close()
+    store.close()
+
+
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o660])
 def test_an_existing_database_keeps_its_mode_and_the_added_files_follow_it(tmp_path, mode):
     path = str(tmp_path / "s.db")
