@@ -3,7 +3,8 @@
 Building a batch does no I/O: each method appends one op (a named tuple whose
 first field is its kind, the second its key - the layout the runtime of
 schema 1 reads with ``op[0]`` / ``op[1]``), and ``commit()`` hands them to
-the store, which writes them in order in one transaction (see ``_sql``).
+the store, which writes them in one transaction, each task's in the order
+given (see ``_sql``; claims and ends of several turns gathered: ``_writes._groups``).
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ class _Committer(Protocol):
 
 class Batch:
     """The changes of one dispatcher turn, written by ``commit()`` in one
-    transaction (see ``_sql``). Ops apply in the order given. Building a
+    transaction (see ``_sql``). Each task's ops apply in the order given, and
+    every op but a claim or an end in its place among all (``_writes._groups``). Building a
     batch does no I/O; a batch commits once."""
 
     __slots__ = ("done", "fenced", "holder", "ops", "status", "store")
