@@ -51,6 +51,13 @@ class StoreAccess(Protocol):
         """Execute ``sql`` (``?`` placeholders) on ``cur``; the cursor."""
         ...
 
+    def _together(self) -> AbstractContextManager[Any]:
+        """Statements executed inside (on the transaction's cursor and on
+        the second cursor this gives) go to the server together, their
+        results read after it (PostgreSQL's pipeline mode: one round trip;
+        an error raises at the end). SQLite: each runs as it comes."""
+        ...
+
     def _q(self, sql: str) -> str:
         """``sql`` in the dialect's placeholders."""
         ...

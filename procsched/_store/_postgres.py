@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._errors import StoreError
@@ -187,6 +187,13 @@ class PostgresStore(SQLStore):
         self._unpipe()
         row = cur.fetchone()
         return None if row is None else int(row[0])
+
+    @contextlib.contextmanager
+    def _together(self) -> Iterator[Any]:
+        """Pipeline mode: what is executed inside is sent, and its results read
+        when the block ends (one round trip)."""
+        with self.conn.pipeline():
+            yield self.conn.cursor()
 
     def _q(self, sql: str) -> str:
         return _pg_sql(sql)

@@ -349,6 +349,11 @@ class SQLStore:
         cur.execute(self._q(sql), params)
         return cur
 
+    @contextlib.contextmanager
+    def _together(self) -> Iterator[Any]:
+        """See ``StoreAccess._together``: here (SQLite) a second cursor, no more."""
+        yield self._cursor()
+
     _RENEW = (
         "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
         "changes = changes + 1, status = COALESCE(?, status) WHERE id = ? AND token = ?"

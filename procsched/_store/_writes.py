@@ -4,6 +4,7 @@
         │                       └─ per group of ops of one kind (claims and ends layered: _groups):
         │                            claims  ── _claim_group: set-wise when plain, else _op_started
         │                            ends    ── _end_group: set-wise while every run is ours, else _op_finished
+        │                                       (PostgreSQL: with the claims after them, in one round trip)
         │                            skips   ── _skip_group: set-wise (gathered past claims and ends)
         │                            others  ── _op_upsert / _op_update / _op_delete / _op_unloadable /
         │                                       _op_skipped / _op_answer
@@ -205,16 +206,23 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     "UPDATE procsched_schedulers SET status = ? WHERE id = ? AND token = ?",
                     (status, holder.id, holder.token),
                 )
-        for kind, group in _groups(_skips_gathered(_misfires_folded(ops))):
+        groups = list(_groups(_skips_gathered(_misfires_folded(ops))))
+        setwise = 0 if store._pg else 1  # (PostgreSQL: one statement, not three or four, for a lone end or claim)
+        paired: list[Any] | None = None  # the claims sent with the ends before them (PostgreSQL)
+        for i, (kind, group) in enumerate(groups):
             if isolate:
                 for op in group:
                     _isolated(store, cur, c, op)
                 continue
+            if group is paired:
+                continue
             try:
-                if len(group) > 1 and kind == "started":
+                if len(group) > setwise and kind == "started":
                     _claim_group(store, cur, c, group)
-                elif len(group) > 1 and kind == "finished":
-                    _end_group(store, cur, c, group)
+                elif len(group) > setwise and kind == "finished":
+                    if store._pg and i + 1 < len(groups) and groups[i + 1][0] == "started":
+                        paired = groups[i + 1][1]
+                    _end_group(store, cur, c, group, paired)
                 elif len(group) > 1 and kind == "skipped":
                     _skip_group(store, cur, c, group)
                 else:
@@ -427,10 +435,22 @@ def _within_limit(store: StoreAccess, cur: Any, c: Commit, group: str) -> bool:
 def _claim_group(store: StoreAccess, cur: Any, c: Commit, group: list[Started]) -> None:
     """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
     the ones this does not win are decided op by op."""
-    plain = [op for op in group if op.attempt == 1 and op.cause == "schedule"]
+    plain = _plain(group)
     won: set[str] = set()
-    if plain:
-        won = (_claim_plain_pg if store._pg else _claim_plain_sqlite)(store, cur, c, plain)
+    if plain and store._pg:
+        won = {r[0] for r in _claim_plain_pg(store, cur, c, plain).fetchall()}
+    elif plain:
+        won = _claim_plain_sqlite(store, cur, c, plain)
+    _claims_decided(store, cur, c, group, won)
+
+
+def _plain(group: list[Started]) -> list[Started]:
+    """The claims the set-wise statement takes: new scheduled runs."""
+    return [op for op in group if op.attempt == 1 and op.cause == "schedule"]
+
+
+def _claims_decided(store: StoreAccess, cur: Any, c: Commit, group: list[Started], won: set[str]) -> None:
+    """The claims of ``group`` the set-wise statement did not win (``won``: their keys), op by op."""
     for op in group:
         if not (op.key in won and op.attempt == 1 and op.cause == "schedule"):
             _op_started(store, cur, c, op)
@@ -461,17 +481,17 @@ def _claim_plain_sqlite(store: StoreAccess, cur: Any, c: Commit, plain: list[Sta
     return {op.key for op in plain}
 
 
-def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started]) -> set[str]:
+def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started]) -> Any:
     """PostgreSQL: the plain claims in one statement (a round trip and
     ~50 us of server work per statement made a 100-run turn ~3x slower op
-    by op); RETURNING says which were won."""
+    by op); its cursor, whose rows (RETURNING) are the keys won."""
     h = c.holder
     assert h is not None
     values, params = _values(
         [(op.key, op.run, op.scheduled_ns, op.started_ns, op.worker_pid) for op in plain],
         ("text", "bigint", "bigint", "bigint", "int"),
     )
-    rows = store._x(
+    return store._x(
         cur,
         f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS ({values}),
         won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
@@ -489,8 +509,7 @@ def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started
             grp = excluded.grp
         RETURNING key""",
         [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token],
-    ).fetchall()
-    return {r[0] for r in rows}
+    )
 
 
 # -- ends ----------------------------------------------------------------------
@@ -581,16 +600,27 @@ def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
     return row is not None
 
 
-def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> None:
+def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished], claims: list[Started] | None) -> None:
     """A turn's ends set-wise (when every run is still ours - the rule on
-    one scheduler); otherwise op by op, which says exactly which are stale."""
+    one scheduler); otherwise op by op, which says exactly which are stale.
+    ``claims`` (PostgreSQL): the group of claims that follows, its
+    set-wise statement sent with the ends' in one round trip (pipeline
+    mode). An end the set-wise statement did not record is one op by op
+    does not either (the same conditions): it writes nothing, so deciding
+    it after those claims changes nothing."""
     h = c.holder
     assert h is not None
     if store._pg:
-        done = _end_pg(store, cur, c, group)
+        plain = _plain(claims or [])
+        with store._together() as second:
+            ends = _end_pg(store, cur, c, group)
+            won = _claim_plain_pg(store, second, c, plain) if plain else None
+        done = {tuple(r) for r in ends.fetchall()}
         for op in group:
             if (op.key, op.run, op.attempt) not in done:
                 _op_finished(store, cur, c, op)
+        if claims is not None:
+            _claims_decided(store, cur, c, claims, set() if won is None else {r[0] for r in won.fetchall()})
         return
     cur.execute("SAVEPOINT procsched_ends")
     cur.executemany(store._q(_END_RUN), [_end_params(op, h) for op in group])
@@ -607,9 +637,9 @@ def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -
     cur.execute("RELEASE SAVEPOINT procsched_ends")
 
 
-def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> set[tuple[str, int, int]]:
-    """PostgreSQL: the ends and reschedules in one statement; the (key,
-    run, attempt) it recorded."""
+def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> Any:
+    """PostgreSQL: the ends and reschedules in one statement; its cursor,
+    whose rows are the (key, run, attempt) it recorded."""
     h = c.holder
     assert h is not None
     rows = [
@@ -644,11 +674,9 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
     )
     other = """(SELECT r.{col} FROM procsched_runs r WHERE r.key = t.key AND r.outcome IS NULL
         AND NOT (r.run = v.run AND r.attempt = v.attempt) ORDER BY r.run DESC, r.attempt DESC LIMIT 1)"""
-    done = {
-        tuple(r)
-        for r in store._x(
-            cur,
-            f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
+    return store._x(
+        cur,
+        f"""WITH v (key, run, attempt, outcome, finished_ns, next_due_ns,
             next_attempt, error_type, error_message, error_traceback, reason, worker_pid, output, retry_due_ns,
             skip_first_ns, skip_period_ns, skip_slots, trim_from, trim_to) AS ({values}),
         done AS (UPDATE procsched_runs r SET finished_ns = v.finished_ns, outcome = v.outcome,
@@ -674,10 +702,8 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> s
         trimmed AS (DELETE FROM procsched_runs r USING v JOIN done USING (key, run, attempt)
             WHERE r.key = v.key AND r.run >= v.trim_from AND r.run <= v.trim_to AND r.outcome IS NOT NULL)
         SELECT key, run, attempt FROM done""",
-            [*params, h.id, h.token, c.now],
-        ).fetchall()
-    }
-    return done
+        [*params, h.id, h.token, c.now],
+    )
 
 
 # -- the other ops ---------------------------------------------------------------

@@ -86,3 +86,83 @@ def test_an_end_of_a_later_turn_makes_room_for_a_claim_of_an_earlier_one(store_u
     assert flying(store, "g2") == [(1, 1)] and flying(store, "a") == [(2, 1)]
     assert flying(store, "g1") == [] and store.counts().runs["ok"] == 2
     store.close()
+
+
+def test_ends_and_the_claims_after_them_decide_each_op_as_one_by_one(store_url):
+    """PostgreSQL sends a group of ends and the claims after it in one round
+    trip: an end not recorded there (stale) and claims not won (lost,
+    limited, a manual run) are decided after both, op by op - as on SQLite."""
+    store = open_store(store_url)
+    store.set_limits({"g": 1})
+    for key in ("a", "b", "c", "m"):
+        add(store, key)
+    add(store, "g1", group="g")
+    add(store, "g2", group="g")
+    h, other = store.register(), store.register()
+    assert claim(store, h, "a", 1).ok and claim(store, other, "b", 1).ok and claim(store, h, "g1", 1).ok
+    b = store.batch(h)
+    b.finished("a", 1, 1, "ok", T0 + 1, T0 + P)
+    b.finished("b", 1, 1, "ok", T0 + 1, T0 + P)  # the other scheduler's run: stale
+    b.finished("x", 1, 1, "ok", T0 + 1, T0 + P)  # never claimed: stale
+    b.started("a", 2, 1, T0 + P)
+    b.started("b", 2, 1, T0 + P)  # its run 1 is in flight elsewhere: lost
+    b.started("c", 1, 1, T0)
+    b.started("g2", 1, 1, T0)  # g1 in flight: limited
+    b.started("m", 1, 1, T0 + 9 * P, cause="manual")
+    result = b.commit()
+    assert sorted(result.stale) == [("b", 1, 1), ("x", 1, 1)] and result.lost == [("b", 2, 1)]
+    assert result.limited == [("g2", 1, 1)] and result.failed == []
+    assert sorted((r.key, r.run) for r in store.load().in_flight) == [("a", 2), ("b", 1), ("c", 1), ("g1", 1), ("m", 1)]
+    assert store.counts().runs["ok"] == 1
+    store.close()
+
+
+def test_a_bad_end_paired_with_claims_is_left_out_and_the_rest_written(store_url):
+    """A value the database refuses in the ends' statement (sent with the
+    claims' on PostgreSQL: a worker pid past its integer column fails on the
+    server, in the pipeline; a text no store can encode, in the driver): the
+    batch goes again op by op, that end left out and the rest written."""
+    store = open_store(store_url)
+    h = store.register()
+    cases = [{"error_message": "bad \ud800"}]
+    if store_url.startswith("postgresql://"):
+        cases.append({"worker_pid": 2**40})
+    for i, bad in enumerate(cases):
+        a, b_ = f"a{i}", f"b{i}"
+        for key in (a, b_):
+            add(store, key)
+            assert claim(store, h, key, 1).ok
+        b = store.batch(h)
+        b.finished(a, 1, 1, "error", T0 + 1, T0 + P, **bad)
+        b.finished(b_, 1, 1, "ok", T0 + 1, T0 + P)
+        b.started(b_, 2, 1, T0 + P)
+        result = b.commit()
+        assert [(f.kind, f.key) for f in result.failed] == [("finished", a)] and result.stale == [(a, 1, 1)]
+        assert sorted((r.key, r.run) for r in store.load().in_flight if r.key in (a, b_)) == [(a, 1), (b_, 2)]
+    store.close()
+
+
+def test_a_bad_claim_paired_with_ends_is_left_out_and_the_rest_written(store_url):
+    """A claim the database refuses among the claims sent with the ends (on
+    PostgreSQL a worker pid past its integer column fails on the server, in
+    the pipeline; keys no store can encode fail in the driver): the batch
+    goes again op by op, that claim left out and the rest written."""
+    store = open_store(store_url)
+    h = store.register()
+    pg = store_url.startswith("postgresql://")
+    cases = [("k\ud800", None)] + ([("w", 2**40)] if pg else [])
+    for i, (bad, pid) in enumerate(cases):
+        good = f"good{i}"
+        add(store, good)
+        if pid is not None:
+            add(store, bad)
+        assert claim(store, h, good, 1).ok
+        b = store.batch(h)
+        b.finished(good, 1, 1, "ok", T0 + 1, T0 + P)
+        b.started(good, 2, 1, T0 + P)
+        b.started(bad, 1, 1, T0, worker_pid=pid)
+        result = b.commit()
+        assert [(f.kind, f.key) for f in result.failed] == [("started", bad)] and result.lost == [(bad, 1, 1)]
+        assert sorted((r.key, r.run) for r in store.load().in_flight) == [(f"good{j}", 2) for j in range(i + 1)]
+        assert store.counts().runs["ok"] == i + 1
+    store.close()
