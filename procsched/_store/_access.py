@@ -10,11 +10,17 @@ nothing of ``_sql``, which imports them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ._model import Holder
 from ._trust import Keyring
+
+#: PostgreSQL: the transaction-local setting in which ``_now`` and
+#: ``_renewed`` keep the store clock they read, for statements sent before
+#: their answer (``_writes._pair_sent``).
+NOW_SETTING = "procsched.now"
 
 
 class StoreAccess(Protocol):
@@ -51,9 +57,8 @@ class StoreAccess(Protocol):
         """Execute ``sql`` (``?`` placeholders) on ``cur``; the cursor."""
         ...
 
-    def _together(self) -> AbstractContextManager[Any]:
-        """Statements executed inside (on the transaction's cursor and on
-        the second cursor this gives) go to the server together, their
+    def _together(self) -> AbstractContextManager[None]:
+        """Statements executed inside go to the server together, their
         results read after it (PostgreSQL's pipeline mode: one round trip;
         an error raises at the end). SQLite: each runs as it comes."""
         ...
@@ -70,6 +75,16 @@ class StoreAccess(Protocol):
         """Renew ``holder``'s lease in this transaction (and publish its
         ``status``, if given); the store clock it was renewed at (UTC ns), or
         None if the holder's token is no longer the store's (fenced out)."""
+        ...
+
+    def _renewal_sent(self, cur: Any, holder: Holder, status: str | None) -> Callable[[], int | None]:
+        """``_renewed``, its answer read by the callable returned: in a
+        pipelined transaction (PostgreSQL) what is sent meanwhile goes in the
+        same round trip (reading the clock through ``NOW_SETTING``)."""
+        ...
+
+    def _cursor(self) -> Any:
+        """Another cursor of the connection (in its transaction)."""
         ...
 
     def _bump(self, cur: Any, holder: Holder | None) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._errors import StoreError
+from ._access import NOW_SETTING
 from ._model import Holder
 from ._schema import check_schema
 from ._sql import KEEP_RUNS, SQLStore
@@ -166,34 +167,46 @@ class PostgresStore(SQLStore):
         )
 
     def _now(self, cur: Any) -> int:
+        """The store clock, kept in the transaction's ``NOW_SETTING`` too."""
         if self._clock is not None:
+            now = self._clock()
+            cur.execute("SELECT set_config(%s, %s, true)", (NOW_SETTING, str(now)))
             self._unpipe()
-            return self._clock()
-        cur.execute(f"SELECT {_CLOCK}")
+            return now
+        cur.execute(f"SELECT n, set_config(%s, n::text, true) FROM (SELECT {_CLOCK} AS n) c", (NOW_SETTING,))
         self._unpipe()
         return int(cur.fetchone()[0])
 
     def _renewed(self, cur: Any, holder: Holder, status: str | None) -> int | None:
-        """The lease renewed with the clock read in the same statement (and,
+        return self._renewal_sent(cur, holder, status)()
+
+    def _renewal_sent(self, cur: Any, holder: Holder, status: str | None) -> Callable[[], int | None]:
+        """The lease renewed with the clock read in the same statement, kept
+        in ``NOW_SETTING`` for the statements sent before its answer (and,
         pipelined, in the BEGIN's round trip: see ``_begin``)."""
         if self._clock is not None:
-            return super()._renewed(cur, holder, status)
+            now = super()._renewed(cur, holder, status)
+            return lambda: now
         cur.execute(
             "UPDATE procsched_schedulers SET heartbeat_ns = c.now, lease_until_ns = c.now + lease_ns, "
             f"changes = changes + 1, status = COALESCE(%s, status) FROM (SELECT {_CLOCK} AS now) c "
-            "WHERE id = %s AND token = %s RETURNING c.now",
-            (status, holder.id, holder.token),
+            "WHERE id = %s AND token = %s RETURNING c.now, set_config(%s, c.now::text, true)",
+            (status, holder.id, holder.token, NOW_SETTING),
         )
-        self._unpipe()
-        row = cur.fetchone()
-        return None if row is None else int(row[0])
+
+        def answer() -> int | None:
+            self._unpipe()
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return answer
 
     @contextlib.contextmanager
-    def _together(self) -> Iterator[Any]:
+    def _together(self) -> Iterator[None]:
         """Pipeline mode: what is executed inside is sent, and its results read
         when the block ends (one round trip)."""
         with self.conn.pipeline():
-            yield self.conn.cursor()
+            yield
 
     def _q(self, sql: str) -> str:
         return _pg_sql(sql)

@@ -350,9 +350,9 @@ class SQLStore:
         return cur
 
     @contextlib.contextmanager
-    def _together(self) -> Iterator[Any]:
-        """See ``StoreAccess._together``: here (SQLite) a second cursor, no more."""
-        yield self._cursor()
+    def _together(self) -> Iterator[None]:
+        """See ``StoreAccess._together``: here (SQLite) nothing to do."""
+        yield
 
     _RENEW = (
         "UPDATE procsched_schedulers SET heartbeat_ns = ?, lease_until_ns = ? + lease_ns, "
@@ -366,6 +366,11 @@ class SQLStore:
         now = self._now(cur)
         cur = self._x(cur, self._RENEW, (now, now, status, holder.id, holder.token))
         return now if cur.rowcount == 1 else None
+
+    def _renewal_sent(self, cur: Any, holder: Holder, status: str | None) -> Callable[[], int | None]:
+        """See ``StoreAccess._renewal_sent``: here (SQLite) renewed at once."""
+        now = self._renewed(cur, holder, status)
+        return lambda: now
 
     def _bump(self, cur: Any, holder: Holder | None) -> None:
         """Count one more write for the change mark (see the module docstring)."""

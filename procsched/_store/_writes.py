@@ -4,7 +4,8 @@
         │                       └─ per group of ops of one kind (claims and ends layered: _groups):
         │                            claims  ── _claim_group: set-wise when plain, else _op_started
         │                            ends    ── _end_group: set-wise while every run is ours, else _op_finished
-        │                                       (PostgreSQL: with the claims after them, in one round trip)
+        │                            (PostgreSQL: _pair_sent - ends and the claims after them in one round
+        │                             trip, a batch's first ones with the BEGIN and the lease renewal)
         │                            skips   ── _skip_group: set-wise (gathered past claims and ends)
         │                            others  ── _op_upsert / _op_update / _op_delete / _op_unloadable /
         │                                       _op_skipped / _op_answer
@@ -19,12 +20,14 @@ the set-wise paths fast paths that must give the same results.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _schema
+from ._access import NOW_SETTING
 from ._batch import Answer, Batch, Delete, Finished, Moved, Op, Skipped, Started, Unloadable, Update, Upsert, op_key
 from ._model import OUTCOMES, BatchResult, FailedOp, Holder, RunRecord, TaskState
 from ._schema import RUN_COLS
@@ -32,6 +35,11 @@ from ._schema import RUN_COLS
 if TYPE_CHECKING:
     from ._access import StoreAccess
 
+#: PostgreSQL: the store clock the transaction's lease renewal (or ``_now``)
+#: read, in SQL - for statements sent before its answer (``_pair_sent``). A
+#: renewal that found its holder fenced out set nothing (then the setting
+#: reads '', or nothing in a new session): 0, in a transaction rolled back.
+_NOW_PG = f"COALESCE(NULLIF(current_setting('{NOW_SETTING}', true), '')::bigint, 0)"
 #: A new scheduled run's slot must come at least this long after the last
 #: scheduled slot claimed (a scheduler whose run numbers drifted from the
 #: store's cannot run a slot twice under another number; two schedulers'
@@ -96,6 +104,23 @@ _CLAIM_PLAIN = """UPDATE procsched_tasks SET run_count = ?, next_attempt = 1, ne
 
 def _outcome_counts(outcome: str, n: int = 1) -> list[int]:
     return [n if o == outcome else 0 for o in OUTCOMES]
+
+
+class _Fenced(Exception):
+    """The lease renewal found this holder fenced out: the transaction is
+    rolled back (what was sent with the renewal included)."""
+
+
+@contextlib.contextmanager
+def _faults(store: StoreAccess, isolate: bool) -> Iterator[None]:
+    """A refusal of an op's own data becomes _RowFault (the batch goes again
+    op by op) - but while already isolating, where it is a fault."""
+    try:
+        yield
+    except store._errors() + (ValueError, TypeError, OverflowError) as exc:
+        if not isolate and store._row_fault(exc):
+            raise _RowFault(exc) from exc
+        raise
 
 
 class _RowFault(Exception):
@@ -178,63 +203,66 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
     ops = batch.ops
     holder = batch.holder
     c = Commit(0, holder, BatchResult(), [op[1] for op in ops if op[0] == "started"])
-    # Pipelined (PostgreSQL): BEGIN, the row locks and the lease renewal (or
-    # the clock) in one round trip - an error among them raises at the renewal.
-    with store._tx(f"writing a batch of {len(ops)} change(s)", pipelined=not isolate) as cur:
-        status = None if batch.status is None else batch.status.to_json()
-        _lock_keys(store, cur, ops, isolate)
-        renew = holder is not None and batch.fenced
-        try:
-            if renew:
-                assert holder is not None
-                now = store._renewed(cur, holder, status)  # (the clock read with it)
-                if now is None:
-                    c.result.fenced_out = True
-                    return c.result  # nothing written: the transaction commits no change
-                c.now = now
-            else:
-                c.now = store._now(cur)
-        except store._errors() + (ValueError, TypeError, OverflowError) as exc:
-            if not isolate and store._row_fault(exc):
-                raise _RowFault(exc) from exc  # (the locks': see _lock_keys)
-            raise
-        if not renew and (holder is not None or any(op[0] in ("delete", "skipped") for op in ops)):
-            store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
-            if holder is not None and status is not None:
-                store._x(
-                    cur,
-                    "UPDATE procsched_schedulers SET status = ? WHERE id = ? AND token = ?",
-                    (status, holder.id, holder.token),
-                )
-        groups = list(_groups(_skips_gathered(_misfires_folded(ops))))
-        setwise = 0 if store._pg else 1  # (PostgreSQL: one statement, not three or four, for a lone end or claim)
-        paired: list[Any] | None = None  # the claims sent with the ends before them (PostgreSQL)
-        for i, (kind, group) in enumerate(groups):
-            if isolate:
-                for op in group:
-                    _isolated(store, cur, c, op)
-                continue
-            if group is paired:
-                continue
-            try:
-                if len(group) > setwise and kind == "started":
-                    _claim_group(store, cur, c, group)
-                elif len(group) > setwise and kind == "finished":
-                    if store._pg and i + 1 < len(groups) and groups[i + 1][0] == "started":
-                        paired = groups[i + 1][1]
-                    _end_group(store, cur, c, group, paired)
-                elif len(group) > 1 and kind == "skipped":
-                    _skip_group(store, cur, c, group)
+    groups = list(_groups(_skips_gathered(_misfires_folded(ops))))
+    pairs = store._pg and not isolate  # (PostgreSQL: ends and claims set-wise, sent together: _pair_sent)
+    # Pipelined (PostgreSQL): BEGIN, the row locks, the lease renewal (or the
+    # clock) and the batch's first ends and claims in one round trip - an
+    # error among them raises at the renewal's answer.
+    try:
+        with store._tx(f"writing a batch of {len(ops)} change(s)", pipelined=not isolate) as cur:
+            status = None if batch.status is None else batch.status.to_json()
+            _lock_keys(store, cur, ops, isolate)
+            renew = holder is not None and batch.fenced
+            i, decide = 0, None
+            with _faults(store, isolate):
+                if renew:
+                    assert holder is not None
+                    answer = store._renewal_sent(cur, holder, status)  # (the clock read with it)
+                    if pairs:
+                        i, decide = _pair_sent(store, cur, c, groups, 0)
+                    now = answer()
+                    if now is None:  # fenced out: nothing written (what went with it is rolled back)
+                        raise _Fenced
+                    c.now = now
                 else:
-                    for op in group:
-                        _apply(store, cur, c, op)
-            except store._errors() + (ValueError, TypeError, OverflowError) as exc:
-                if store._row_fault(exc):
-                    raise _RowFault(exc) from exc
-                raise
-        left = [_left(op.key, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
-        if left:
-            cur.executemany(store._q(_LEAVE_SLOT), left)
+                    c.now = store._now(cur)
+            if not renew and (holder is not None or any(op[0] in ("delete", "skipped") for op in ops)):
+                store._bump(cur, holder)  # (a task row's write is seen by the mark through its updated_ns)
+                if holder is not None and status is not None:
+                    store._x(
+                        cur,
+                        "UPDATE procsched_schedulers SET status = ? WHERE id = ? AND token = ?",
+                        (status, holder.id, holder.token),
+                    )
+            with _faults(store, isolate):
+                while i < len(groups):
+                    kind, group = groups[i]
+                    i += 1
+                    if decide is not None:
+                        decide()
+                        decide = None
+                    if isolate:
+                        for op in group:
+                            _isolated(store, cur, c, op)
+                    elif pairs and kind in ("finished", "started"):
+                        with store._together():
+                            i, decide = _pair_sent(store, cur, c, groups, i - 1)
+                    elif len(group) > 1 and kind == "started":
+                        _claim_group(store, cur, c, group)
+                    elif len(group) > 1 and kind == "finished":
+                        _end_group(store, cur, c, group)
+                    elif len(group) > 1 and kind == "skipped":
+                        _skip_group(store, cur, c, group)
+                    else:
+                        for op in group:
+                            _apply(store, cur, c, op)
+                if decide is not None:
+                    decide()
+            left = [_left(op.key, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
+            if left:
+                cur.executemany(store._q(_LEAVE_SLOT), left)
+    except _Fenced:
+        return BatchResult(fenced_out=True)
     c.result.lost = list(dict.fromkeys(c.result.lost))
     return c.result
 
@@ -433,15 +461,11 @@ def _within_limit(store: StoreAccess, cur: Any, c: Commit, group: str) -> bool:
 
 
 def _claim_group(store: StoreAccess, cur: Any, c: Commit, group: list[Started]) -> None:
-    """A turn's claims, set-wise when they are plain (see _CLAIM_PLAIN);
-    the ones this does not win are decided op by op."""
+    """A turn's claims (SQLite), set-wise when they are plain (see
+    _CLAIM_PLAIN); the ones this does not win are decided op by op.
+    PostgreSQL: ``_pair_sent``."""
     plain = _plain(group)
-    won: set[str] = set()
-    if plain and store._pg:
-        won = {r[0] for r in _claim_plain_pg(store, cur, c, plain).fetchall()}
-    elif plain:
-        won = _claim_plain_sqlite(store, cur, c, plain)
-    _claims_decided(store, cur, c, group, won)
+    _claims_decided(store, cur, c, group, _claim_plain_sqlite(store, cur, c, plain) if plain else set())
 
 
 def _plain(group: list[Started]) -> list[Started]:
@@ -496,7 +520,7 @@ def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started
         f"""WITH v (key, run, scheduled_ns, started_ns, worker_pid) AS ({values}),
         won AS (UPDATE procsched_tasks t SET run_count = v.run, next_attempt = 1, next_due_ns = v.scheduled_ns,
             sched_run = v.run, last_slot_ns = v.scheduled_ns, in_flight = t.in_flight + 1, holder = ?, token = ?,
-            last_holder = ?, updated_ns = ?
+            last_holder = ?, updated_ns = {_NOW_PG}
             FROM v WHERE t.key = v.key AND t.grp IS NULL AND t.paused = 0 AND t.next_attempt = 1
             AND t.in_flight < t.max_concurrent AND t.run_count + 1 = v.run
             AND (t.last_slot_ns IS NULL OR t.last_slot_ns <= v.scheduled_ns - ?)
@@ -508,7 +532,7 @@ def _claim_plain_pg(store: StoreAccess, cur: Any, c: Commit, plain: list[Started
             error_traceback = NULL, worker_pid = excluded.worker_pid, output = NULL, retry_due_ns = NULL,
             grp = excluded.grp
         RETURNING key""",
-        [*params, h.id, h.token, h.id, c.now, SLOT_GAP_NS, h.host, h.pid, h.id, h.token],
+        [*params, h.id, h.token, h.id, SLOT_GAP_NS, h.host, h.pid, h.id, h.token],
     )
 
 
@@ -600,28 +624,12 @@ def _own_end(store: StoreAccess, cur: Any, h: Holder, op: Finished) -> bool:
     return row is not None
 
 
-def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished], claims: list[Started] | None) -> None:
-    """A turn's ends set-wise (when every run is still ours - the rule on
-    one scheduler); otherwise op by op, which says exactly which are stale.
-    ``claims`` (PostgreSQL): the group of claims that follows, its
-    set-wise statement sent with the ends' in one round trip (pipeline
-    mode). An end the set-wise statement did not record is one op by op
-    does not either (the same conditions): it writes nothing, so deciding
-    it after those claims changes nothing."""
+def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> None:
+    """A turn's ends set-wise (SQLite; PostgreSQL: ``_pair_sent``) when
+    every run is still ours - the rule on one scheduler; otherwise op by op,
+    which says exactly which are stale."""
     h = c.holder
     assert h is not None
-    if store._pg:
-        plain = _plain(claims or [])
-        with store._together() as second:
-            ends = _end_pg(store, cur, c, group)
-            won = _claim_plain_pg(store, second, c, plain) if plain else None
-        done = {tuple(r) for r in ends.fetchall()}
-        for op in group:
-            if (op.key, op.run, op.attempt) not in done:
-                _op_finished(store, cur, c, op)
-        if claims is not None:
-            _claims_decided(store, cur, c, claims, set() if won is None else {r[0] for r in won.fetchall()})
-        return
     cur.execute("SAVEPOINT procsched_ends")
     cur.executemany(store._q(_END_RUN), [_end_params(op, h) for op in group])
     if cur.rowcount != len(group):
@@ -635,6 +643,41 @@ def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished], c
     if trim:
         cur.executemany(store._q(_TRIM), trim)
     cur.execute("RELEASE SAVEPOINT procsched_ends")
+
+
+def _pair_sent(
+    store: StoreAccess, cur: Any, c: Commit, groups: list[tuple[str, list[Any]]], i: int
+) -> tuple[int, Callable[[], None] | None]:
+    """PostgreSQL: send the set-wise statements of ``groups[i]`` if it is a
+    group of ends and of the group of claims after it (or of ``groups[i]``
+    if claims), each on a cursor of its own, their answers not read: the
+    caller sends them together (pipeline mode: with the BEGIN and the lease
+    renewal, or in a round trip of their own). Returns the index of the
+    group after them and what to call once the answers are in (None:
+    nothing sent): it decides op by op the ends not recorded and the claims
+    not won. An end the set-wise statement did not record is one op by op
+    does not either (the same conditions): it writes nothing, so deciding
+    it after those claims changes nothing. A lone end or claim is one
+    statement too, not three or four."""
+    ends = groups[i][1] if i < len(groups) and groups[i][0] == "finished" else None
+    j = i + (ends is not None)
+    claims = groups[j][1] if j < len(groups) and groups[j][0] == "started" else None
+    if ends is None and claims is None:
+        return i, None
+    plain = _plain(claims or [])
+    ended = None if ends is None else _end_pg(store, store._cursor(), c, ends)
+    won = _claim_plain_pg(store, store._cursor(), c, plain) if plain else None
+
+    def decide() -> None:
+        if ends is not None and ended is not None:
+            done = {tuple(r) for r in ended.fetchall()}
+            for op in ends:
+                if (op.key, op.run, op.attempt) not in done:
+                    _op_finished(store, cur, c, op)
+        if claims is not None:
+            _claims_decided(store, cur, c, claims, set() if won is None else {r[0] for r in won.fetchall()})
+
+    return j + (claims is not None), decide
 
 
 def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> Any:
@@ -697,12 +740,12 @@ def _end_pg(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -> A
             last_slot_ns = CASE WHEN t.sched_run = v.run AND v.skip_slots > 0 THEN GREATEST(t.last_slot_ns,
                 v.skip_first_ns + (v.skip_slots - 1) * v.skip_period_ns - {SKIP_GUARD_BACK_NS})
                 ELSE t.last_slot_ns END,
-            updated_ns = ?
+            updated_ns = {_NOW_PG}
             FROM v JOIN done USING (key, run, attempt) WHERE t.key = v.key),
         trimmed AS (DELETE FROM procsched_runs r USING v JOIN done USING (key, run, attempt)
             WHERE r.key = v.key AND r.run >= v.trim_from AND r.run <= v.trim_to AND r.outcome IS NOT NULL)
         SELECT key, run, attempt FROM done""",
-        [*params, h.id, h.token, c.now],
+        [*params, h.id, h.token],
     )
 
 

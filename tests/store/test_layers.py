@@ -166,3 +166,29 @@ def test_a_bad_claim_paired_with_ends_is_left_out_and_the_rest_written(store_url
         assert sorted((r.key, r.run) for r in store.load().in_flight) == [(f"good{j}", 2) for j in range(i + 1)]
         assert store.counts().runs["ok"] == i + 1
     store.close()
+
+
+def test_a_fenced_out_holder_s_ends_and_claims_write_nothing(store_url):
+    """PostgreSQL sends a batch's first ends and claims with the lease
+    renewal, before its answer: a holder fenced out (its registration taken
+    over) has them rolled back with it - in a session that has read the
+    clock before (its setting then reads '') and in a new one."""
+    store = open_store(store_url)
+    for key in ("a", "b"):
+        add(store, key)
+    h = store.register()
+    assert claim(store, h, "a", 1).ok
+    impostor = type(h)(h.id, h.token + 100, h.host, h.pid, h.lease_ns)
+    fresh = open_store(store_url)
+    for s in (store, fresh):
+        b = s.batch(impostor)
+        b.finished("a", 1, 1, "ok", T0 + 1, T0 + P)
+        b.started("a", 2, 1, T0 + P)
+        b.started("b", 1, 1, T0)
+        result = b.commit()
+        assert result.fenced_out and result.lost == [] and result.stale == []
+        assert [(r.key, r.run) for r in store.load().in_flight] == [("a", 1)]
+        assert store.get("b").state.run_count == 0 and store.get("b").holder is None
+    assert claim(store, h, "b", 1).ok  # the holder itself goes on
+    fresh.close()
+    store.close()
