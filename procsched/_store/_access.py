@@ -83,10 +83,6 @@ class StoreAccess(Protocol):
         same round trip (reading the clock through ``NOW_SETTING``)."""
         ...
 
-    def _cursor(self) -> Any:
-        """Another cursor of the connection (in its transaction)."""
-        ...
-
     def _bump(self, cur: Any, holder: Holder | None) -> None:
         """Count one more write for the change mark."""
         ...

@@ -650,7 +650,8 @@ def _pair_sent(
 ) -> tuple[int, Callable[[], None] | None]:
     """PostgreSQL: send the set-wise statements of ``groups[i]`` if it is a
     group of ends and of the group of claims after it (or of ``groups[i]``
-    if claims), each on a cursor of its own, their answers not read: the
+    if claims), each on a cursor of its own (of the transaction's
+    connection: never one made anew), their answers not read: the
     caller sends them together (pipeline mode: with the BEGIN and the lease
     renewal, or in a round trip of their own). Returns the index of the
     group after them and what to call once the answers are in (None:
@@ -665,8 +666,8 @@ def _pair_sent(
     if ends is None and claims is None:
         return i, None
     plain = _plain(claims or [])
-    ended = None if ends is None else _end_pg(store, store._cursor(), c, ends)
-    won = _claim_plain_pg(store, store._cursor(), c, plain) if plain else None
+    ended = None if ends is None else _end_pg(store, cur.connection.cursor(), c, ends)
+    won = _claim_plain_pg(store, cur.connection.cursor(), c, plain) if plain else None
 
     def decide() -> None:
         if ends is not None and ended is not None:
