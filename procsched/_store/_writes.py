@@ -161,9 +161,9 @@ def _groups(ops: list[Any]) -> Iterator[tuple[str, list[Any]]]:
     layers: dict[str, list[int]] = {"started": [], "finished": []}  # kind -> its groups since the latest barrier
     for op in ops:
         kind = op[0]
-        key = op.definition.key if kind == "upsert" else op[1]  # (op_key, inlined: a commit's every op)
+        key = op_key(op)
         spots = layers.get(kind)
-        if spots is not None:
+        if spots is not None and key is not None:
             i = bisect.bisect_right(spots, latest.get(key, -1))
             if i < len(spots):
                 at = spots[i]
@@ -213,17 +213,19 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
             status = None if batch.status is None else batch.status.to_json()
             _lock_keys(store, cur, ops, isolate)
             renew = holder is not None and batch.fenced
-            i, decide = 0, None
+            i = 0
             with _faults(store, isolate):
                 if renew:
                     assert holder is not None
                     answer = store._renewal_sent(cur, holder, status)  # (the clock read with it)
+                    decide = _nothing
                     if pairs:
                         i, decide = _pair_sent(store, cur, c, groups, 0)
                     now = answer()
                     if now is None:  # fenced out: nothing written (what went with it is rolled back)
                         raise _Fenced
                     c.now = now
+                    decide()
                 else:
                     c.now = store._now(cur)
             if not renew and (holder is not None or any(op[0] in ("delete", "skipped") for op in ops)):
@@ -238,15 +240,13 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                 while i < len(groups):
                     kind, group = groups[i]
                     i += 1
-                    if decide is not None:
-                        decide()
-                        decide = None
                     if isolate:
                         for op in group:
                             _isolated(store, cur, c, op)
                     elif pairs and kind in ("finished", "started"):
                         with store._together():
                             i, decide = _pair_sent(store, cur, c, groups, i - 1)
+                        decide()
                     elif len(group) > 1 and kind == "started":
                         _claim_group(store, cur, c, group)
                     elif len(group) > 1 and kind == "finished":
@@ -256,8 +256,6 @@ def _write(store: StoreAccess, batch: Batch, isolate: bool) -> BatchResult:
                     else:
                         for op in group:
                             _apply(store, cur, c, op)
-                if decide is not None:
-                    decide()
             left = [_left(op.key, op.run) for op in ops if op[0] == "finished" and _left_slot(op)]
             if left:
                 cur.executemany(store._q(_LEAVE_SLOT), left)
@@ -468,15 +466,19 @@ def _claim_group(store: StoreAccess, cur: Any, c: Commit, group: list[Started]) 
     _claims_decided(store, cur, c, group, _claim_plain_sqlite(store, cur, c, plain) if plain else set())
 
 
+def _is_plain(op: Started) -> bool:
+    """Does the set-wise claim take ``op``? A new scheduled run."""
+    return op.attempt == 1 and op.cause == "schedule"
+
+
 def _plain(group: list[Started]) -> list[Started]:
-    """The claims the set-wise statement takes: new scheduled runs."""
-    return [op for op in group if op.attempt == 1 and op.cause == "schedule"]
+    return [op for op in group if _is_plain(op)]
 
 
 def _claims_decided(store: StoreAccess, cur: Any, c: Commit, group: list[Started], won: set[str]) -> None:
     """The claims of ``group`` the set-wise statement did not win (``won``: their keys), op by op."""
     for op in group:
-        if not (op.key in won and op.attempt == 1 and op.cause == "schedule"):
+        if not (op.key in won and _is_plain(op)):
             _op_started(store, cur, c, op)
 
 
@@ -645,17 +647,21 @@ def _end_group(store: StoreAccess, cur: Any, c: Commit, group: list[Finished]) -
     cur.execute("RELEASE SAVEPOINT procsched_ends")
 
 
+def _nothing() -> None:
+    """What is left to decide when nothing was sent."""
+
+
 def _pair_sent(
     store: StoreAccess, cur: Any, c: Commit, groups: list[tuple[str, list[Any]]], i: int
-) -> tuple[int, Callable[[], None] | None]:
+) -> tuple[int, Callable[[], None]]:
     """PostgreSQL: send the set-wise statements of ``groups[i]`` if it is a
     group of ends and of the group of claims after it (or of ``groups[i]``
     if claims), each on a cursor of its own (of the transaction's
     connection: never one made anew), their answers not read: the
     caller sends them together (pipeline mode: with the BEGIN and the lease
     renewal, or in a round trip of their own). Returns the index of the
-    group after them and what to call once the answers are in (None:
-    nothing sent): it decides op by op the ends not recorded and the claims
+    group after them and what to call once the answers are in (nothing
+    sent: ``_nothing``): it decides op by op the ends not recorded and the claims
     not won. An end the set-wise statement did not record is one op by op
     does not either (the same conditions): it writes nothing, so deciding
     it after those claims changes nothing. A lone end or claim is one
@@ -664,13 +670,13 @@ def _pair_sent(
     j = i + (ends is not None)
     claims = groups[j][1] if j < len(groups) and groups[j][0] == "started" else None
     if ends is None and claims is None:
-        return i, None
+        return i, _nothing
     plain = _plain(claims or [])
     ended = None if ends is None else _end_pg(store, cur.connection.cursor(), c, ends)
     won = _claim_plain_pg(store, cur.connection.cursor(), c, plain) if plain else None
 
     def decide() -> None:
-        if ends is not None and ended is not None:
+        if ends is not None and ended is not None:  # (both or neither: mypy)
             done = {tuple(r) for r in ended.fetchall()}
             for op in ends:
                 if (op.key, op.run, op.attempt) not in done:

@@ -49,14 +49,12 @@ def test_layering_keeps_each_key_s_order_and_every_barrier_s_place(pairs):
     flat = [op for _kind, group in groups for op in group]
     assert sorted(flat, key=lambda op: op[2]) == ops  # every op once
     position = {op[2]: n for n, op in enumerate(flat)}
+    movable = ("started", "finished")  # (every other kind is a barrier)
     for x in ops:
         for y in ops:
-            if x[2] < y[2] and (
-                x[1] is not None
-                and x[1] == y[1]
-                or "started" != x[0] != "finished"
-                or y[0] not in ("started", "finished")
-            ):
+            same_key = x[1] is not None and x[1] == y[1]
+            barrier = x[0] not in movable or y[0] not in movable
+            if x[2] < y[2] and (same_key or barrier):
                 assert position[x[2]] < position[y[2]], (x, y)
     for kind, group in groups:
         assert all(op[0] == kind for op in group)
