@@ -299,7 +299,7 @@ class Dispatcher:
                     done = journal.peers.resume(engine, request.task_id, now)
                 else:
                     done = engine.resume(request.task_id, now)
-                engine.emit(m.Answer.wire(request.request, done))
+                self.answer(request.task_id, request.request, done)
             elif tag == m.WALL_STEP:  # tests: step this process's wall clock
                 self.wall_skew += m.view(m.WallStep, message).ns
             elif tag == m.CANCEL:
@@ -309,7 +309,7 @@ class Dispatcher:
                     accepted = journal.replaced(cancel.task_id, partial(engine.cancel, cancel.task_id, False, now))
                 else:
                     accepted = engine.cancel(cancel.task_id, cancel.interrupt, now)
-                engine.emit(m.Answer.wire(cancel.request, accepted))
+                self.answer(cancel.task_id, cancel.request, accepted)
             elif tag == m.RUN_NOW:
                 run_now = m.view(m.RunNow, message)
                 engine.emit(m.Answer.wire(run_now.request, engine.run_now(run_now.task_id, time.monotonic_ns())))
@@ -386,6 +386,14 @@ class Dispatcher:
                 wake = None if self.journal is None else self.wake_task
                 reply = run_requests.serve(engine, message, time.monotonic_ns(), self.wall_offset, wake)
                 self.carrier._send(worker, reply)
+
+    def answer(self, task_id: int, request: int, done: bool) -> None:
+        """Answer the user's pause, resume or cancel: with a store, a keyed
+        task's once it is written (``Journal.answer``)."""
+        if self.journal is not None:
+            self.journal.answer(self.engine, task_id, request, done)
+        else:
+            self.engine.emit(m.Answer.wire(request, done))
 
     def wake_task(self, task_id: int) -> None:
         """A run paused or resumed a task: not on standby any more (with a store)."""

@@ -12,6 +12,7 @@ engine's, from its own tests)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 
 from procsched._core import Policy, Run
@@ -142,5 +143,39 @@ def test_runs_given_ahead_are_taken_back_when_the_lease_runs_short(tmp_path) -> 
         journal.renew_at = short + journal.lease_ns  # (and the renewal is stuck: not tried in this turn)
         journal.turn(engine, carrier, 0, short)
         assert ("revoke", worker.ident, 2, 1) in carrier.log
+    finally:
+        journal.close(clean=True)
+
+
+def test_a_batch_fenced_out_under_a_registration_renewed_since_registers_no_third(tmp_path, monkeypatch) -> None:
+    """A commit in flight under a registration that was taken over (this
+    scheduler stalled past its lease) answers "fenced out" after a lease
+    renewal has found that out and registered again: the new registration
+    stands. Registered again once more, the scheduler left the second one
+    to expire - another scheduler took it over a second later (the fault
+    campaign, seed 5715: registered at 20:40:11.971, left at .981)."""
+    monkeypatch.setattr(journal_module, "COMMIT_WAIT_S", 0)
+    path = str(tmp_path / "s.db")
+    journal = Journal(path, os.getpid(), emit=lambda events: None)
+    journal.keys[7] = "k"
+    stored = journal.store.batch(journal.holder)
+    stored.upsert(TaskDefinition("k", "m:f", b"", {"kind": "fixed_rate", "period_ns": NS}), TaskState(next_due_ns=0))
+    stored.commit()
+    carrier = FakeCarrier(prefetch=2)
+    engine = Engine(carrier, workers=1, policy=Policy.PRIORITY, durable=journal)
+    first = journal.holder
+    try:
+        with sqlite3.connect(path, isolation_level=None) as other:  # taken over
+            other.execute("UPDATE procsched_schedulers SET token = 'taken over' WHERE id = ?", (first.id,))
+        assert journal.hold(FakeWorker(4242), Run(7, 1, 0, None, None, "k"))  # claimed: its start is batched
+        t0 = time.monotonic_ns()
+        journal.turn(engine, carrier, 0, t0)  # the commit goes to the writer (not collected in the turn)
+        journal.writer.wait(None)  # done: fenced out
+        journal.recheck(engine, t0)  # a renewal finds it out first, and registers again
+        second = journal.holder
+        assert second.id != first.id
+        journal.committed(engine, carrier, t0)  # the commit's answer
+        assert journal.holder.id == second.id
+        assert {h.id for h in journal.store.schedulers()} == {first.id, second.id}  # (the first: its row, taken over)
     finally:
         journal.close(clean=True)

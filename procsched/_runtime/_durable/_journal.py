@@ -62,7 +62,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from ..._core import Kind, Run, Schedule, TaskState
@@ -170,6 +170,10 @@ class Journal(Durable):
         #: asked here (``Peers.apply``; the fault campaign: a take-over read
         #: the row while the store was locked, and resumed a task just paused).
         self.pausing: dict[str, int] = {}
+        #: The requests (ids) of the user's pauses, resumes and cancels of
+        #: keyed tasks whose answers wait for the commit writing them: also
+        #: across a commit that failed or was fenced out (see ``answer``).
+        self.answers: set[int] = set()
         self.offset = 0
         self.batch = self.writer.store.batch(self.holder)
         self.seen = 0  # engine events already journalled this turn
@@ -638,6 +642,19 @@ class Journal(Durable):
         self.batch.update(key, **fields)
         self.pausing[key] = self.pausing.get(key, 0) + 1
 
+    def answer(self, engine: Engine, task_id: int, request: int, done: bool) -> None:
+        """Answer the user's pause, resume or cancel of ``task_id``: for a
+        keyed task, once the commit that writes it is done - the answer is
+        among the events the user hears after that commit, and a commit that
+        fails or is fenced out keeps it for the one that goes again. Answered
+        before it was written (the commit failed on a dropped connection and
+        went again 70 ms later), a resume reached the store after a pause
+        that another instance acknowledged after it, and undid it: the task
+        ran on, paused for the user (the fault campaign, seed 5715)."""
+        if task_id in self.keys:
+            self.answers.add(request)
+        engine.emit(m.Answer.wire(request, done))
+
     def pass_over(self, events: list[m.Message]) -> None:
         """The engine's events since the last ``sync`` are the store's
         already (``Peers`` made them from what it read): not journalled."""
@@ -965,9 +982,14 @@ class Journal(Durable):
             lost = set(result.lost)
             if result.fenced_out:  # another scheduler recorded our runs crashed: run none of these
                 lost = {(known[2], c[1], c[2]) for c, known in mine}
-                self._fenced_out(engine, now)
+                if batch.holder is not None and batch.holder.id == self.holder.id:
+                    # (else found out since, by a lease renewal, and registered again: a second
+                    # registration left the first to expire and be taken over - the fault campaign,
+                    # seed 5715)
+                    self._fenced_out(engine, now)
                 # what the user asked (adds, cancels, pauses) is still to be written; runs are not ours
                 self.batch.ops[:0] = [op for op in batch.ops if op[0] not in ("started", "finished")]
+                told, self.told[:0] = _split_held(told, set(), self.answers)  # (answered when they are written)
             elif self.pausing:
                 self._pauses_written(batch)
         if result is not None and not isinstance(result, BaseException) and result.limited:
@@ -988,10 +1010,12 @@ class Journal(Durable):
         self.hold_until = now + min(spent.wall_ns, self.hold_max_ns)
         if gone:  # a run another scheduler holds never started here: the user hears nothing of it
             ids = {(known[1].task_id, known[1].run) for known in gone}
-            told = _split_started(told, ids)[0]
-            self.told = _split_started(self.told, ids)[0]
+            told = _split_held(told, ids)[0]
+            self.told = _split_held(self.told, ids)[0]
         if told:
             self.emit(told)
+            if self.answers:
+                self.answers.difference_update(m.view(m.Answer, ev).request for ev in told if ev[0] == m.ANSWER)
         for known in realign:  # another scheduler has it: the next slot (fenced out: the store never saw it)
             run, key = known[1], known[2]
             self.peers.lost(engine, self._unhold(run), run, key, now, self.offset, refused=not fenced)
@@ -1042,9 +1066,9 @@ class Journal(Durable):
             )
         self.retry_ns = min(2 * self.retry_ns or RETRY_FIRST_NS, RETRY_MAX_NS)
         self.retry_at = now + self.retry_ns
-        others, starts = _split_started(told, {(known[1].task_id, known[1].run) for _c, known in mine})
+        others, held = _split_held(told, {(known[1].task_id, known[1].run) for _c, known in mine}, self.answers)
         self.emit(others)
-        self.told[:0] = starts
+        self.told[:0] = held  # (and the answers to the pauses, resumes and cancels the batch writes)
         # The batch goes again, before what came since (a run withdrawn
         # meanwhile has its end there, after its start).
         self.batch.ops[:0] = batch.ops
@@ -1098,16 +1122,22 @@ class Journal(Durable):
             self.store.close()
 
 
-def _split_started(events: list[m.Message], runs: set[tuple[int, int]]) -> tuple[list[m.Message], list[m.Message]]:
-    """(the events but the RunStarted of ``runs`` (task id, run), those RunStarted)."""
+def _split_held(
+    events: list[m.Message], runs: set[tuple[int, int]], answers: Collection[int] = ()
+) -> tuple[list[m.Message], list[m.Message]]:
+    """(the events but those held, those held): the RunStarted of ``runs``
+    (task id, run) and the Answers to ``answers`` (request ids)."""
     rest: list[m.Message] = []
-    started: list[m.Message] = []
+    held: list[m.Message] = []
     for ev in events:
-        if ev[0] == m.RUN_STARTED and ((s := m.view(m.RunStarted, ev)).task_id, s.run) in runs:
-            started.append(ev)
+        tag = ev[0]
+        if (tag == m.RUN_STARTED and ((s := m.view(m.RunStarted, ev)).task_id, s.run) in runs) or (
+            tag == m.ANSWER and m.view(m.Answer, ev).request in answers
+        ):
+            held.append(ev)
         else:
             rest.append(ev)
-    return rest, started
+    return rest, held
 
 
 def bound_idle_transactions(store: SQLStore, lease_ns: int) -> None:
