@@ -18,15 +18,18 @@ from typing import Any
 from procsched._core import Policy
 from procsched._core import TaskState as LocalState
 from procsched._core._schedule import Schedule
+from procsched._errors import StoreError
 from procsched._runtime import _messages as m
 from procsched._runtime._durable._journal import Journal
+from procsched._runtime._durable._stored import stored_hash
 from procsched._runtime._engine import Engine
-from procsched._store import TaskDefinition, TaskState, open_store
+from procsched._store import SkippedSlot, TaskDefinition, TaskState, open_store
 from tests.runtime.test_engine import FakeCarrier
 
 NS = 1_000_000_000
 PAYLOAD = ("fn", "args")
 RATE = {"kind": "fixed_rate", "period_ns": NS, "initial_delay_ns": 0, "misfire": "catch_up"}
+RATE_DEFINITION = TaskDefinition("k", "m:f", b"", RATE)
 
 
 def _this_scheduler(path: str, grid: int, runs: int, attempt: int, due: int) -> tuple[Journal, Engine, int]:
@@ -310,3 +313,53 @@ def test_a_deploy_that_changes_a_task_but_not_its_grid_goes_on_on_the_stored_gri
         finally:
             journal.close(clean=True)
     store.close()
+
+
+def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_only_later(tmp_path, monkeypatch) -> None:
+    """The fault campaign, seed 5715 (PostgreSQL), replayed: a claim was
+    refused because another instance had paused the task, and the read of
+    its row after the refusal failed (a dropped connection). The task went
+    on to its next slot, whose claim was refused too and recorded "paused";
+    the first slot was neither run nor recorded. The row is read again at
+    the next re-read, and the slot recorded then."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    grid = time.time_ns() - 2 * NS - NS // 2  # run 11's slot: due, and run 12's after it
+    batch = store.batch()
+    batch.upsert(RATE_DEFINITION, TaskState(10, grid))
+    batch.commit()
+    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)
+    journal.hashes[1] = stored_hash(RATE_DEFINITION)  # (adopted with this very definition: no redefinition)
+    carrier = engine.carrier
+    try:
+        now = time.monotonic_ns()
+        engine.start(now)
+        assert store.pause("k")  # another instance's pause (not read here yet)
+        engine.tick(now)  # run 11 claimed: held for the store
+        real_get, failed = journal.store.get, []
+
+        def dropped(key: str) -> Any:  # the read after the refusal fails, as on a dropped connection
+            if not failed:
+                failed.append(key)
+                raise StoreError("reading a task failed: the connection dropped")
+            return real_get(key)
+
+        monkeypatch.setattr(journal.store, "get", dropped)
+        journal.turn(engine, carrier, offset, now)  # the claim: refused (paused)
+        if journal.writer.busy:
+            journal.writer.wait(None)
+            journal.committed(engine, carrier, now)
+        assert failed == ["k"]
+        assert engine.next_claim(1) == (12, 1)  # run 11 skipped here
+
+        journal.peers.sync(engine, time.monotonic_ns(), offset)  # the next re-read
+        assert engine.state(1) is LocalState.PAUSED
+        journal.turn(engine, carrier, offset, time.monotonic_ns())
+        if journal.writer.busy:
+            journal.writer.wait(None)
+            journal.committed(engine, carrier, time.monotonic_ns())
+        skipped = [r for r in store.history("k", 10, skipped=True) if isinstance(r, SkippedSlot)]
+        assert [(r.slot_ns, r.reason) for r in skipped] == [(grid, "paused")]
+    finally:
+        journal.close(clean=True)
+        store.close()

@@ -173,6 +173,12 @@ class Peers:
         #: the slots the pause left behind - the scheduler that ran them does,
         #: as it follows the resume (``resume``, ``apply``).
         self.paused_elsewhere: set[int] = set()
+        #: Claims refused (run, key, refused) whose row could not be read
+        #: after them (``lost``): read at the next re-read, which does the
+        #: rest - a slot refused for a pause is recorded then (the fault
+        #: campaign, seed 5715: a dropped connection failed that read, and
+        #: the slot was neither run nor recorded).
+        self.unread: list[tuple[Any, str, bool]] = []
         #: Tasks paused here following the store -> the row's run count then:
         #: runs numbered past it were claimed after the resume (``_run_since``).
         self.paused_at_run: dict[int, int] = {}
@@ -224,19 +230,38 @@ class Peers:
             engine.skip(worker, run, now)
             try:
                 task = self.journal.store.get(key)
-                if task is not None and not refused:
-                    self.apply(engine, run.task_id, task, now, offset, force=True)
-                elif task is not None:
-                    self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
-                    if task.state.paused and engine.state(run.task_id) is TaskState.PAUSED:
-                        # refused for the pause (from outside, read only now): the slot is the pause's
-                        mark = len(engine.events)
-                        engine.paused_over(run)
-                        self.journal.record_skips(engine.events, mark)
-                    elif task.holder is not None or next_claim(task) != (run.run, run.attempt):
-                        self.stand_by(engine, run.task_id, task)
+            except StoreError as exc:
+                engine.log(30, f"keyed task {key}: realigning with the store failed ({exc}); again at the next re-read")
+                self.unread.append((run, key, refused))
+                self.sync_soon()
+                return
+            try:
+                if task is not None:
+                    self._lost_read(engine, run, task, now, offset, refused)
             except Exception as exc:  # noqa: BLE001 - the next re-read tries again
                 engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
+
+    def _lost_read(self, engine: Engine, run: Any, task: StoredTask, now: int, offset: int, refused: bool) -> None:
+        """The rest of ``lost``, with the task's row read after it."""
+        if not refused:
+            self.apply(engine, run.task_id, task, now, offset, force=True)
+            return
+        self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
+        if not self._paused_over(engine, run, task) and (
+            task.holder is not None or next_claim(task) != (run.run, run.attempt)
+        ):
+            self.stand_by(engine, run.task_id, task)
+
+    def _paused_over(self, engine: Engine, run: Any, task: StoredTask) -> bool:
+        """Was ``run``'s claim refused for its task's pause (from outside:
+        the row ``task``, read after the refusal, followed)? Then its slot is
+        the pause's: recorded so."""
+        if not (task.state.paused and engine.state(run.task_id) is TaskState.PAUSED):
+            return False
+        mark = len(engine.events)
+        engine.paused_over(run)
+        self.journal.record_skips(engine.events, mark)
+        return True
 
     # -- standby: one claimer per task -----------------------------------------------
 
@@ -484,6 +509,18 @@ class Peers:
                     del self.standby[tid]
                 else:
                     self.apply(engine, tid, stored, now, offset, store_now=store_now)
+            unread, self.unread = self.unread, []
+            for i, (run, key, refused) in enumerate(unread):
+                try:
+                    row = store.get(key)
+                except StoreError:
+                    self.unread[:0] = unread[i:]
+                    raise
+                if row is not None and not refused:
+                    self.apply(engine, run.task_id, row, now, offset, force=True)
+                elif row is not None:  # (realigned as any task; a standby is for the claims of now)
+                    self.apply(engine, run.task_id, row, now, offset, (run.run, run.attempt))
+                    self._paused_over(engine, run, row)
             self.rereads += 1
         except StoreError as exc:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
