@@ -6,6 +6,7 @@ program prints a line per event) or on scheduler events, never a sleep.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import pickle
@@ -297,11 +298,13 @@ def test_a_retry_running_at_shutdown_leaves_the_grid_of_its_run(tmp_path):
         assert store.get("r").state.next_due_ns == first.scheduled_ns + 5 * 10**9
 
 
-def test_a_pause_the_locked_store_refused_is_written_by_a_clean_shutdown(tmp_path):
-    """A pause acknowledged while the store could not record it (a commit
-    refused, to be tried again after a back-off), then a clean shutdown: the
-    shutdown writes it before it ends (the pause was lost when the back-off
-    outlasted the scheduler: the fault campaign, seed 316)."""
+def test_a_pause_asked_while_the_store_is_locked_returns_once_written(tmp_path):
+    """A pause asked while the store cannot record it (its commits refused,
+    tried again after a back-off) is not answered until a commit has
+    written it; then it is the store's, whatever comes next - here a clean
+    shutdown at once. (Answered before, it was lost when the back-off
+    outlasted the scheduler: the fault campaign, seed 316; and another
+    instance's pause, acknowledged after it, was undone by it: seed 5715.)"""
     db, out = str(tmp_path / "s.db"), str(tmp_path / "out")
     failing = _Logged("could not record")
     log = logging.getLogger("procsched")
@@ -314,8 +317,12 @@ def test_a_pause_the_locked_store_refused_is_written_by_a_clean_shutdown(tmp_pat
             lock = sqlite3.connect(db, isolation_level=None, timeout=30)
             lock.execute("BEGIN IMMEDIATE")  # the scheduler's commits fail after 0.1 s
             assert failing.seen.wait(30)
-            assert h.pause()  # acknowledged, not written
-            lock.execute("ROLLBACK")  # and at once the shutdown, within the back-off
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                paused = pool.submit(lambda: (h.pause(), open_store(db).get("k").state.paused))  # (read at its return)
+                with pytest.raises(concurrent.futures.TimeoutError):
+                    paused.result(timeout=1.0)  # the store is locked: it cannot be written, so not answered
+                lock.execute("ROLLBACK")  # and at once the shutdown, within the back-off
+                assert paused.result(timeout=30) == (True, True)
     finally:
         log.removeHandler(failing)
     assert open_store(db).get("k").state.paused
