@@ -26,7 +26,9 @@ in this process, the next waits a little for the ends of the runs it sent:
 ``holding``), and a keyed run reaches
 its worker only after the transaction that records it started committed;
 the user hears of a turn's events once it has committed (``history()``
-after ``result()`` finds the run). A run's end is recorded with the
+after ``result()`` finds the run; a pause, resume or cancel of a keyed
+task is answered so, also across a commit that failed and goes again:
+when it returns, the store has it). A run's end is recorded with the
 task's reschedule in one statement group (``Batch.finished``), so a
 SIGKILL at any instant leaves a store from which recovery is exact.
 

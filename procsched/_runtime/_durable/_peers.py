@@ -7,6 +7,8 @@
                         │                  ├─ fewer rows than known ──▶ keys() ──▶ drop tasks others deleted
                         │                  └─ expired leases ──▶ take_over(dead, me, reschedule) ──▶ realign
                         ├─ a lost claim ──▶ Engine.skip (next slot, nothing counted) ──▶ store.get ──▶ realign
+                        │                   ├─▶ refused for a pause: its slot recorded "paused"
+                        │                   ├─▶ (the read failed: done at the next re-read)
                         │                   └─▶ standby: paused here while the store shows another keeping it up
                         └─ standby tasks late in the store (or their claimer taken over) ──▶ wake ──▶ realign
 
@@ -32,7 +34,7 @@ Journal does not write them back (``quiet``).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..._core import Kind, TaskState
 from ..._core._units import NS
@@ -101,6 +103,15 @@ def retried(task: StoredTask) -> bool:
 
 def _same_time(local_wall: int | None, stored_wall: int) -> bool:
     return local_wall is not None and abs(local_wall - stored_wall) < SAME_TIME_NS
+
+
+class Unread(NamedTuple):
+    """A claim the store refused (``refused``; False: taken back unseen) whose
+    task's row could not be read after it (``Peers.lost``)."""
+
+    run: Any  # the claimed Run
+    key: str
+    refused: bool
 
 
 def next_claim(task: StoredTask) -> tuple[int, int]:
@@ -178,7 +189,7 @@ class Peers:
         #: rest - a slot refused for a pause is recorded then (the fault
         #: campaign, seed 5715: a dropped connection failed that read, and
         #: the slot was neither run nor recorded).
-        self.unread: list[tuple[Any, str, bool]] = []
+        self.unread: list[Unread] = []
         #: Tasks paused here following the store -> the row's run count then:
         #: runs numbered past it were claimed after the resume (``_run_since``).
         self.paused_at_run: dict[int, int] = {}
@@ -232,7 +243,7 @@ class Peers:
                 task = self.journal.store.get(key)
             except StoreError as exc:
                 engine.log(30, f"keyed task {key}: realigning with the store failed ({exc}); again at the next re-read")
-                self.unread.append((run, key, refused))
+                self.unread.append(Unread(run, key, refused))
                 self.sync_soon()
                 return
             try:
@@ -241,14 +252,20 @@ class Peers:
             except Exception as exc:  # noqa: BLE001 - the next re-read tries again
                 engine.log(30, f"keyed task {key}: realigning with the store failed ({type(exc).__name__}: {exc})")
 
-    def _lost_read(self, engine: Engine, run: Any, task: StoredTask, now: int, offset: int, refused: bool) -> None:
-        """The rest of ``lost``, with the task's row read after it."""
+    def _lost_read(
+        self, engine: Engine, run: Any, task: StoredTask, now: int, offset: int, refused: bool, later: bool = False
+    ) -> None:
+        """The rest of ``lost``, with the task's row read after it (``later``:
+        at a re-read after it - realigned, not put on standby: that is for the
+        claims of now)."""
         if not refused:
             self.apply(engine, run.task_id, task, now, offset, force=True)
             return
         self.apply(engine, run.task_id, task, now, offset, (run.run, run.attempt))
-        if not self._paused_over(engine, run, task) and (
-            task.holder is not None or next_claim(task) != (run.run, run.attempt)
+        if (
+            not self._paused_over(engine, run, task)
+            and not later
+            and (task.holder is not None or next_claim(task) != (run.run, run.attempt))
         ):
             self.stand_by(engine, run.task_id, task)
 
@@ -510,17 +527,14 @@ class Peers:
                 else:
                     self.apply(engine, tid, stored, now, offset, store_now=store_now)
             unread, self.unread = self.unread, []
-            for i, (run, key, refused) in enumerate(unread):
+            for i, lost in enumerate(unread):
                 try:
-                    row = store.get(key)
+                    row = store.get(lost.key)
                 except StoreError:
                     self.unread[:0] = unread[i:]
                     raise
-                if row is not None and not refused:
-                    self.apply(engine, run.task_id, row, now, offset, force=True)
-                elif row is not None:  # (realigned as any task; a standby is for the claims of now)
-                    self.apply(engine, run.task_id, row, now, offset, (run.run, run.attempt))
-                    self._paused_over(engine, run, row)
+                if row is not None:
+                    self._lost_read(engine, lost.run, row, now, offset, lost.refused, later=True)
             self.rereads += 1
         except StoreError as exc:
             engine.log(40, f"the store: re-reading other schedulers' changes failed ({exc})")
