@@ -307,9 +307,10 @@ class Dispatcher:
                 now = time.monotonic_ns()
                 if cancel.replaced and journal is not None:  # its row stays for the task on its way
                     accepted = journal.replaced(cancel.task_id, partial(engine.cancel, cancel.task_id, False, now))
+                    engine.emit(m.Answer.wire(cancel.request, accepted))  # (nothing of it to write)
                 else:
                     accepted = engine.cancel(cancel.task_id, cancel.interrupt, now)
-                self.answer(cancel.task_id, cancel.request, accepted)
+                    self.answer(cancel.task_id, cancel.request, accepted)
             elif tag == m.RUN_NOW:
                 run_now = m.view(m.RunNow, message)
                 engine.emit(m.Answer.wire(run_now.request, engine.run_now(run_now.task_id, time.monotonic_ns())))
