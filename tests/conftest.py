@@ -1,4 +1,4 @@
-"""How the suite spreads over xdist workers (the README's ``pytest -q -n 3``),
+"""How the suite spreads over xdist workers (the README's ``pytest -q -n 4``),
 and one preparation before they start.
 
 - xdist hands the tests out one at a time, in collection order, as workers
