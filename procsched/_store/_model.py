@@ -224,6 +224,10 @@ class StoredTask:
     #: ``definition.args`` is empty and ``unloadable`` says the same: it is
     #: listed, never run (see ``_trust``).
     untrusted: str | None = None
+    #: The slot guard (UTC ns): the last scheduled slot claimed, or recorded
+    #: skipped (a little before it) - a scheduled claim must come after it
+    #: (see ``_sql``, "Claims"); None: none yet.
+    last_slot_ns: int | None = None
 
     @property
     def key(self) -> str:

@@ -54,6 +54,7 @@ class TaskRow(NamedTuple):
     max_concurrent: int
     group: str | None
     last_holder: str | None
+    last_slot: int | None
     signature: bytes | None
 
 
@@ -78,6 +79,7 @@ TASK_COLUMNS: dict[str, str] = {
     "max_concurrent": "t.max_concurrent",
     "group": "t.grp",
     "last_holder": "t.last_holder",
+    "last_slot": "t.last_slot_ns",
     "signature": "d.signature",
 }
 assert tuple(TASK_COLUMNS) == TaskRow._fields
@@ -167,6 +169,7 @@ def _with_state(
         row.in_flight,
         row.last_holder,
         untrusted,
+        row.last_slot,
     )
 
 
@@ -194,6 +197,7 @@ _TASK = _setters(
         "in_flight",
         "last_holder",
         "untrusted",
+        "last_slot_ns",
     ),
 )
 
@@ -229,7 +233,7 @@ def stored_tasks(
     new = object.__new__
     d0, d1, d2, d3, d4, d5, d6, d7 = _DEFINITION
     s0, s1, s2, s3 = _STATE
-    t0, t1, t2, t3, t4, t5, t6, t7, t8, t9 = _TASK
+    t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10 = _TASK
     checking = check and bool(keyring)
     if parsed is None:
         parsed = {}
@@ -256,6 +260,7 @@ def stored_tasks(
             max_concurrent,
             group,
             last_holder,
+            last_slot,
             signature,
         ) = raw
         if shared is not None:
@@ -294,5 +299,6 @@ def stored_tasks(
         t7(task, in_flight)
         t8(task, last_holder)
         t9(task, None)
+        t10(task, last_slot)
         append(task)
     return out

@@ -46,6 +46,14 @@ def _this_scheduler(path: str, grid: int, runs: int, attempt: int, due: int) -> 
     return journal, engine, offset
 
 
+def _turn(journal: Journal, engine: Engine, offset: int, now: int) -> None:
+    """A dispatcher turn, its commit collected."""
+    journal.turn(engine, engine.carrier, offset, now)
+    if journal.writer.busy:
+        journal.writer.wait(None)
+        journal.committed(engine, engine.carrier, now)
+
+
 def _paused_from_the_store(path: str, grid: int) -> tuple[Any, Journal, Engine, int]:
     """The store at ``path`` holds "k" with run 11 due at ``grid``; this
     scheduler ran runs 1-10 and has followed a pause of it from the store.
@@ -330,7 +338,6 @@ def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_onl
     batch.commit()
     journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)
     journal.hashes[1] = stored_hash(RATE_DEFINITION)  # (adopted with this very definition: no redefinition)
-    carrier = engine.carrier
     try:
         now = time.monotonic_ns()
         engine.start(now)
@@ -345,21 +352,79 @@ def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_onl
             return real_get(key)
 
         monkeypatch.setattr(journal.store, "get", dropped)
-        journal.turn(engine, carrier, offset, now)  # the claim: refused (paused)
-        if journal.writer.busy:
-            journal.writer.wait(None)
-            journal.committed(engine, carrier, now)
+        _turn(journal, engine, offset, now)  # the claim: refused (paused)
         assert failed == ["k"]
         assert engine.next_claim(1) == (12, 1)  # run 11 skipped here
 
         journal.peers.sync(engine, time.monotonic_ns(), offset)  # the next re-read
         assert engine.state(1) is LocalState.PAUSED
-        journal.turn(engine, carrier, offset, time.monotonic_ns())
-        if journal.writer.busy:
-            journal.writer.wait(None)
-            journal.committed(engine, carrier, time.monotonic_ns())
+        _turn(journal, engine, offset, time.monotonic_ns())
         skipped = [r for r in store.history("k", 10, skipped=True) if isinstance(r, SkippedSlot)]
         assert [(r.slot_ns, r.reason) for r in skipped] == [(grid, "paused")]
+    finally:
+        journal.close(clean=True)
+        store.close()
+
+
+def test_a_resume_asked_here_is_not_undone_by_a_re_read_of_the_row_from_before_it(tmp_path) -> None:
+    """The fault campaign, seed 5915 (PostgreSQL), replayed: the user
+    resumed a task here; before the commit carrying the resume, a re-read
+    read the row as it was - paused, due at the first slot the pause held
+    back. The resume stood, but the task was realigned to that due time:
+    catch_up made up the pause's slots after the resume, while the other
+    instances followed the resume and recorded them "paused". A re-read
+    from before a pause or resume asked here leaves the task as it is."""
+    grid = time.time_ns() - 3 * NS - NS // 2  # run 11's slot, the first the pause held back
+    store, journal, engine, offset = _paused_from_the_store(str(tmp_path / "s.db"), grid)
+    journal.offset = offset  # (the dispatcher's, at its last turn)
+    journal.hashes[1] = stored_hash(RATE_DEFINITION)  # (adopted with this very definition: no redefinition)
+    try:
+        peers = journal.peers
+        now = time.monotonic_ns()
+        peers.controlled(engine, 1, now)  # the user's resume, here
+        assert peers.resume(engine, 1, now)
+        assert engine.next_wall(1) == grid + 4 * NS  # the grid's next slot from now
+        journal.sync(engine.events)  # the turn journals it: on its way to the store
+
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # a re-read from before its commit
+        assert engine.next_claim(1) == (11, 1)
+        assert engine.next_wall(1) == grid + 4 * NS  # before: grid, the pause's first slot
+
+        _turn(journal, engine, offset, time.monotonic_ns())  # its commit
+        row = store.get("k")
+        assert not row.state.paused and row.state.next_due_ns == grid + 4 * NS
+        peers.apply(engine, 1, row, time.monotonic_ns(), offset)  # the re-read after it
+        assert engine.next_wall(1) == grid + 4 * NS
+    finally:
+        journal.close(clean=True)
+        store.close()
+
+
+def test_a_claim_refused_by_a_slot_recorded_skipped_goes_on_from_the_slot_after_it(tmp_path) -> None:
+    """The fault campaign, seed 5915 (PostgreSQL), replayed: a runner late
+    to a resume ran the slots of the pause (the row due at the next of
+    them), while another instance had recorded them "paused" - the store
+    kept those it had not claimed, the last of them after the row's due
+    time. Every instance's claim at that due time was refused (the slot
+    guard) and went on "not before now": the slots between were neither
+    run nor recorded. The claim goes on from the first slot after the
+    guard (catch_up: they run)."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    slot13 = time.time_ns() - 4 * NS - NS // 2  # the row's due time (run 5's slot), recorded "paused" ...
+    batch = store.batch()
+    batch.upsert(RATE_DEFINITION, TaskState(4, slot13))
+    batch.skipped("k", slot13, "paused", period_ns=NS, slots=2)  # ... with the next one, by another instance
+    batch.commit()
+    journal, engine, offset = _this_scheduler(path, slot13, 4, 1, slot13)
+    journal.hashes[1] = stored_hash(RATE_DEFINITION)
+    try:
+        now = time.monotonic_ns()
+        engine.start(now)
+        engine.tick(now)  # run 5 claimed at slot13: held for the store
+        _turn(journal, engine, offset, now)  # refused: the slot guard
+        assert engine.next_claim(1) == (5, 1)
+        assert engine.next_wall(1) == slot13 + 2 * NS  # before: slot13 + 5 s, the next slot from now
     finally:
         journal.close(clean=True)
         store.close()

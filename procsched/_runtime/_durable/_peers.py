@@ -40,6 +40,7 @@ from ..._core import Kind, TaskState
 from ..._core._units import NS
 from ..._errors import StoreError
 from ..._store import Batch, Holder, RunRecord, SkippedSlot, SQLStore, StoredTask
+from ..._store._sql import SLOT_GAP_NS
 from .._engine import Engine
 from .._messages import AdoptKey, Message, RunSkipped
 from ._stored import HISTORY_BACK, crash_fields, down_slots, regular_slot, schedule_of, stored_hash
@@ -656,8 +657,13 @@ class Peers:
             state, force = engine.state(tid), True
         resumed = False
         if self.journal.pausing.get(task.key):
-            pass  # a pause or resume asked here is on its way to the store: it stands
-        elif task.state.paused and state is TaskState.PENDING:
+            # A pause or resume asked here is on its way to the store: it stands, and so does the
+            # due time it goes on at. The row was read before it: its due time is the pause's (a
+            # resume realigned to it made up, late, the slots the pause had held back - and a
+            # runner late to the resume recorded them "paused": the fault campaign, seed 5915).
+            # The re-read after its commit realigns the task.
+            return
+        if task.state.paused and state is TaskState.PENDING:
             if elsewhere:
                 self.paused_elsewhere.add(tid)
             engine.pause(tid)
@@ -715,8 +721,7 @@ class Peers:
             # 2225: four catch-up slots neither run nor recorded).
             return
         if claim == lost:
-            following = schedule.not_before(due_wall, now + offset)
-            due_wall = now + offset if following is None else following
+            due_wall = _after_refused(schedule, task, due_wall, now + offset)
         calendar = schedule.kind is Kind.CALENDAR
         base = None
         if attempt > 1 and not calendar:  # a retry: its run's grid goes on from that run's regular slot
@@ -740,6 +745,21 @@ class Peers:
             self.journal.keys.pop(tid, None)
         engine.cancel(tid, False, now)
         self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)
+
+
+def _after_refused(schedule: Any, task: StoredTask, due_wall: int, now_wall: int) -> int:
+    """Where a claim the row ``task`` still expects, refused at ``due_wall``
+    (UTC ns), goes next: the row's due time is stale. Refused by the slot
+    guard (a slot at or before it claimed, or recorded skipped: a runner
+    late to a resume ran the pause's slots while another recorded them
+    "paused"), from the grid's first slot after the guard: the slots from
+    there are to run (catch_up) or to be dropped by the misfire policy,
+    which records them - taken "not before now", they were neither (the
+    fault campaign, seed 5915: three slots lost). Else not before now."""
+    guard = task.last_slot_ns
+    floor = now_wall if guard is None or guard <= due_wall - SLOT_GAP_NS else guard + SLOT_GAP_NS
+    following = schedule.not_before(due_wall, floor)
+    return floor if following is None else following
 
 
 def resumed_slot(task: StoredTask, now_wall: int) -> int | None:
