@@ -15,6 +15,8 @@ import os
 import time
 from typing import Any
 
+import pytest
+
 from procsched._core import Policy
 from procsched._core import TaskState as LocalState
 from procsched._core._schedule import Schedule
@@ -323,13 +325,19 @@ def test_a_deploy_that_changes_a_task_but_not_its_grid_goes_on_on_the_stored_gri
     store.close()
 
 
-def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_only_later(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("next_held", [False, True])
+def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_only_later(
+    tmp_path, monkeypatch, next_held: bool
+) -> None:
     """The fault campaign, seed 5715 (PostgreSQL), replayed: a claim was
     refused because another instance had paused the task, and the read of
     its row after the refusal failed (a dropped connection). The task went
     on to its next slot, whose claim was refused too and recorded "paused";
     the first slot was neither run nor recorded. The row is read again at
-    the next re-read, and the slot recorded then."""
+    the next re-read, and the slot recorded then - also while the next
+    slot's claim is on its way (``next_held``: the task is not paused here
+    until that claim is refused too; seed 5915: the first slot went
+    unrecorded)."""
     path = str(tmp_path / "s.db")
     store = open_store(path)
     grid = time.time_ns() - 2 * NS - NS // 2  # run 11's slot: due, and run 12's after it
@@ -355,12 +363,17 @@ def test_a_claim_refused_for_a_pause_is_recorded_paused_when_its_row_is_read_onl
         _turn(journal, engine, offset, now)  # the claim: refused (paused)
         assert failed == ["k"]
         assert engine.next_claim(1) == (12, 1)  # run 11 skipped here
+        if next_held:
+            engine.tick(time.monotonic_ns())  # run 12 claimed: held for the store
 
         journal.peers.sync(engine, time.monotonic_ns(), offset)  # the next re-read
+        assert engine.state(1) is (LocalState.RUNNING if next_held else LocalState.PAUSED)
+        _turn(journal, engine, offset, time.monotonic_ns())  # (next_held: run 12's claim, refused)
+        _turn(journal, engine, offset, time.monotonic_ns())  # (next_held: the skip its refusal recorded)
         assert engine.state(1) is LocalState.PAUSED
-        _turn(journal, engine, offset, time.monotonic_ns())
         skipped = [r for r in store.history("k", 10, skipped=True) if isinstance(r, SkippedSlot)]
-        assert [(r.slot_ns, r.reason) for r in skipped] == [(grid, "paused")]
+        expected = [(grid + i * NS, "paused") for i in range(2 if next_held else 1)]
+        assert sorted((r.slot_ns, r.reason) for r in skipped) == expected
     finally:
         journal.close(clean=True)
         store.close()

@@ -271,10 +271,16 @@ class Peers:
             self.stand_by(engine, run.task_id, task)
 
     def _paused_over(self, engine: Engine, run: Any, task: StoredTask) -> bool:
-        """Was ``run``'s claim refused for its task's pause (from outside:
-        the row ``task``, read after the refusal, followed)? Then its slot is
-        the pause's: recorded so."""
-        if not (task.state.paused and engine.state(run.task_id) is TaskState.PAUSED):
+        """Was ``run``'s claim refused for its task's pause (the row ``task``,
+        read after the refusal, is paused, and no resume asked here is on its
+        way: that resume's slots are not the pause's)? Then its slot is the
+        pause's: recorded so (one another scheduler claimed before the pause
+        is dropped by the store). Also while the task is not paused here yet
+        - its next claim on its way (seed 5915: that slot went unrecorded)."""
+        state = engine.state(run.task_id)
+        if not task.state.paused or state not in _LIVE:
+            return False
+        if state is not TaskState.PAUSED and self.journal.pausing.get(task.key):
             return False
         mark = len(engine.events)
         engine.paused_over(run)
@@ -745,6 +751,10 @@ class Peers:
             self.journal.keys.pop(tid, None)
         engine.cancel(tid, False, now)
         self.journal.cancelled.append(tid)  # its key goes once the task is gone (a held run's claim is lost)
+
+
+#: The states of a local task whose refused claims may be its pause's.
+_LIVE = frozenset((TaskState.PENDING, TaskState.RUNNING, TaskState.PAUSED))
 
 
 def _after_refused(schedule: Any, task: StoredTask, due_wall: int, now_wall: int) -> int:
