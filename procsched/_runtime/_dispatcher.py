@@ -87,6 +87,10 @@ if TYPE_CHECKING:
 WALL_READ_NS = 50_000
 #: Ids of tasks added from inside tasks (the user process numbers its own from 1).
 INNER_IDS_START = 1 << 48
+#: A run's cancel, pause and resume (``current_scheduler()``): carried out
+#: as the user's commands, numbered apart from the user's requests (which
+#: count up from 1) - their answers go back to the run (``asked_by``).
+CONTROL = frozenset((m.CANCEL, m.PAUSE, m.RESUME))
 #: The longest single wait: epoll and poll reject timeouts over ~24.8 days
 #: (OverflowError), and a task may be due in a century.
 MAX_WAIT_S = 3600.0
@@ -142,6 +146,8 @@ class Dispatcher:
             durable=NO_STORE if self.journal is None else self.journal,
         )
         self.inner_ids = itertools.count(INNER_IDS_START)
+        self.worker_requests = itertools.count(-1, -1)  # a run's control requests (``asked_by``)
+        self.replying: dict[int, ProcessWorker] = {}  # such a request -> the worker its Reply goes to
         self.wall_skew = 0  # tests step the dispatcher's wall clock with the "wall_step" command
         self.partial: dict[ProcessWorker, int] = {}  # worker -> when its unfinished frame last grew
         self.blobs: dict[bytes, bytes] = {}  # see intern()
@@ -383,10 +389,25 @@ class Dispatcher:
                 self.carrier._send(worker, m.Checked.wire())
             elif tag == m.ADD:
                 self.carrier._send(worker, self.add_from_task(m.view(m.Add, message)))
-            elif tag in run_requests.TAGS:  # cancel, pause, resume, run now, backfill (current_scheduler())
-                wake = None if self.journal is None else self.wake_task
-                reply = run_requests.serve(engine, message, time.monotonic_ns(), self.wall_offset, wake)
-                self.carrier._send(worker, reply)
+            elif tag in CONTROL and not (engine.closing and tag != m.CANCEL):
+                self.on_messages([self.asked_by(worker, message)])  # as the user's: answered with a Reply
+            elif tag in run_requests.TAGS:  # run now, backfill (current_scheduler()); a pause while closing
+                self.carrier._send(worker, run_requests.serve(engine, message, time.monotonic_ns(), self.wall_offset))
+
+    def asked_by(self, worker: ProcessWorker, message: m.Message) -> m.Message:
+        """A run's cancel, pause or resume (``current_scheduler()``; request
+        0) as the user's command, numbered for its answer to go to ``worker``
+        as a ``Reply`` (``emit``): carried out as the user's is, and so
+        answered as the user's is - a keyed task's once the store has it
+        (answered at once, a run's pause of a keyed task was not written yet,
+        and did not take the resume path a keyed task takes)."""
+        request = next(self.worker_requests)
+        self.replying[request] = worker
+        if message[0] == m.CANCEL:
+            cancel = m.view(m.Cancel, message)
+            return m.Cancel.wire(request, cancel.task_id, cancel.interrupt)
+        task_id = m.view(m.Pause, message).task_id  # (Resume: the same fields)
+        return m.Pause.wire(request, task_id) if message[0] == m.PAUSE else m.Resume.wire(request, task_id)
 
     def answer(self, task_id: int, request: int, done: bool) -> None:
         """Answer the user's pause, resume or cancel: with a store, a keyed
@@ -395,11 +416,6 @@ class Dispatcher:
             self.journal.answer(self.engine, task_id, request, done)
         else:
             self.engine.emit(m.Answer.wire(request, done))
-
-    def wake_task(self, task_id: int) -> None:
-        """A run paused or resumed a task: not on standby any more (with a store)."""
-        assert self.journal is not None
-        self.journal.peers.controlled(self.engine, task_id, time.monotonic_ns())
 
     def add_from_task(self, add: m.Add) -> m.Message:
         """A task's follow-up (``current_scheduler()`` in a worker): number
@@ -466,10 +482,29 @@ class Dispatcher:
         a user callback that schedules work while both pipes are full would
         otherwise deadlock the two processes. What the pipe cannot take now
         waits in ``self.out`` until the selector says it is writable."""
+        if self.replying:
+            events = self.reply_to_runs(events)
+            if not events:
+                return
         body = pickle.dumps(events, PROTOCOL)
         self.out += frame_head(len(body))
         self.out += body
         self.write_out()
+
+    def reply_to_runs(self, events: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``events`` without the answers to runs' requests (``asked_by``),
+        each sent to its run's worker as a ``Reply`` (a worker gone since:
+        nobody waits for it)."""
+        kept = []
+        for ev in events:
+            if ev[0] == m.ANSWER:
+                answer = m.view(m.Answer, ev)
+                worker = self.replying.pop(answer.request, None)
+                if worker is not None:
+                    self.carrier._send(worker, m.Reply.wire(answer.value))
+                    continue
+            kept.append(ev)
+        return kept
 
     def write_out(self) -> None:
         evt = self.evt

@@ -6,6 +6,10 @@ what ``Scheduler`` offers (the threads and inline runners hand the
 scheduler itself).
 
     run ─▶ Cancel | Pause | Resume | RunNow | Backfill (request 0) ─▶ serve() ─▶ Reply | Refusal ─▶ run
+
+A worker's cancel, pause and resume take the user's way instead
+(``Dispatcher.asked_by``): with a store, a keyed task's is answered once
+written, as the user's is.
 """
 
 from __future__ import annotations
@@ -20,16 +24,11 @@ from ._engine import Engine
 TAGS = frozenset((m.CANCEL, m.PAUSE, m.RESUME, m.RUN_NOW, m.BACKFILL))
 
 
-def serve(
-    engine: Engine,
-    message: m.Message,
-    now: int,
-    wall_offset: Callable[[], tuple[int, int]],
-    wake: Callable[[int], None] | None = None,
-) -> m.Message:
+def serve(engine: Engine, message: m.Message, now: int, wall_offset: Callable[[], tuple[int, int]]) -> m.Message:
     """The answer to a run's request (its tag in ``TAGS``, its shape checked).
-    ``wall_offset`` gives (wall - monotonic ns, now) for a backfill's slots;
-    ``wake`` (with a store) takes a task a pause or resume names off standby."""
+    ``wall_offset`` gives (wall - monotonic ns, now) for a backfill's slots.
+    (A worker's cancel, pause and resume are the user's commands, through
+    the dispatcher - a store writes them before they are answered.)"""
     tag = message[0]
     if tag == m.CANCEL:
         cancel = m.view(m.Cancel, message)
@@ -38,8 +37,6 @@ def serve(
         return m.Refusal.wire(SchedulerClosedError("the scheduler is shutting down"))
     if tag == m.PAUSE or tag == m.RESUME:
         task_id = m.view(m.Pause, message).task_id  # (Resume: the same fields)
-        if wake is not None:
-            wake(task_id)
         done = engine.pause(task_id, now) if tag == m.PAUSE else engine.resume(task_id, now)
         return m.Reply.wire(done)
     if tag == m.RUN_NOW:

@@ -40,3 +40,19 @@ def fail_then_wait(path: str, fifo: str) -> None:
     record(path)
     with open(fifo) as f:
         f.readline()
+
+
+def pause_then_read(task_id: int, key: str, store: str) -> list[bool]:
+    """Through ``current_scheduler()``: pause then resume task ``task_id``
+    (keyed ``key``), reading its row in ``store`` as each returns: [paused,
+    its row paused, resumed, its row paused]."""
+    from procsched._store import open_store
+
+    sched, rows = procsched.current_scheduler(), open_store(store)
+    try:
+        paused = sched.pause(task_id)
+        paused_row = rows.get(key).state.paused  # type: ignore[union-attr]
+        resumed = sched.resume(task_id)
+        return [paused, paused_row, resumed, rows.get(key).state.paused]  # type: ignore[union-attr]
+    finally:
+        rows.close()

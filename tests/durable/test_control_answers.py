@@ -102,3 +102,17 @@ def test_a_pause_whose_commit_was_fenced_out_is_answered_once_written_again(tmp_
     finally:
         store.close()
         journal.close(clean=True)
+
+
+def test_a_run_s_pause_of_a_keyed_task_returns_once_the_store_has_it(tmp_path) -> None:
+    """``current_scheduler().pause()`` inside a run takes the user's way:
+    the run hears True once the store has the pause (it was answered before
+    the dispatcher had even journalled it), and so for the resume."""
+    import procsched
+    from tests.durable import jobs_mod
+
+    path = str(tmp_path / "s.db")
+    with procsched.Scheduler(1, store=path) as sched:
+        target = sched.schedule_at_fixed_rate(jobs_mod.add, 3600.0, args=(1, 2), key="hourly", initial_delay=3600.0)
+        got = sched.submit(jobs_mod.pause_then_read, target.id, "hourly", path).result(timeout=60)
+    assert got == [True, True, True, False]
