@@ -650,7 +650,9 @@ class Peers:
         stays there while the store (read at ``store_now``) shows it kept
         up; otherwise it wakes and is realigned. ``fresh``: a task just
         added here, realigned even while the row names this scheduler (the
-        run in flight is its key's previous task's, replaced)."""
+        run in flight is its key's previous task's, replaced). While a pause
+        or resume asked here is on its way to the store, a row read before
+        it changes nothing here (but a ``fresh`` task's grid)."""
         state = engine.state(tid)
         if state is None or (task.holder == self.journal.holder.id and not fresh):
             return
@@ -667,9 +669,11 @@ class Peers:
             # due time it goes on at. The row was read before it: its due time is the pause's (a
             # resume realigned to it made up, late, the slots the pause had held back - and a
             # runner late to the resume recorded them "paused": the fault campaign, seed 5915).
-            # The re-read after its commit realigns the task.
-            return
-        if task.state.paused and state is TaskState.PENDING:
+            # The re-read after its commit realigns the task. (A task just added here takes the
+            # stored grid: its key's pause or resume on its way was its previous task's.)
+            if not fresh:
+                return
+        elif task.state.paused and state is TaskState.PENDING:
             if elsewhere:
                 self.paused_elsewhere.add(tid)
             engine.pause(tid)
