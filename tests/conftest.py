@@ -25,6 +25,8 @@ from __future__ import annotations
 import compileall
 import os
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,8 +38,66 @@ ROOT = os.path.dirname(HERE)
 
 def pytest_configure(config: pytest.Config) -> None:
     if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without xdist), once
-        for path in (os.path.join(ROOT, "procsched"), HERE):
-            compileall.compile_dir(path, quiet=1)
+        compileall.compile_dir(os.path.join(ROOT, "procsched"), quiet=1)
+        compileall.compile_dir(HERE, quiet=1, rx=_REWRITTEN)  # (the test modules: rewritten, below)
+        if sys.dont_write_bytecode:
+            _rewrite_ahead(config)
+
+
+#: The modules pytest rewrites (their asserts): test modules and conftests.
+_REWRITTEN = re.compile(r"(^|/)(test_[^/]*|conftest)\.py$")
+
+
+def _rewrite_ahead(config: pytest.Config) -> None:
+    """Write pytest's cache of the rewritten test modules, once, before the
+    workers start. Where PYTHONDONTWRITEBYTECODE is set pytest writes none,
+    and each worker rewrote all of them at its collection: ~9 s of CPU each,
+    four at once on two cores (the suite's first ~18 s). Done the way
+    pytest's import hook does it (its cache is checked against the source
+    when read), in one process per CPU; if pytest's internals differ, the
+    workers rewrite them as before."""
+    try:
+        from _pytest.assertion.rewrite import (
+            PYC_TAIL,
+            _read_pyc,
+            _rewrite_test,
+            _write_pyc,
+            assertstate_key,
+            get_cache_dir,
+        )
+    except ImportError:
+        return
+
+    def rewrite(files: list[Path]) -> None:
+        for fn in files:
+            directory = get_cache_dir(fn)
+            pyc = directory / (fn.name[:-3] + PYC_TAIL)
+            if _read_pyc(fn, pyc) is None:  # (none yet, or of another source)
+                directory.mkdir(exist_ok=True)
+                source_stat, co = _rewrite_test(fn, config)
+                _write_pyc(state, co, source_stat, pyc)
+
+    state = config.stash.get(assertstate_key, None)
+    if state is None:  # (--assert=plain: nothing is rewritten)
+        return
+    files = sorted(p for p in Path(HERE).rglob("*.py") if _REWRITTEN.search(p.as_posix()))
+    parts = max(1, min(os.cpu_count() or 1, 4))
+    children = []
+    for i in range(1, parts):
+        pid = os.fork()
+        if pid == 0:  # a child: its share, then out (never back into pytest)
+            code = 1
+            try:
+                rewrite(files[i::parts])
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    try:
+        rewrite(files[0::parts])
+    finally:
+        for pid in children:
+            os.waitpid(pid, 0)
 
 
 def _on_ray(nodeid: str) -> bool:
