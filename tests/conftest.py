@@ -26,11 +26,14 @@ import compileall
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+
+from tests.campaign.fixtures import pg_server as pg_server  # (the campaign's own server: one too)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -98,6 +101,33 @@ def _rewrite_ahead(config: pytest.Config) -> None:
     finally:
         for pid in children:
             os.waitpid(pid, 0)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """The throwaway PostgreSQL server (``_pgcluster.ThrowawayCluster``) of
+    the session - of an xdist worker - started at its first use from the
+    PostgreSQL server binaries and removed at the end; the tests make
+    databases of their own in it (e.g. ``tests/store``'s ``pg_url``).
+    Defined here once: a session fixture is one per place it is defined or
+    imported, and the conftests that each had their own started up to six
+    servers a worker (an initdb, ~1 s of CPU, each). Without the binaries
+    the PostgreSQL tests FAIL when CI is set (``.ci/run`` installs them) and
+    are skipped, saying why, locally."""
+    from procsched._store._pgcluster import ThrowawayCluster, find_binaries
+
+    if find_binaries() is None:
+        why = "PostgreSQL server binaries (initdb, pg_ctl, postgres) not in /usr/lib/postgresql/*/bin nor on PATH"
+        if _in_ci():
+            pytest.fail(f"{why}: CI must run the PostgreSQL tests (.ci/run installs the server)")
+        pytest.skip(why)
+    cluster = ThrowawayCluster(fsync=False).start()
+    yield cluster
+    cluster.stop()
 
 
 def _on_ray(nodeid: str) -> bool:

@@ -1,5 +1,6 @@
-"""Fixtures shared by tests/promises and tests/campaign (each conftest
-imports them): our own throwaway PostgreSQL server (tests/campaign/pg.py)."""
+"""Fixtures shared by tests/promises and tests/campaign (tests/conftest.py
+imports them: one server a session, not one a conftest): our own throwaway
+PostgreSQL server (tests/campaign/pg.py)."""
 
 from __future__ import annotations
 

@@ -24,23 +24,6 @@ def jobs_file(tmp_path: Path):
     return write
 
 
-@pytest.fixture(scope="session")
-def pg_cluster():
-    """A throwaway PostgreSQL server for the session (see tests/store/conftest.py, which this follows)."""
-    import os
-
-    from procsched._store._pgcluster import ThrowawayCluster, find_binaries
-
-    if find_binaries() is None:
-        why = "PostgreSQL server binaries (initdb, pg_ctl, postgres) not in /usr/lib/postgresql/*/bin nor on PATH"
-        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{why}: CI must run the PostgreSQL tests (.ci/run installs the server)")
-        pytest.skip(why)
-    cluster = ThrowawayCluster(fsync=False).start()
-    yield cluster
-    cluster.stop()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     """A new empty store: a SQLite file, or a database of its own on the throwaway PostgreSQL server."""

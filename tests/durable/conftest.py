@@ -1,4 +1,3 @@
 """The throwaway PostgreSQL cluster of the store tests, for the durable tests too."""
 
-from tests.store.conftest import pg_cluster as pg_cluster
 from tests.store.conftest import pg_url as pg_url

@@ -16,7 +16,6 @@ import pytest
 
 import procsched
 from tests.limits.limit_tasks import Rendezvous, hold, most_at_once
-from tests.store.conftest import pg_cluster as pg_cluster
 from tests.store.conftest import pg_url as pg_url
 from tests.store.conftest import store_url as store_url
 

@@ -12,7 +12,6 @@ import psutil
 import pytest
 
 import procsched
-from tests.campaign.fixtures import pg_server as pg_server
 from tests.campaign.pg import Cluster
 from tests.campaign.proxy import Proxy
 from tests.promises.helpers import Program, alive, kill_tree

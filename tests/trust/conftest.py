@@ -11,7 +11,6 @@ import psutil
 import pytest
 
 import procsched
-from tests.store.conftest import pg_cluster as pg_cluster
 from tests.store.conftest import pg_url as pg_url
 
 

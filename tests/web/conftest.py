@@ -93,21 +93,6 @@ def program(scheduler: procsched.Scheduler, tmp_path: Path) -> Iterator[Any]:
         served.close()
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Any]:
-    """A throwaway PostgreSQL server per session (per xdist worker), as tests/store/conftest.py starts it."""
-    from procsched._store._pgcluster import ThrowawayCluster, find_binaries
-
-    if find_binaries() is None:
-        why = "PostgreSQL server binaries (initdb, pg_ctl, postgres) not in /usr/lib/postgresql/*/bin nor on PATH"
-        if in_ci():
-            pytest.fail(f"{why}: CI must run the PostgreSQL tests (.ci/run installs the server)")
-        pytest.skip(why)
-    cluster = ThrowawayCluster(fsync=False).start()
-    yield cluster
-    cluster.stop()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: Any, tmp_path: Path) -> Iterator[str]:
     """A new empty store: a SQLite file, or a database of its own on the throwaway PostgreSQL server."""
