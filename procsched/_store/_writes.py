@@ -923,22 +923,26 @@ def _unclaimed(store: StoreAccess, cur: Any, skips: list[Skipped]) -> list[Skipp
     and their guard made the other lose its catch-up: seed 3910). Only a
     skip that reaches back to its task's slot guard (the last slot claimed,
     ``_GUARD_PAST``) can hold one: the others cost one read of the guards;
-    those read their task's runs there (rare). On PostgreSQL the guards are
-    read locked (in key order, as ``_lock_keys``): read as committed, a
-    claim another scheduler had written but not yet committed was missed,
-    and its slot recorded skipped too (SQLite serialises writers)."""
+    those read their task's runs there (rare) - as do the skips of a key
+    whose row is gone (cancelled: its runs stay in the history; a
+    scheduler stopped across a pause, a resume and the cancel recorded
+    "paused" the slots another had run: the fault campaign, seed 6110). On
+    PostgreSQL the guards are read locked (in key order, as ``_lock_keys``):
+    read as committed, a claim another scheduler had written but not yet
+    committed was missed, and its slot recorded skipped too (SQLite
+    serialises writers)."""
     keys = sorted({op.key for op in skips})
-    guards: dict[str, int] = {}
+    guards: dict[str, int | None] = {}
     for i in range(0, len(keys), _SKIP_ROWS):
         chunk = keys[i : i + _SKIP_ROWS]
         sql = f"SELECT key, last_slot_ns FROM procsched_tasks WHERE key IN ({', '.join('?' * len(chunk))})"
         if store._pg:  # locked: a claim not yet committed is waited for, not missed (seed 4115)
             sql += " ORDER BY key FOR UPDATE"
-        guards.update({r[0]: int(r[1]) for r in store._x(cur, sql, chunk).fetchall() if r[1] is not None})
+        guards.update({r[0]: None if r[1] is None else int(r[1]) for r in store._x(cur, sql, chunk).fetchall()})
     out: list[Skipped] = []
     for op in skips:
-        guard = guards.get(op.key)
         tol = _tolerance(op.period_ns)  # (a slot a period after a claimed one is not that one: a 1 ms grid)
+        guard = guards.get(op.key, _last_slot(op.slot_ns, op.period_ns, op.slots))  # (no row: any may be)
         if guard is None or op.slot_ns > guard + tol:
             out.append(op)
             continue

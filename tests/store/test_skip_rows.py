@@ -203,6 +203,33 @@ def test_a_skip_leaves_out_the_slots_a_run_claimed(store, together):
     store.close()
 
 
+@pytest.mark.parametrize("together", [True, False], ids=["with another skip", "alone"])
+def test_a_skip_of_a_deleted_key_leaves_out_the_slots_its_runs_claimed(store, together):
+    """The same once the key is gone (the fault campaign, seed 6110,
+    SQLite): a scheduler stopped across a pause, the resume and a cancel
+    of the task recorded "paused" two slots that another had run after the
+    resume, just after the cancel deleted the row - with no row, no slot
+    guard, and the skip was recorded unchecked. The key's runs stay in the
+    history, and decide."""
+    add(store)
+    add(store, "other")
+    a, other = store.register(), store.register()
+    b = store.batch(other)
+    b.started("k", 1, 1, T0 + 12 * P + 1000)
+    assert b.commit().ok
+    b = store.batch(other)
+    b.finished("k", 1, 1, "ok", T0 + 12 * P + P // 10, T0 + 13 * P)
+    b.delete("k")  # cancelled
+    assert b.commit().ok
+    b = store.batch(a)
+    b.skipped("k", T0 + 10 * P, "paused", period_ns=P, slots=5)  # 10-14: 12 ran
+    if together:
+        b.skipped("other", T0 + 5 * P, "paused")
+    assert b.commit().ok
+    assert slots(store) == [10, 11]
+    store.close()
+
+
 @pytest.mark.parametrize("together", [True, False], ids=["with another end", "alone"])
 def test_the_misfire_slots_a_run_end_dropped_are_never_claimed_after(store, together):
     """One slot, one end, for the misfire slots a run's end drops (written
