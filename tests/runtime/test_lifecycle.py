@@ -88,7 +88,7 @@ USER_PROGRAM = textwrap.dedent("""
         s.submit(t.square, 2).result(30)
         print("ready", flush=True)
         if sys.argv[2] == "raise":
-            open(sys.argv[1] + ".wait").read() if False else None
+            sys.stdin.readline()  # (the test has its process tree)
             raise RuntimeError("the user program dies with pending tasks")
         time.sleep(3600)
 """)
@@ -100,12 +100,16 @@ def test_no_process_outlives_the_user_process(how, tmp_path):
     script.write_text(USER_PROGRAM)
     child_file = str(tmp_path / "child")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
-    user = subprocess.Popen([sys.executable, str(script), child_file, how], stdout=subprocess.PIPE, env=env, text=True)
+    argv = [sys.executable, str(script), child_file, how]
+    user = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     assert user.stdout.readline().strip() == "ready"
-    tree = psutil.Process(user.pid).children(recursive=True)
+    tree = psutil.Process(user.pid).children(recursive=True)  # (before it raises: seen gone already on a CI)
     assert len(tree) >= 4  # dispatcher, forkserver, 2 workers (+ the task's child)
     if how == "sigkill":
         user.send_signal(signal.SIGKILL)
+    else:
+        user.stdin.write("raise\n")
+        user.stdin.flush()
     user.wait(60)
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, alive

@@ -233,7 +233,7 @@ def test_a_real_instance_over_a_store_output_traceback_and_workers_in_the_browse
         page.wait_for_selector("table.workers")
         rows = page.locator("table.workers tbody tr").all_inner_texts()
         assert len(rows) == 2 and all("MiB" in row for row in rows), rows
-        assert {row.split("\t")[1] for row in rows} == pids, (rows, pids)
+        assert {re.split(r"[\t\n]+", row.strip())[1] for row in rows} == pids, (rows, pids)  # (cells: tab or line)
     finally:
         served.close()
         s.shutdown(wait=True, cancel_futures=True)
