@@ -22,6 +22,7 @@ from procsched._runtime import _messages as m
 from procsched._runtime._durable._journal import Journal
 from procsched._runtime._engine import Engine
 from procsched._store import TaskDefinition, TaskState, open_store
+from tests.durable.test_peers_realign import _turn
 from tests.runtime.test_engine import FakeCarrier, add
 
 REQUEST = 99  # the user's pause request
@@ -48,14 +49,6 @@ def _paused(tmp_path) -> tuple[str, Journal, Engine, FakeCarrier, list[Any]]:
     return path, journal, engine, carrier, told
 
 
-def _turn(journal: Journal, engine: Engine, carrier: FakeCarrier, now: int) -> None:
-    """A dispatcher turn, its commit collected."""
-    journal.turn(engine, carrier, 0, now)
-    if journal.writer.busy:
-        journal.writer.wait(None)
-        journal.committed(engine, carrier, now)
-
-
 def _answered(told: list[Any]) -> list[Any]:
     return [m.view(m.Answer, ev).value for ev in told if ev[0] == m.ANSWER and m.view(m.Answer, ev).request == REQUEST]
 
@@ -66,12 +59,12 @@ def test_a_pause_whose_commit_failed_is_answered_once_the_retry_writes_it(tmp_pa
     lock = sqlite3.connect(path, isolation_level=None)
     try:
         lock.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
-        _turn(journal, engine, carrier, time.monotonic_ns())
+        _turn(journal, engine, 0, time.monotonic_ns())
         assert journal.retry_at is not None  # the commit failed: it goes again
         assert _answered(told) == []  # not written: not answered
         assert not store.get("k").state.paused
         lock.execute("ROLLBACK")
-        _turn(journal, engine, carrier, journal.retry_at)
+        _turn(journal, engine, 0, journal.retry_at)
         assert journal.retry_at is None
         assert _answered(told) == [True]
         assert store.get("k").state.paused
@@ -92,11 +85,11 @@ def test_a_pause_whose_commit_was_fenced_out_is_answered_once_written_again(tmp_
         journal.batch.started("k", 1, 1, time.time_ns(), time.time_ns())
         with sqlite3.connect(path, isolation_level=None) as other:
             other.execute("UPDATE procsched_schedulers SET token = 'taken over' WHERE id = ?", (first.id,))
-        _turn(journal, engine, carrier, time.monotonic_ns())
+        _turn(journal, engine, 0, time.monotonic_ns())
         assert journal.holder.id != first.id  # fenced out: registered again
         assert _answered(told) == []  # nothing of the batch was written
         assert not store.get("k").state.paused
-        _turn(journal, engine, carrier, time.monotonic_ns())
+        _turn(journal, engine, 0, time.monotonic_ns())
         assert _answered(told) == [True]
         assert store.get("k").state.paused
     finally:
