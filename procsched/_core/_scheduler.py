@@ -484,11 +484,15 @@ class SchedulerCore(ControlMixin, LimitsMixin):
         self._bury()
         return True
 
-    def resume(self, task_id: int, now: int, *, record: bool = True) -> bool:
+    def resume(self, task_id: int, now: int, *, record: bool = True, since_wall: int | None = None) -> bool:
         """Resume a paused task at its next slot from ``now``; True if it was
         paused. ``record``: the slots passed while paused are recorded
         skipped ("paused"); False for a hold the user never asked for (a
-        store's standby: another scheduler ran those slots)."""
+        store's standby: another scheduler ran those slots). ``since_wall``:
+        they count from the task's first slot after it (wall ns: the last
+        slot a durable store accounts for) where its grid stands later (it
+        went on "not before now" past another scheduler's runs, and that
+        one is gone: the slots between are nobody else's to record)."""
         task = self._tasks.get(task_id)
         if task is None:
             return False
@@ -506,13 +510,23 @@ class SchedulerCore(ControlMixin, LimitsMixin):
             if slot is None or (extra.limit is not None and slot > extra.limit):
                 slot = extra.slot  # nothing left: run out the pending slot, then end
             if record:
-                self._record_between(task_id, task, extra.slot, slot, "paused", include_first=True)
+                first = extra.slot
+                if since_wall is not None:
+                    after = task.schedule.not_before(since_wall, since_wall + 1)
+                    first = first if after is None else min(first, after)
+                self._record_between(task_id, task, first, slot, "paused", include_first=True)
             extra.slot = slot
             task.due = slot - self.wall_offset
         else:  # the first slot at or after now (a grid point, for a fixed rate)
             following = task.schedule.not_before(task.due, now)
             if following is not None and task.kind is not FIXED_DELAY and record:
-                self._record_between(task_id, task, task.due, following, "paused", include_first=True)
+                first = task.due
+                period = task.schedule.period_ns
+                if since_wall is not None and task.kind is FIXED_RATE and period:
+                    # the task's first grid point past it (within half a period: that slot, read microseconds off)
+                    since = since_wall - self.wall_offset + period // 2
+                    first = min(first, first - (first - since - 1) // period * period)
+                self._record_between(task_id, task, first, following, "paused", include_first=True)
             task.due = now if following is None else following
         self._repush(task_id, task)  # the entry it had when it paused is dead
         return True

@@ -367,10 +367,11 @@ class Engine(Holds):
     ) -> bool:
         """``record``: the slots passed while paused are recorded skipped
         (False: another scheduler ran the task's grid - see ``Peers.resume``);
-        ``after_wall``: only those after it (the store accounts for the rest);
+        ``after_wall``: only those after it (the store accounts for the rest),
+        and all of them, from where the task's grid stood;
         ``before_wall``: only those before it (another scheduler ran it and
         the slots after: the resume reached it first)."""
-        accepted = self.core.resume(task_id, now, record=record)
+        accepted = self.core.resume(task_id, now, record=record, since_wall=after_wall)
         if accepted and self.core.state(task_id) is TaskState.RUNNING:  # the pause asked of its run, taken back
             self.durable.pause_asked(task_id, self.events, False)
         if self.core.skips:  # the slots it was paused over: out now, with the resume (a store journals them)

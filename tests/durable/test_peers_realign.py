@@ -441,3 +441,53 @@ def test_a_claim_refused_by_a_slot_recorded_skipped_goes_on_from_the_slot_after_
     finally:
         journal.close(clean=True)
         store.close()
+
+
+def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_not_the_local_grid(tmp_path) -> None:
+    """The fault campaign, seed 6208 (SQLite), replayed: another scheduler,
+    A, ran a catch_up task and fell behind (the store locked); this one
+    followed A's run in flight, its next claim moved past it to the next
+    slot from now. The task was paused from the command line,
+    A recorded its next slot "paused" and was gone (its lease run out)
+    before the resume, so this scheduler recorded the pause's slots in its
+    place - from where its own grid stood: the slots between A's last and
+    the standby's "now" were neither run nor recorded. They count from the
+    store's last slot (a run, or a skip)."""
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    grid = time.time_ns() - 4 * NS - NS // 2  # run 11's slot; the grid's next slot from now is grid + 5 s
+    batch = store.batch()
+    batch.upsert(RATE_DEFINITION, TaskState(10, grid))
+    batch.commit()
+    a = store.register(lease_ns=30 * NS, pid=1)  # the runner, A
+    batch = store.batch(a)
+    batch.started("k", 11, 1, grid)  # A holds run 11
+    batch.commit()
+    journal, engine, offset = _this_scheduler(path, grid, 10, 1, grid)
+    journal.hashes[1] = stored_hash(RATE_DEFINITION)
+    try:
+        peers = journal.peers
+        now = time.monotonic_ns()
+        peers.sync(engine, now, offset)  # A's run in flight: this one's next claim goes past it
+        assert engine.next_claim(1) == (12, 1) and engine.next_wall(1) == grid + 5 * NS
+
+        batch = store.batch(a)
+        batch.finished("k", 11, 1, "ok", grid + NS // 10, grid + NS)
+        batch.commit()
+        assert store.pause("k")  # from the command line
+        batch = store.batch(a)
+        batch.skipped("k", grid + NS, "paused")  # A's claim of run 12, refused: its slot recorded
+        batch.commit()
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the pause, followed here
+        assert store.unregister(a)  # A is gone ...
+        assert store.resume("k")  # ... before the resume
+
+        peers.apply(engine, 1, store.get("k"), time.monotonic_ns(), offset)  # the resume, followed
+        _turn(journal, engine, offset, time.monotonic_ns())  # (the slots it recorded, written)
+        skipped = [(r.slot_ns, r.reason) for r in store.history("k", 10, skipped=True) if isinstance(r, SkippedSlot)]
+        assert skipped == [(grid + i * NS, "paused") for i in range(1, 5)]  # before: grid + 1 s only
+        assert engine.next_claim(1) == (12, 1)
+        assert engine.next_wall(1) == grid + 5 * NS
+    finally:
+        journal.close(clean=True)
+        store.close()

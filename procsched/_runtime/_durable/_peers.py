@@ -350,11 +350,15 @@ class Peers:
         task's.) Only those before the first slot another scheduler ran
         since: it followed the resume first. ``resumed_wall``: the first
         slot (UTC ns) from the store's resume: it and the slots after it are
-        not the pause's."""
-        record, after = True, None
+        not the pause's. Where the one that ran it is gone, they are this
+        one's to record, all of them from the store's last slot: this one's
+        own grid may stand later (it went on "not before now" past that
+        one's runs: the fault campaign, seed 6208)."""
+        record, after = self._left_by_runner(tid)
         if tid in self.paused_elsewhere:
             self.paused_elsewhere.discard(tid)
-            record, after = self._left_by_runner(tid)
+        elif not record:
+            record = True  # (its runner follows the resume too: each records from its own grid; the store keeps one)
         paused_at_run = self.paused_at_run.pop(tid, None)
         before = None
         if stored is not None and record and paused_at_run is not None:
@@ -407,15 +411,15 @@ class Peers:
         return min(slots) if slots else None
 
     def _left_by_runner(self, tid: int) -> tuple[bool, int | None]:
-        """A task paused here while another scheduler ran it, resumed: are
-        the slots its pause left behind this scheduler's to record, and
-        after which slot (wall ns)? Only if the one that ran it (its last
-        claimer) is gone - shut down, or its lease run out by the store's
-        clock: it will not follow the resume, and nobody recorded them. Then
-        from after the newest slot the store accounts for (a run, or a skip:
-        the runner recorded the slot of the run it had given ahead and the
-        pause took back). (False, None) if the store cannot say (as before:
-        the runner's to record). Read now: a rare call."""
+        """A task paused, resumed: are the slots its pause left behind this
+        scheduler's to record, and after which slot (wall ns)? Not if
+        another scheduler ran it (its last claimer) and is still there to
+        follow the resume; so if that one is gone - shut down, or its lease
+        run out by the store's clock: nobody recorded them. Then from after
+        the newest slot the store accounts for (a run, or a skip: the runner
+        recorded the slot of the run it had given ahead and the pause took
+        back). (False, None) if the store cannot say (the runner's to
+        record). Read now: a rare call."""
         store, key = self.journal.store, self.journal.keys.get(tid)
         if key is None:
             return False, None
