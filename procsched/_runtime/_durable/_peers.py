@@ -353,12 +353,10 @@ class Peers:
         not the pause's. Where the one that ran it is gone, they are this
         one's to record, all of them from the store's last slot: this one's
         own grid may stand later (it went on "not before now" past that
-        one's runs: the fault campaign, seed 6208)."""
-        record, after = self._left_by_runner(tid)
-        if tid in self.paused_elsewhere:
-            self.paused_elsewhere.discard(tid)
-        elif not record:
-            record = True  # (its runner follows the resume too: each records from its own grid; the store keeps one)
+        one's runs: the fault campaign, seed 6208). See ``_left_by_runner``."""
+        elsewhere = tid in self.paused_elsewhere
+        self.paused_elsewhere.discard(tid)
+        record, after = self._left_by_runner(tid, elsewhere)
         paused_at_run = self.paused_at_run.pop(tid, None)
         before = None
         if stored is not None and record and paused_at_run is not None:
@@ -410,31 +408,36 @@ class Peers:
         ]
         return min(slots) if slots else None
 
-    def _left_by_runner(self, tid: int) -> tuple[bool, int | None]:
+    def _left_by_runner(self, tid: int, elsewhere: bool) -> tuple[bool, int | None]:
         """A task paused, resumed: are the slots its pause left behind this
-        scheduler's to record, and after which slot (wall ns)? Not if
-        another scheduler ran it (its last claimer) and is still there to
-        follow the resume; so if that one is gone - shut down, or its lease
-        run out by the store's clock: nobody recorded them. Then from after
-        the newest slot the store accounts for (a run, or a skip: the runner
-        recorded the slot of the run it had given ahead and the pause took
-        back). (False, None) if the store cannot say (the runner's to
-        record). Read now: a rare call."""
+        scheduler's to record, and after which slot (wall ns; None: from
+        where its grid stands here)? If another scheduler ran it (its last
+        claimer) and is gone - shut down, or its lease run out by the
+        store's clock -, nobody else records them: this one does, from
+        after the newest slot the store accounts for (a run, or a skip: the
+        runner recorded the slot of the run it had given ahead and the pause
+        took back). If that one is still there, it follows the resume and
+        records them from its grid: this one too (each its own grid; the
+        store keeps one record of a slot), unless it was paused here
+        ``elsewhere`` (on standby: its grid was not the task's; so also if
+        the store cannot say). Read now: a rare call."""
         store, key = self.journal.store, self.journal.keys.get(tid)
         if key is None:
-            return False, None
+            return not elsewhere, None
         try:
             task = store.get(key)
             if task is None:
-                return False, None
+                return not elsewhere, None
             runner = task.last_holder
             if runner is not None and runner != self.journal.holder.id:
                 expired = {h.id for h in store.expired_holders()}
                 if runner in {h.id for h in store.schedulers()} and runner not in expired:
-                    return False, None  # it follows the resume and records them
+                    return not elsewhere, None
+            elif not elsewhere:
+                return True, None  # its grid is this one's runs
             newest = store.history(key, 1, skipped=True)
         except StoreError:
-            return False, None
+            return not elsewhere, None
         if not newest:
             return True, None
         last = newest[-1]
