@@ -443,16 +443,20 @@ def test_a_claim_refused_by_a_slot_recorded_skipped_goes_on_from_the_slot_after_
         store.close()
 
 
-def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_not_the_local_grid(tmp_path) -> None:
+@pytest.mark.parametrize("standby", [False, True])
+def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_not_the_local_grid(
+    tmp_path, standby: bool
+) -> None:
     """The fault campaign, seed 6208 (SQLite), replayed: another scheduler,
     A, ran a catch_up task and fell behind (the store locked); this one
     followed A's run in flight, its next claim moved past it to the next
-    slot from now. The task was paused from the command line,
-    A recorded its next slot "paused" and was gone (its lease run out)
-    before the resume, so this scheduler recorded the pause's slots in its
-    place - from where its own grid stood: the slots between A's last and
-    the standby's "now" were neither run nor recorded. They count from the
-    store's last slot (a run, or a skip)."""
+    slot from now (``standby``: that claim lost to A's run too, it went on
+    standby). The task was paused from the command line, A recorded its
+    next slot "paused" and was gone (its lease run out) before the resume,
+    so this scheduler recorded the pause's slots in its place - from where
+    its own grid stood: the slots between A's last and this one's "now"
+    were neither run nor recorded. They count from the store's last slot
+    (a run, or a skip)."""
     path = str(tmp_path / "s.db")
     store = open_store(path)
     grid = time.time_ns() - 4 * NS - NS // 2  # run 11's slot; the grid's next slot from now is grid + 5 s
@@ -470,6 +474,12 @@ def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_no
         now = time.monotonic_ns()
         peers.sync(engine, now, offset)  # A's run in flight: this one's next claim goes past it
         assert engine.next_claim(1) == (12, 1) and engine.next_wall(1) == grid + 5 * NS
+        if standby:
+            at = now + grid + 5 * NS - (now + offset)  # (the engine's clock at that slot: no sleeping)
+            engine.start(at)
+            engine.tick(at)  # run 12 claimed: held for the store
+            _turn(journal, engine, offset, at)  # refused: A's run 11 is in flight
+            assert engine.state(1) is LocalState.PAUSED and 1 in peers.standby
 
         batch = store.batch(a)
         batch.finished("k", 11, 1, "ok", grid + NS // 10, grid + NS)
