@@ -92,12 +92,20 @@ def watch(url: str) -> None:
     once the write committed), every write of ``procsched_definitions`` into
     ``campaign_definitions`` and every task row deleted (a cancel, an end)
     into ``campaign_deleted``: when each change became the store's
-    (``definitions_written``, ``deleted``). Once the schema is there."""
+    (``definitions_written``, ``deleted``). Once the schema is there. On
+    PostgreSQL both are the time of the write itself (``clock_timestamp``,
+    after any row lock it waited for: a cancel's delete and a deploy's write
+    of one key are in the order they committed), not the row's
+    ``written_ns`` - its transaction's clock, read at its start (seed 6323:
+    a deploy written 1 ms after a cancel's delete, in a transaction begun
+    before it, looked older than the delete, and its runs "after the
+    cancel" a violation; "last deploy wins")."""
     if url.startswith("postgresql://"):
         statements = [
             "CREATE TABLE campaign_definitions (key TEXT, args BYTEA, written_ns BIGINT)",
             "CREATE FUNCTION campaign_definition_written() RETURNS trigger AS $$ BEGIN "
-            "INSERT INTO campaign_definitions VALUES (NEW.key, NEW.args, NEW.written_ns); RETURN NULL; END $$ "
+            "INSERT INTO campaign_definitions VALUES "
+            "(NEW.key, NEW.args, (extract(epoch FROM clock_timestamp()) * 1e9)::bigint); RETURN NULL; END $$ "
             "LANGUAGE plpgsql",
             "CREATE TRIGGER campaign_definitions AFTER INSERT OR UPDATE ON procsched_definitions "
             "FOR EACH ROW EXECUTE FUNCTION campaign_definition_written()",
