@@ -153,6 +153,35 @@ def test_paused_slots_are_recorded_at_resume() -> None:
     assert core.due(tid) == 1200 * MS
 
 
+def test_a_resume_records_from_the_slot_after_since_wall_where_the_grid_stood_later() -> None:
+    """A durable store's follower whose grid went on "not before now" records
+    a gone runner's pause from the store's last slot (``since_wall``); a
+    ``since_wall`` past the grid's position changes nothing (the engine
+    leaves out what the store accounts for)."""
+    for since, expected in ((400, [800, 1200, 1600, 2000]), (401, [800, 1200, 1600, 2000]), (1600, [2000])):
+        core = SchedulerCore()
+        tid = core.add(400 * MS, schedule=rate())
+        assert core.realign(tid, 4, 1, 2000 * MS)  # runs 1-4 ran elsewhere; this one went on "not before now"
+        core.pause(tid)
+        core.resume(tid, 2100 * MS, since_wall=since * MS)
+        assert skips(core) == [(slot, "paused") for slot in expected]
+        assert core.due(tid) == 2400 * MS
+
+
+def test_a_calendar_resume_records_from_the_slot_after_since_wall() -> None:
+    from procsched import _tz
+    from procsched._core import CronTrigger
+
+    trigger = CronTrigger("* * * * *", _tz.zone("UTC"), "UTC")
+    core = SchedulerCore()
+    tid = core.add(60 * NS, 0, Schedule.calendar(trigger), start_wall_ns=0, first_slot_ns=60 * NS)
+    assert core.realign(tid, 4, 1, 0, slot_wall=300 * NS)
+    core.pause(tid)
+    core.resume(tid, 330 * NS, since_wall=60 * NS)
+    recorded = [(s.wall_ns // NS, s.reason) for s in core.take_skips()]
+    assert recorded == [(t, "paused") for t in (120, 180, 240, 300)]
+
+
 def test_misfire_grace_skips_late_slots() -> None:
     core = SchedulerCore()
     tid = core.add(0, schedule=rate(misfire_grace_ns=100 * MS))
