@@ -367,8 +367,9 @@ class Engine(Holds):
     ) -> bool:
         """``record``: the slots passed while paused are recorded skipped
         (False: another scheduler ran the task's grid - see ``Peers.resume``);
-        ``after_wall``: only those after it (the store accounts for the rest),
-        and all of them, from where the task's grid stood;
+        ``after_wall``: only those after it (the store accounts for the rest)
+        - all of them, also where the task's grid here stood later (see
+        ``SchedulerCore.resume``'s ``since_wall``);
         ``before_wall``: only those before it (another scheduler ran it and
         the slots after: the resume reached it first)."""
         accepted = self.core.resume(task_id, now, record=record, since_wall=after_wall)
