@@ -475,7 +475,7 @@ def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_no
         peers.sync(engine, now, offset)  # A's run in flight: this one's next claim goes past it
         assert engine.next_claim(1) == (12, 1) and engine.next_wall(1) == grid + 5 * NS
         if standby:
-            at = now + grid + 5 * NS - (now + offset)  # (the engine's clock at that slot: no sleeping)
+            at = now + grid + 5 * NS - (now + offset)  # (the engine's clock at that slot, given: no real time passes)
             engine.start(at)
             engine.tick(at)  # run 12 claimed: held for the store
             _turn(journal, engine, offset, at)  # refused: A's run 11 is in flight
