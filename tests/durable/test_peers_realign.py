@@ -459,7 +459,7 @@ def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_no
     (a run, or a skip)."""
     path = str(tmp_path / "s.db")
     store = open_store(path)
-    grid = time.time_ns() - 4 * NS - NS // 2  # run 11's slot; the grid's next slot from now is grid + 5 s
+    grid = time.time_ns() - 4 * NS - NS // 10  # run 11's slot; the grid's next slot from now is grid + 5 s
     batch = store.batch()
     batch.upsert(RATE_DEFINITION, TaskState(10, grid))
     batch.commit()
@@ -475,7 +475,7 @@ def test_a_pause_recorded_for_a_runner_gone_counts_from_the_store_s_last_slot_no
         peers.sync(engine, now, offset)  # A's run in flight: this one's next claim goes past it
         assert engine.next_claim(1) == (12, 1) and engine.next_wall(1) == grid + 5 * NS
         if standby:
-            at = now + grid + 5 * NS - (now + offset)  # (the engine's clock at that slot, given: no real time passes)
+            at = grid + 5 * NS - offset  # (the engine's clock at that slot, given: no real time passes)
             engine.start(at)
             engine.tick(at)  # run 12 claimed: held for the store
             _turn(journal, engine, offset, at)  # refused: A's run 11 is in flight
