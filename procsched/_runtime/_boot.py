@@ -21,7 +21,7 @@ import pickle
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ._worker_main import FORKSERVER_PRELOAD, name_process  # (a module that imports nothing)
+from ._worker_main import FORKSERVER_PRELOAD, name_process  # (a module that imports nothing but sys)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -163,6 +163,7 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, ...]) -> tuple[str
             sys.modules["__main__"] = main
             from multiprocessing import forkserver
 
+            sys.excepthook = _orphan_quiet  # (what a forked child's error goes through; a worker resets it)
             forkserver.main(listener.detach(), alive_r, FORKSERVER_PRELOAD, sys_path=config["sys_path"])
             code = 0
         except SystemExit as exc:  # main() ends so when the "alive" pipe closes
@@ -175,6 +176,17 @@ def _fork_forkserver(config: dict[str, Any], ours: tuple[int, ...]) -> tuple[str
     listener.close()
     os.close(alive_r)
     return address, alive_w, pid
+
+
+def _orphan_quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """The forkserver's children report an error that ends them before they
+    run (multiprocessing's handshake) through ``sys.excepthook``. An
+    ``EOFError`` there means the start data never came: the dispatcher died
+    while it started this worker (the fault campaign, seed 6516: the
+    stdlib's traceback, on the program's stderr, after a kill -9). The
+    orphan exits without a word; anything else is printed as before."""
+    if not issubclass(kind, EOFError):
+        sys.__excepthook__(kind, value, tb)
 
 
 def _fork_resource_tracker(ours: tuple[int, ...]) -> tuple[int, int]:

@@ -3,13 +3,14 @@
 multiprocessing pickles a process's target by reference, and pickling a
 reference imports its module: naming ``_worker.main`` directly would make
 the dispatcher import the worker's whole stack (the scheduling API, the
-validation, the handles), which it never runs. This module imports nothing;
+validation, the handles), which it never runs. This module imports nothing (but sys);
 the worker's modules are already loaded in the forkserver (its preload), and
 load here with the spawn and fork start methods.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ FORKSERVER_PRELOAD = [
 
 
 def main(conn: Connection, capture: str | None = None, tickets: Connection | None = None) -> None:
+    sys.excepthook = sys.__excepthook__  # (the forkserver's, for its handshake: not the tasks')
     name_process("psc-worker")
     from ._worker import main as worker_main
 

@@ -159,3 +159,52 @@ def test_commands_sent_from_two_threads_at_once_arrive_whole(tmp_path):
             thread.join()
         assert s.stats()["store"]  # (answered: the dispatcher read every command)
         assert s.schedule(t.square, 0, args=(3,)).result(timeout=30) == 9
+
+
+ORPHAN_PROGRAM = textwrap.dedent("""
+    import os, socket, struct, sys
+    from multiprocessing import reduction
+    import procsched
+    import rt_tasks as t
+
+    def signed(fd):
+        data = b""
+        while len(data) < 8:
+            chunk = os.read(fd, 8 - len(data))
+            assert chunk, "the forkserver closed the status pipe"
+            data += chunk
+        return struct.unpack("q", data)[0]
+
+    if __name__ == "__main__":
+        s = procsched.Scheduler(1)
+        assert s.submit(t.square, 3).result(30) == 9  # its forkserver is up
+        assert s.submit(lambda: sys.excepthook is sys.__excepthook__).result(30)  # (a task's, as Python's)
+        # What the dispatcher does to start a worker, up to the start data it never sends:
+        # the forkserver forks the worker, which finds its data pipe closed.
+        status_r, child_w = os.pipe()
+        child_r, data_w = os.pipe()
+        spare_r, spare_w = os.pipe()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(os.path.join(s._backend.tempdir, "forkserver"))
+            reduction.sendfds(client, [child_r, child_w, spare_r, spare_w])
+        for fd in (child_r, child_w, spare_r, spare_w, data_w):
+            os.close(fd)
+        pid, code = signed(status_r), signed(status_r)
+        print(code, flush=True)
+        s.shutdown()
+""")
+
+
+def test_a_worker_whose_dispatcher_dies_while_starting_it_exits_quietly(tmp_path):
+    """The fault campaign, seed 6516: an instance's process tree was
+    SIGKILLed while its dispatcher started a worker; the forkserver had
+    forked it, its start data never came, and multiprocessing's child
+    printed EOFError's traceback on the program's stderr. Such an orphan
+    exits (code 1) without a word: its dispatcher is gone."""
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]
+    assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
