@@ -94,12 +94,17 @@ USER_PROGRAM = textwrap.dedent("""
 """)
 
 
+def _program_env() -> dict[str, str]:
+    """The environment of a program these tests run: it imports rt_tasks and procsched as they do."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
+
+
 @pytest.mark.parametrize("how", ["sigkill", "raise"])
 def test_no_process_outlives_the_user_process(how, tmp_path):
     script = tmp_path / "user.py"
     script.write_text(USER_PROGRAM)
     child_file = str(tmp_path / "child")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
+    env = _program_env()
     argv = [sys.executable, str(script), child_file, how]
     user = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     assert user.stdout.readline().strip() == "ready"
@@ -189,8 +194,8 @@ ORPHAN_PROGRAM = textwrap.dedent("""
             reduction.sendfds(client, [child_r, child_w, spare_r, spare_w])
         for fd in (child_r, child_w, spare_r, spare_w, data_w):
             os.close(fd)
-        pid, code = signed(status_r), signed(status_r)
-        print(code, flush=True)
+        signed(status_r)  # the orphan's pid, then its exit code
+        print(signed(status_r), flush=True)
         s.shutdown()
 """)
 
@@ -203,7 +208,7 @@ def test_a_worker_whose_dispatcher_dies_while_starting_it_exits_quietly(tmp_path
     exits (code 1) without a word: its dispatcher is gone."""
     script = tmp_path / "orphan.py"
     script.write_text(ORPHAN_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(t.__file__), *sys.path]))
+    env = _program_env()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1"]

@@ -421,23 +421,24 @@ class Peers:
         store keeps one record of a slot), unless it was paused here
         ``elsewhere`` (on standby: its grid was not the task's; so also if
         the store cannot say). Read now: a rare call."""
+        own_grid = (not elsewhere, None)  # (the answer unless this one records for a runner gone)
         store, key = self.journal.store, self.journal.keys.get(tid)
         if key is None:
-            return not elsewhere, None
+            return own_grid
         try:
             task = store.get(key)
             if task is None:
-                return not elsewhere, None
+                return own_grid
             runner = task.last_holder
             if runner is not None and runner != self.journal.holder.id:
                 expired = {h.id for h in store.expired_holders()}
                 if runner in {h.id for h in store.schedulers()} and runner not in expired:
-                    return not elsewhere, None
+                    return own_grid  # it follows the resume
             elif not elsewhere:
-                return True, None  # its grid is this one's runs
+                return own_grid  # its grid is this one's runs
             newest = store.history(key, 1, skipped=True)
         except StoreError:
-            return not elsewhere, None
+            return own_grid
         if not newest:
             return True, None
         last = newest[-1]
